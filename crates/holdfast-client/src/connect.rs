@@ -1,0 +1,103 @@
+use crate::session::Session;
+use crate::Error;
+use holdfast_model::LockKey;
+use holdfast_proto::v1::{InspectRequest, InspectResponse, OpenSessionRequest, ServerStatusRequest, ServerStatusResponse};
+use holdfast_proto::LockClient;
+use std::path::PathBuf;
+use std::time::Duration;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// Where the arbiter is and the mTLS material to reach it.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `host:port` or `https://host:port`.
+    pub endpoint: String,
+    /// CA bundle that signed the arbiter's certificate.
+    pub ca: PathBuf,
+    /// This workload's X.509 SVID and key.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClientConfig {
+    /// Reads `HOLDFAST_ENDPOINT`, `HOLDFAST_CA`, `HOLDFAST_CERT`, `HOLDFAST_KEY`.
+    pub fn from_env() -> Result<Self, Error> {
+        let var = |name: &str| {
+            std::env::var(name).map_err(|_| Error::Config(format!("{name} is not set; `source DIR/env` from `holdfastctl dev`, or set it")))
+        };
+        Ok(ClientConfig {
+            endpoint: var("HOLDFAST_ENDPOINT")?,
+            ca: var("HOLDFAST_CA")?.into(),
+            cert: var("HOLDFAST_CERT")?.into(),
+            key: var("HOLDFAST_KEY")?.into(),
+        })
+    }
+}
+
+/// A connection to one arbiter.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) rpc: LockClient<Channel>,
+}
+
+fn read(what: &str, path: &PathBuf) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| Error::Config(format!("cannot read the {what} {}: {e}", path.display())))
+}
+
+impl Client {
+    pub async fn connect(cfg: &ClientConfig) -> Result<Self, Error> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let url = if cfg.endpoint.contains("://") { cfg.endpoint.clone() } else { format!("https://{}", cfg.endpoint) };
+        let host = url.split("://").nth(1).and_then(|rest| rest.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']']).to_string()));
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read("CA file", &cfg.ca)?))
+            .identity(Identity::from_pem(read("client certificate", &cfg.cert)?, read("client key", &cfg.key)?));
+        if let Some(host) = host {
+            tls = tls.domain_name(host);
+        }
+        let connect_err = |e: tonic::transport::Error| Error::Connect { endpoint: url.clone(), message: error_chain(&e) };
+        let endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|e| Error::Config(format!("endpoint {url:?} is not a URL: {e}")))?
+            .tls_config(tls)
+            .map_err(connect_err)?
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
+        let channel = endpoint.connect().await.map_err(connect_err)?;
+        Ok(Client { rpc: LockClient::new(channel) })
+    }
+
+    /// Opens a session with the given TTL (zero: the 15 s default).
+    pub async fn open_session(&self, ttl: Duration) -> Result<Session, Error> {
+        let opened_at = tokio::time::Instant::now();
+        let resp = self.rpc.clone().open_session(OpenSessionRequest { ttl_millis: ttl.as_millis() as u64 }).await?.into_inner();
+        Ok(Session::start(self.clone(), resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at))
+    }
+
+    pub async fn inspect(&self, key: &LockKey) -> Result<InspectResponse, Error> {
+        let req = InspectRequest { namespace: key.namespace().into(), key: key.key().into() };
+        Ok(self.rpc.clone().inspect(req).await?.into_inner())
+    }
+
+    pub async fn server_status(&self) -> Result<ServerStatusResponse, Error> {
+        Ok(self.rpc.clone().server_status(ServerStatusRequest {}).await?.into_inner())
+    }
+
+    /// The raw generated client, for callers that need a call this library
+    /// does not wrap.
+    pub fn rpc(&self) -> LockClient<Channel> {
+        self.rpc.clone()
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,44 @@
+use holdfast_proto::ErrorReason;
+
+/// What went wrong, with the arbiter's typed reason when it refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The arbiter refused the call. Branch on `reason`, not on the text.
+    #[error("{message}")]
+    Refused { code: tonic::Code, reason: ErrorReason, field: String, message: String },
+    /// The connection settings are incomplete or unreadable.
+    #[error("{0}")]
+    Config(String),
+    /// The arbiter could not be reached at all.
+    #[error("cannot reach the arbiter at {endpoint}: {message}")]
+    Connect { endpoint: String, message: String },
+}
+
+impl Error {
+    /// The typed reason of a refusal. Transport failures count as
+    /// [`ErrorReason::Unavailable`].
+    pub fn reason(&self) -> Option<ErrorReason> {
+        match self {
+            Error::Refused { reason, .. } => Some(*reason),
+            Error::Connect { .. } => Some(ErrorReason::Unavailable),
+            Error::Config(_) => None,
+        }
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Self {
+        let (reason, field) = holdfast_proto::reason_of(&s).unwrap_or_else(|| {
+            let reason = match s.code() {
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ErrorReason::Unavailable,
+                tonic::Code::Unauthenticated => ErrorReason::Unauthenticated,
+                tonic::Code::PermissionDenied => ErrorReason::Denied,
+                tonic::Code::InvalidArgument => ErrorReason::InvalidArgument,
+                _ => ErrorReason::Unspecified,
+            };
+            (reason, String::new())
+        });
+        let message = if s.message().is_empty() { format!("{:?}", s.code()) } else { s.message().to_string() };
+        Error::Refused { code: s.code(), reason, field, message }
+    }
+}

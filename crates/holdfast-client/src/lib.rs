@@ -1,0 +1,29 @@
+//! The holdfast client library.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), holdfast_client::Error> {
+//! use holdfast_client::{Client, ClientConfig};
+//! use holdfast_model::LockKey;
+//! use std::time::Duration;
+//! let client = Client::connect(&ClientConfig::from_env()?).await?;
+//! let session = client.open_session(Duration::from_secs(15)).await?;
+//! let hold = session.acquire(&LockKey::parse("payments/ledger-7").unwrap(), Duration::from_secs(30)).await?;
+//! let fence = hold.token().expose(); // hand this to the resource, never to a log
+//! # let _ = fence;
+//! hold.release().await?;
+//! session.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A [`Session`] renews itself in the background and reports its [`Health`].
+//! Batched sessions per TTL, re-entrancy, drain-then-fence callbacks and
+//! key-affine arbiter choice build on these types.
+
+mod connect;
+mod error;
+mod session;
+
+pub use connect::{Client, ClientConfig};
+pub use error::Error;
+pub use holdfast_proto::ErrorReason;
+pub use session::{Health, Hold, Session};

@@ -1,0 +1,196 @@
+use crate::{Client, Error};
+use holdfast_model::{LockKey, Token};
+use holdfast_proto::v1::{AcquireRequest, CloseSessionRequest, KeepAliveRequest, ReleaseRequest};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+
+/// Margin kept between the local deadline and the server's expiry.
+pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
+
+/// What the session knows about its own liveness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// The last keepalive was acknowledged.
+    Healthy,
+    /// A keepalive failed; the session may still be alive on the server.
+    /// Do not start new work.
+    Degraded,
+    /// The local deadline passed, or the server said the session is gone.
+    /// Treat every hold of this session as lost.
+    Lost,
+}
+
+struct Clock {
+    /// Monotonic send time of the last acknowledged keepalive + TTL − margin.
+    deadline: Instant,
+}
+
+/// A session: one lease on the server, renewed in the background.
+pub struct Session {
+    client: Client,
+    id: u64,
+    ttl: Duration,
+    health: watch::Receiver<Health>,
+    clock: Arc<Mutex<Clock>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Session {
+    /// `opened_at` is when the open call was sent: the lease cannot have
+    /// started earlier, so the first deadline counts from there.
+    pub(crate) fn start(client: Client, id: u64, ttl: Duration, opened_at: Instant) -> Self {
+        let (tx, rx) = watch::channel(Health::Healthy);
+        let clock = Arc::new(Mutex::new(Clock { deadline: opened_at + ttl.saturating_sub(FENCE_MARGIN) }));
+        let task = tokio::spawn(keepalive_loop(client.clone(), id, ttl, tx, clock.clone()));
+        Session { client, id, ttl, health: rx, clock, task }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Watch this to learn when the session degrades or is lost.
+    pub fn health(&self) -> watch::Receiver<Health> {
+        self.health.clone()
+    }
+
+    /// True while keepalives are acknowledged: new work may start.
+    pub fn can_start(&self) -> bool {
+        *self.health.borrow() == Health::Healthy
+    }
+
+    /// Time left before the local deadline (zero once lost).
+    pub fn remaining_ttl(&self) -> Duration {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner()).deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Acquires `key`, waiting up to `wait` while another session holds it.
+    pub async fn acquire(&self, key: &LockKey, wait: Duration) -> Result<Hold, Error> {
+        let req = AcquireRequest {
+            session_id: self.id,
+            namespace: key.namespace().into(),
+            key: key.key().into(),
+            wait_millis: wait.as_millis() as u64,
+        };
+        let resp = self.client.rpc.clone().acquire(req).await?.into_inner();
+        let token = Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?;
+        Ok(Hold { client: self.client.clone(), session_id: self.id, key: key.clone(), token })
+    }
+
+    /// Ends the session and every hold on it.
+    pub async fn close(self) -> Result<(), Error> {
+        self.task.abort();
+        self.client.rpc.clone().close_session(CloseSessionRequest { session_id: self.id }).await?;
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One granted hold. The token is a capability: pass it to the resource.
+#[derive(Debug)]
+pub struct Hold {
+    client: Client,
+    session_id: u64,
+    key: LockKey,
+    token: Token,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Client")
+    }
+}
+
+impl Hold {
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// Releases this hold. `Ok(false)`: it was already gone (expired or
+    /// released), and nothing else was touched.
+    pub async fn release(self) -> Result<bool, Error> {
+        let req = ReleaseRequest {
+            session_id: self.session_id,
+            namespace: self.key.namespace().into(),
+            key: self.key.key().into(),
+            token: self.token.expose(),
+        };
+        Ok(self.client.rpc.clone().release(req).await?.into_inner().released)
+    }
+}
+
+async fn keepalive_loop(client: Client, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>) {
+    let period = (ttl / 3).max(Duration::from_millis(500));
+    let mut stream: Option<(tokio::sync::mpsc::Sender<KeepAliveRequest>, tonic::Streaming<_>)> = None;
+    loop {
+        let deadline = clock.lock().unwrap_or_else(|e| e.into_inner()).deadline;
+        if Instant::now() >= deadline {
+            let _ = health.send(Health::Lost);
+            return;
+        }
+        if stream.is_none() {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            let opened = tokio::time::timeout(period, client.rpc.clone().keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))).await;
+            match opened {
+                Ok(Ok(resp)) => stream = Some((tx, resp.into_inner())),
+                _ => {
+                    let _ = health.send_if_modified(|h| degrade(h));
+                    tokio::time::sleep_until((Instant::now() + Duration::from_millis(250)).min(deadline)).await;
+                    continue;
+                }
+            }
+        }
+        let Some((tx, incoming)) = stream.as_mut() else { continue };
+        let sent_at = Instant::now();
+        let answer = tokio::time::timeout(period.min(deadline.saturating_duration_since(sent_at)), async {
+            tx.send(KeepAliveRequest { session_id: id }).await.ok()?;
+            incoming.next().await?.ok()
+        })
+        .await;
+        match answer {
+            Ok(Some(resp)) if resp.ttl_millis > 0 => {
+                clock.lock().unwrap_or_else(|e| e.into_inner()).deadline = sent_at + ttl.saturating_sub(FENCE_MARGIN);
+                let _ = health.send_if_modified(|h| std::mem::replace(h, Health::Healthy) != Health::Healthy);
+                tokio::time::sleep_until(sent_at + period).await;
+            }
+            Ok(Some(_)) => {
+                let _ = health.send(Health::Lost);
+                return;
+            }
+            _ => {
+                stream = None;
+                let _ = health.send_if_modified(|h| degrade(h));
+                tokio::time::sleep_until((Instant::now() + Duration::from_millis(250)).min(deadline)).await;
+            }
+        }
+    }
+}
+
+fn degrade(h: &mut Health) -> bool {
+    if *h == Health::Healthy {
+        *h = Health::Degraded;
+        true
+    } else {
+        false
+    }
+}

@@ -1,0 +1,259 @@
+//! Running real etcd members on loopback: finding the binary, the flags for
+//! each version (lease checkpointing on), starting, stopping, restoring.
+
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An etcd server binary and its companions.
+#[derive(Debug, Clone)]
+pub struct EtcdBinary {
+    pub etcd: PathBuf,
+    pub etcdctl: Option<PathBuf>,
+    pub etcdutl: Option<PathBuf>,
+    /// (major, minor, patch)
+    pub version: (u32, u32, u32),
+}
+
+impl EtcdBinary {
+    /// `HOLDFAST_ETCD_BIN`, else `etcd` on PATH, else Debian's /usr/bin/etcd.
+    pub fn locate() -> anyhow::Result<Self> {
+        let etcd = match std::env::var_os("HOLDFAST_ETCD_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => which("etcd").or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.exists())).context(
+                "no etcd binary found: run scripts/install-deps, or set HOLDFAST_ETCD_BIN to an etcd server binary",
+            )?,
+        };
+        Self::at(&etcd)
+    }
+
+    pub fn at(etcd: &Path) -> anyhow::Result<Self> {
+        let out = Command::new(etcd).arg("--version").output().with_context(|| format!("running {} --version", etcd.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("etcd Version: "))
+            .and_then(parse_version)
+            .with_context(|| format!("{} --version printed no version: {text}", etcd.display()))?;
+        let dir = etcd.parent().unwrap_or(Path::new("/"));
+        let sibling = |name: &str| Some(dir.join(name)).filter(|p| p.exists()).or_else(|| which(name));
+        Ok(EtcdBinary { etcd: etcd.to_path_buf(), etcdctl: sibling("etcdctl"), etcdutl: sibling("etcdutl"), version })
+    }
+
+    pub fn version_string(&self) -> String {
+        let (a, b, c) = self.version;
+        format!("{a}.{b}.{c}")
+    }
+
+    /// Flags that turn lease checkpointing (with persistence) on for this
+    /// version, so a leader change or restart does not restart every lease's
+    /// full TTL. 3.6 moved the experimental flags to feature gates; 3.4 needs
+    /// the zap logger or it crashes validating these flags. Neither version
+    /// lets the checkpoint interval (fixed at 5 minutes) be set.
+    pub fn checkpoint_flags(&self) -> Vec<String> {
+        match self.version {
+            (3, minor, _) if minor >= 6 => vec!["--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true".into()],
+            (3, 5, _) => vec![
+                "--experimental-enable-lease-checkpoint=true".into(),
+                "--experimental-enable-lease-checkpoint-persist=true".into(),
+            ],
+            _ => vec![
+                "--logger=zap".into(),
+                "--experimental-enable-lease-checkpoint=true".into(),
+                "--experimental-enable-lease-checkpoint-persist=true".into(),
+            ],
+        }
+    }
+}
+
+fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
+    let mut it = s.trim().split(['.', '-', '+']).map(|p| p.parse::<u32>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+/// One member's identity and ports.
+#[derive(Debug, Clone)]
+pub struct MemberSpec {
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub client_port: u16,
+    pub peer_port: u16,
+}
+
+impl MemberSpec {
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+}
+
+/// A cluster's shape: members and the token used to create it.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub members: Vec<MemberSpec>,
+    pub token: String,
+}
+
+impl ClusterSpec {
+    pub fn initial_cluster(&self) -> String {
+        self.members.iter().map(|m| format!("{}={}", m.name, m.peer_url())).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn client_urls(&self) -> Vec<String> {
+        self.members.iter().map(MemberSpec::client_url).collect()
+    }
+
+    /// The command line of member `i`.
+    pub fn args(&self, bin: &EtcdBinary, i: usize) -> Vec<String> {
+        let m = &self.members[i];
+        let mut args = vec![
+            format!("--name={}", m.name),
+            format!("--data-dir={}", m.data_dir.display()),
+            format!("--listen-client-urls={}", m.client_url()),
+            format!("--advertise-client-urls={}", m.client_url()),
+            format!("--listen-peer-urls={}", m.peer_url()),
+            format!("--initial-advertise-peer-urls={}", m.peer_url()),
+            format!("--initial-cluster={}", self.initial_cluster()),
+            format!("--initial-cluster-token={}", self.token),
+            "--initial-cluster-state=new".into(),
+            "--heartbeat-interval=50".into(),
+            "--election-timeout=500".into(),
+            "--snapshot-count=10000".into(),
+            "--log-level=warn".into(),
+        ];
+        args.extend(bin.checkpoint_flags());
+        args
+    }
+}
+
+/// A running etcd member. Dropping it kills the process.
+pub struct EtcdProcess {
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl EtcdProcess {
+    pub fn start(bin: &EtcdBinary, cluster: &ClusterSpec, i: usize, log: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&cluster.members[i].data_dir)?;
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let child = Command::new(&bin.etcd)
+            .args(cluster.args(bin, i))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.etcd.display()))?;
+        Ok(EtcdProcess { child: Some(child), log: log.to_path_buf() })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&mut child, grace);
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Sends SIGTERM and waits; SIGKILL after `grace`.
+pub fn terminate(child: &mut Child, grace: Duration) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits until every member answers Status and a leader is known.
+pub async fn wait_ready(endpoints: &[String], timeout: Duration) -> anyhow::Result<()> {
+    let end = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < end {
+        let mut ok = 0;
+        for e in endpoints {
+            let opts = etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1)).with_connect_timeout(Duration::from_secs(1));
+            match etcd_client::Client::connect([e], Some(opts)).await {
+                Ok(mut c) => match c.status().await {
+                    Ok(s) if s.leader() != 0 => ok += 1,
+                    Ok(_) => last = format!("{e}: no leader yet"),
+                    Err(err) => last = format!("{e}: {err}"),
+                },
+                Err(err) => last = format!("{e}: {err}"),
+            }
+        }
+        if ok == endpoints.len() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("etcd not ready within {timeout:?}: {last}")
+}
+
+/// Saves a snapshot from one member.
+pub fn snapshot_save(bin: &EtcdBinary, endpoint: &str, file: &Path) -> anyhow::Result<()> {
+    let etcdctl = bin.etcdctl.as_ref().context("etcdctl not found next to etcd or on PATH")?;
+    run(Command::new(etcdctl).env("ETCDCTL_API", "3").args([&format!("--endpoints={endpoint}"), "snapshot", "save"]).arg(file))
+}
+
+/// Restores a snapshot into member `i`'s (new, absent) data dir, with the
+/// cluster's token and peer URLs: `etcdutl` where it exists (3.5+), else
+/// `etcdctl snapshot restore` (3.4).
+pub fn snapshot_restore(bin: &EtcdBinary, file: &Path, cluster: &ClusterSpec, i: usize) -> anyhow::Result<()> {
+    let m = &cluster.members[i];
+    let tool = match (&bin.etcdutl, &bin.etcdctl) {
+        (Some(u), _) if bin.version.1 >= 5 => u.clone(),
+        (_, Some(c)) => c.clone(),
+        _ => bail!("neither etcdutl nor etcdctl found for snapshot restore"),
+    };
+    run(Command::new(tool)
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "restore"])
+        .arg(file)
+        .arg(format!("--name={}", m.name))
+        .arg(format!("--data-dir={}", m.data_dir.display()))
+        .arg(format!("--initial-cluster={}", cluster.initial_cluster()))
+        .arg(format!("--initial-cluster-token={}", cluster.token))
+        .arg(format!("--initial-advertise-peer-urls={}", m.peer_url())))
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}

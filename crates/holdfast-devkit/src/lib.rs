@@ -1,0 +1,7 @@
+//! Building blocks for running holdfast locally: used by `holdfastctl dev`
+//! and by the test harness, never by a production daemon.
+
+pub mod etcd;
+pub mod notify;
+pub mod pki;
+pub mod ports;

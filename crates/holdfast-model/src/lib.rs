@@ -1,0 +1,10 @@
+//! Shared types for every holdfast component. No I/O lives here.
+
+pub mod key;
+pub mod layout;
+pub mod seal;
+pub mod token;
+pub mod ttl;
+
+pub use key::{FieldError, LockKey};
+pub use token::Token;

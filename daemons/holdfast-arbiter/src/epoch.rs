@@ -1,0 +1,200 @@
+//! The epoch record: reading it, initialising a new cluster, and the advance
+//! transaction that ends a seal.
+//!
+//! The advance here is the bare transaction. Operators reach it through the
+//! two-person signed procedure (a later issue); tests call it directly.
+
+use crate::etcd::{Etcd, MemberStatus};
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
+use holdfast_model::layout::{self, EpochRecord, SealRecord, WatermarkRecord};
+use holdfast_model::seal::{self, LogPosition};
+use holdfast_model::token::MAX_EPOCH;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("the epoch is already initialised (epoch {0}); nothing was changed")]
+    AlreadyInitialised(u32),
+    #[error("the epoch is not initialised; run `holdfastctl epoch init` first")]
+    NotInitialised,
+    #[error("the current epoch is {actual}, not the expected {expected}; re-read `holdfastctl epoch status` and retry with the current epoch")]
+    Mismatch { expected: u32, actual: u32 },
+    #[error("epoch {0} is the last one that fits in a token; this cluster cannot be advanced further")]
+    Exhausted(u32),
+    #[error("not enough etcd members answered Status ({0}); every member must be reachable to measure the log position")]
+    Members(String),
+    #[error("the record changed while we worked (another operator?); nothing was changed, retry")]
+    Raced,
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// Everything under `/sys` that decides whether the arbiter may serve, read
+/// in one linearizable transaction.
+#[derive(Debug, Clone)]
+pub struct SysState {
+    pub epoch: Option<(EpochRecord, Vec<u8>)>,
+    pub seal: Option<SealRecord>,
+    /// The watermark and its mod revision (0 when absent).
+    pub watermark: (Option<WatermarkRecord>, i64),
+    pub revision: i64,
+    pub cluster_id: u64,
+}
+
+pub async fn read_sys(etcd: &Etcd) -> Result<SysState, EpochError> {
+    let txn = Txn::new().and_then([
+        TxnOp::get(layout::EPOCH_KEY, None),
+        TxnOp::get(layout::SEAL_KEY, None),
+        TxnOp::get(layout::WATERMARK_KEY, None),
+    ]);
+    let resp = etcd.client.clone().txn(txn).await?;
+    let header = resp.header().cloned();
+    let mut gets = resp.op_responses().into_iter().map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    });
+    let epoch_kv = gets.next().flatten();
+    let seal_kv = gets.next().flatten();
+    let wm_kv = gets.next().flatten();
+    let epoch = match epoch_kv {
+        Some(kv) => Some((layout::decode(layout::EPOCH_KEY, kv.value()).map_err(EpochError::Malformed)?, kv.value().to_vec())),
+        None => None,
+    };
+    let seal = match seal_kv {
+        Some(kv) => Some(layout::decode(layout::SEAL_KEY, kv.value()).unwrap_or(SealRecord {
+            reason: String::from_utf8_lossy(kv.value()).into_owned(),
+            sealed_at_unix: 0,
+        })),
+        None => None,
+    };
+    let watermark = match wm_kv {
+        Some(kv) => (layout::decode(layout::WATERMARK_KEY, kv.value()).ok(), kv.mod_revision()),
+        None => (None, 0),
+    };
+    Ok(SysState {
+        epoch,
+        seal,
+        watermark,
+        revision: header.as_ref().map(|h| h.revision()).unwrap_or(0),
+        cluster_id: header.as_ref().map(|h| h.cluster_id()).unwrap_or(0),
+    })
+}
+
+/// The lowest log offset over all members; every member must answer.
+pub async fn measured_floor(etcd: &Etcd) -> Result<(i64, Vec<MemberStatus>), EpochError> {
+    let answers = etcd.member_status().await;
+    let errors: Vec<String> = answers.iter().filter_map(|a| a.as_ref().err().cloned()).collect();
+    if !errors.is_empty() {
+        return Err(EpochError::Members(errors.join("; ")));
+    }
+    let members: Vec<MemberStatus> = answers.into_iter().filter_map(Result::ok).collect();
+    let floor = members.iter().map(|m| m.position.offset()).min().ok_or_else(|| EpochError::Members("none configured".into()))?;
+    Ok((floor, members))
+}
+
+/// Initialises epoch 1 on a new cluster. First moves the revision to at least
+/// [`seal::INIT_MIN_REVISION`] (so that a restore of any later snapshot is
+/// detectable, see `holdfast_model::seal`), then records the epoch with the
+/// cluster ID and the measured log floor.
+pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRecord, EpochError> {
+    let sys = read_sys(etcd).await?;
+    if let Some((record, _)) = sys.epoch {
+        return Err(EpochError::AlreadyInitialised(record.epoch));
+    }
+    let mut revision = sys.revision;
+    if revision < seal::INIT_MIN_REVISION {
+        progress(&format!("moving the etcd revision from {revision} to {}", seal::INIT_MIN_REVISION));
+        while revision < seal::INIT_MIN_REVISION {
+            let batch = (seal::INIT_MIN_REVISION - revision).min(64);
+            let puts = (0..batch).map(|_| {
+                let mut c = etcd.client.clone();
+                async move { c.put(layout::INIT_PAD_KEY, "", None).await }
+            });
+            for r in futures::future::join_all(puts).await {
+                let resp = r?;
+                revision = revision.max(resp.header().map(|h| h.revision()).unwrap_or(0));
+            }
+        }
+        etcd.client.clone().delete(layout::INIT_PAD_KEY, None).await?;
+    }
+    let (floor, members) = measured_floor(etcd).await?;
+    let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
+    let record = EpochRecord { epoch: 1, cluster_id, log_floor: floor };
+    let txn = Txn::new()
+        .when([Compare::version(layout::EPOCH_KEY, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None)]);
+    let resp = etcd.client.clone().txn(txn).await?;
+    if !resp.succeeded() {
+        return Err(EpochError::Raced);
+    }
+    Ok(record)
+}
+
+/// The advance transaction: compare the epoch record with the one read,
+/// write epoch E+1 bound to the cluster ID etcd reports now and the log floor
+/// measured now, and delete every hold, waiter and session together with the
+/// seal and the watermark. Every token minted afterwards carries E+1 in its
+/// top bits, so it is greater than every token of any earlier epoch.
+pub async fn advance(etcd: &Etcd, expected: u32) -> Result<EpochRecord, EpochError> {
+    let sys = read_sys(etcd).await?;
+    let (current, bytes) = sys.epoch.ok_or(EpochError::NotInitialised)?;
+    if current.epoch != expected {
+        return Err(EpochError::Mismatch { expected, actual: current.epoch });
+    }
+    if current.epoch >= MAX_EPOCH {
+        return Err(EpochError::Exhausted(current.epoch));
+    }
+    let (floor, members) = measured_floor(etcd).await?;
+    let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
+    let record = EpochRecord { epoch: current.epoch + 1, cluster_id, log_floor: floor };
+    let prefix = || Some(DeleteOptions::new().with_prefix());
+    let txn = Txn::new()
+        .when([Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)])
+        .and_then([
+            TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None),
+            TxnOp::delete(layout::SEAL_KEY, None),
+            TxnOp::delete(layout::WATERMARK_KEY, None),
+            TxnOp::delete(layout::HOLD_PREFIX, prefix()),
+            TxnOp::delete(layout::WAITER_PREFIX, prefix()),
+            TxnOp::delete(layout::SESSION_PREFIX, prefix()),
+        ]);
+    let resp = etcd.client.clone().txn(txn).await?;
+    if !resp.succeeded() {
+        return Err(EpochError::Raced);
+    }
+    Ok(record)
+}
+
+/// Writes the durable seal (unless one is there already).
+pub async fn write_seal(etcd: &Etcd, reason: &str) -> Result<(), EpochError> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let record = SealRecord { reason: reason.to_string(), sealed_at_unix: now };
+    let txn = Txn::new()
+        .when([Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(layout::SEAL_KEY, layout::encode(&record), None)]);
+    etcd.client.clone().txn(txn).await?;
+    Ok(())
+}
+
+/// Raises the watermark to `floor` if it is still at `seen_mod_revision` and
+/// the epoch record is unchanged.
+pub async fn raise_watermark(etcd: &Etcd, epoch_bytes: &[u8], seen_mod_revision: i64, floor: i64) -> Result<bool, EpochError> {
+    let txn = Txn::new()
+        .when([
+            Compare::mod_revision(layout::WATERMARK_KEY, CompareOp::Equal, seen_mod_revision),
+            Compare::value(layout::EPOCH_KEY, CompareOp::Equal, epoch_bytes.to_vec()),
+        ])
+        .and_then([TxnOp::put(layout::WATERMARK_KEY, layout::encode(&WatermarkRecord { log_floor: floor }), None)]);
+    Ok(etcd.client.clone().txn(txn).await?.succeeded())
+}
+
+/// Counts keys under a prefix (used by status output and tests).
+pub async fn count_prefix(etcd: &Etcd, prefix: &str) -> Result<i64, EpochError> {
+    let resp = etcd.client.clone().get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await?;
+    Ok(resp.count())
+}
+
+pub fn positions(members: &[MemberStatus]) -> Vec<LogPosition> {
+    members.iter().map(|m| m.position).collect()
+}

@@ -1,0 +1,254 @@
+//! Where a grant is made, and where a hold is released.
+//!
+//! **Grant** = one etcd transaction: the hold key is absent (create revision
+//! 0), `/sys/epoch` holds exactly the record this arbiter serves, and the
+//! session record is still present and unchanged; then the hold is put on the
+//! session's lease. **Token** = `epoch << 48 | revision` of that transaction.
+//!
+//! Before a token leaves the arbiter, the response is checked against what
+//! the arbiter already knows: the cluster ID must be the epoch's, and the
+//! revision must be above every revision seen in this epoch before the
+//! transaction was sent. A cluster rewound under a running arbiter fails the
+//! second check at its first grant; the token is then withheld and the
+//! arbiter seals.
+//!
+//! **Release** = one transaction guarded by the hold's create revision and
+//! lease, so a stale or retried release never deletes a newer hold.
+
+use crate::etcd::Etcd;
+use crate::seal::{Guard, Serve};
+use crate::session::Owned;
+use crate::Refusal;
+use etcd_client::{Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
+use holdfast_model::layout::{self, HoldRecord};
+use holdfast_model::{LockKey, Token};
+use rand::Rng;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often a waiter retries even without a watch event.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Why a single grant attempt did not grant.
+enum Attempt {
+    Granted(Token),
+    /// Held by another session; the revision to watch from, and whether
+    /// that session belongs to the same identity (a leak, if it persists).
+    Held { watch_from: i64, same_identity: bool },
+}
+
+#[derive(Default)]
+pub struct Waiters {
+    by_key: Mutex<HashMap<String, u32>>,
+}
+
+impl Waiters {
+    pub fn count(&self, hold_key: &str) -> u32 {
+        self.by_key.lock().unwrap_or_else(|e| e.into_inner()).get(hold_key).copied().unwrap_or(0)
+    }
+
+    fn enter(&self, hold_key: &str) -> WaiterGuard<'_> {
+        *self.by_key.lock().unwrap_or_else(|e| e.into_inner()).entry(hold_key.to_string()).or_default() += 1;
+        WaiterGuard { waiters: self, key: hold_key.to_string() }
+    }
+}
+
+struct WaiterGuard<'a> {
+    waiters: &'a Waiters,
+    key: String,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.waiters.by_key.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Grants `key` to the session, waiting until `deadline` while another
+/// session holds it. Every attempt is the full grant transaction; watch
+/// events only wake the waiter.
+pub async fn acquire(
+    etcd: &Etcd,
+    guard: &Guard,
+    waiters: &Waiters,
+    session: &Owned,
+    key: &LockKey,
+    deadline: Instant,
+) -> Result<Token, Refusal> {
+    let hold_key = layout::hold_key(key);
+    let mut waiting = None;
+    loop {
+        let watch_from = match attempt(etcd, guard, session, &hold_key).await? {
+            Attempt::Granted(token) => return Ok(token),
+            Attempt::Held { same_identity, .. } if Instant::now() >= deadline => {
+                // A hold of the same identity under another session is named
+                // as a leak, not as contention, when the wait ends.
+                return Err(if same_identity { Refusal::leak(key) } else { Refusal::contention(key) });
+            }
+            Attempt::Held { watch_from, .. } => watch_from,
+        };
+        if waiting.is_none() {
+            waiting = Some(waiters.enter(&hold_key));
+        }
+        wait_for_release(etcd, &hold_key, watch_from, deadline).await;
+    }
+}
+
+/// Waits until a delete of the key is seen, a poll interval passes, or the
+/// deadline: whichever comes first. Errors are swallowed: the next attempt
+/// is the authority.
+async fn wait_for_release(etcd: &Etcd, hold_key: &str, watch_from: i64, deadline: Instant) {
+    let jitter = Duration::from_millis(rand::rng().random_range(0..200));
+    let poll_at = (Instant::now() + POLL + jitter).min(deadline);
+    let watch = async {
+        let opts = WatchOptions::new().with_start_revision(watch_from);
+        let Ok(mut stream) = etcd.client.clone().watch(hold_key, Some(opts)).await else {
+            return std::future::pending().await;
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(resp)) => {
+                    if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        return;
+                    }
+                }
+                _ => return std::future::pending().await,
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep_until(poll_at) => {}
+        _ = watch => {}
+    }
+}
+
+async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) -> Result<Attempt, Refusal> {
+    let current = match guard.state() {
+        Serve::Serving(c) => c,
+        Serve::Sealed(reason) => return Err(Refusal::sealed(&reason)),
+        Serve::Unverified(why) => return Err(Refusal::unavailable(&why)),
+    };
+    let epoch = current.record.epoch;
+    let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch };
+    let session_key = layout::session_key(session.lease);
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(hold_key, CompareOp::Equal, 0),
+            Compare::value(layout::EPOCH_KEY, CompareOp::Equal, current.bytes.clone()),
+            Compare::value(session_key.as_str(), CompareOp::Equal, session.bytes.clone()),
+        ])
+        .and_then([TxnOp::put(hold_key, layout::encode(&hold), Some(PutOptions::new().with_lease(session.lease)))])
+        .or_else([
+            TxnOp::get(hold_key, None),
+            TxnOp::get(session_key.as_str(), None),
+            TxnOp::get(layout::EPOCH_KEY, None),
+        ]);
+    let highest_before = guard.highest_before(epoch);
+    let resp = etcd.client.clone().txn(txn).await.map_err(|e| {
+        guard.etcd_failed(&e.to_string());
+        Refusal::etcd(e)
+    })?;
+    let header = resp.header().ok_or_else(|| Refusal::unavailable("etcd answered without a header"))?;
+    let (revision, cluster_id) = (header.revision(), header.cluster_id());
+    if cluster_id != current.record.cluster_id {
+        guard.seal(format!(
+            "etcd answered a grant with cluster ID {cluster_id:x}, not {:x} of epoch {epoch}: the cluster was restored or replaced",
+            current.record.cluster_id
+        ));
+        return Err(Refusal::sealed("the etcd cluster changed identity"));
+    }
+    if resp.succeeded() {
+        if revision <= highest_before {
+            // Revisions only grow on a cluster that was never rewound. Withhold
+            // this token: it may equal one already issued.
+            guard.seal(format!(
+                "a grant committed at revision {revision}, not above revision {highest_before} already seen in epoch {epoch}: \
+                 the etcd cluster was rewound (restored from a snapshot)"
+            ));
+            let _ = release_txn(etcd, hold_key, session.lease, revision).await;
+            return Err(Refusal::sealed("the etcd cluster was rewound"));
+        }
+        guard.observe(epoch, revision);
+        let token = Token::new(epoch, revision as u64)
+            .map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
+        return Ok(Attempt::Granted(token));
+    }
+    guard.observe(epoch, revision);
+    let gets: Vec<Option<etcd_client::KeyValue>> = resp
+        .op_responses()
+        .into_iter()
+        .map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        })
+        .collect();
+    let (hold_kv, session_kv, epoch_kv) = (gets.first().cloned().flatten(), gets.get(1).cloned().flatten(), gets.get(2).cloned().flatten());
+    if session_kv.as_ref().map(|kv| kv.value()) != Some(session.bytes.as_slice()) {
+        return Err(Refusal::session_not_found(session.lease));
+    }
+    if epoch_kv.as_ref().map(|kv| kv.value()) != Some(current.bytes.as_slice()) {
+        guard.etcd_failed("the epoch record changed");
+        return Err(Refusal::sealed("the epoch record changed; retry after the arbiter has re-read it"));
+    }
+    let Some(hold_kv) = hold_kv else {
+        // Released between the compare and the read: try again at once.
+        return Ok(Attempt::Held { watch_from: revision, same_identity: false });
+    };
+    let holder: Option<HoldRecord> = layout::decode(hold_key, hold_kv.value()).ok();
+    if hold_kv.lease() == session.lease {
+        // Already held by this very session (a retried acquire): the same hold.
+        if let Some(h) = &holder {
+            if let Ok(token) = Token::new(h.epoch, hold_kv.create_revision() as u64) {
+                if h.epoch == epoch {
+                    return Ok(Attempt::Granted(token));
+                }
+            }
+        }
+    }
+    let same_identity = holder.as_ref().is_some_and(|h| h.spiffe_id == session.record.spiffe_id && h.session != session.lease);
+    Ok(Attempt::Held { watch_from: revision + 1, same_identity })
+}
+
+/// Releases the hold named by `token`. Returns whether a hold was deleted.
+pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, token: Token) -> Result<bool, Refusal> {
+    let serving_epoch = match guard.state() {
+        Serve::Serving(c) => Some(c.record.epoch),
+        _ => None,
+    };
+    if serving_epoch.is_some_and(|e| e != token.epoch()) {
+        // A token of another epoch names no hold that can still exist.
+        return Ok(false);
+    }
+    release_txn(etcd, &layout::hold_key(key), session.lease, token.revision() as i64).await.map_err(|e| {
+        guard.etcd_failed(&e.to_string());
+        Refusal::etcd(e)
+    })
+}
+
+async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
+            Compare::lease(hold_key, CompareOp::Equal, lease),
+        ])
+        .and_then([TxnOp::delete(hold_key, None)]);
+    Ok(etcd.client.clone().txn(txn).await?.succeeded())
+}
+
+/// The current hold of a key, if any: (record, lease, create revision).
+pub async fn inspect(etcd: &Etcd, key: &LockKey) -> Result<Option<(HoldRecord, i64, i64)>, Refusal> {
+    let hold_key = layout::hold_key(key);
+    let resp = etcd.client.clone().get(hold_key.as_str(), None).await.map_err(Refusal::etcd)?;
+    Ok(resp.kvs().first().and_then(|kv| {
+        let record: HoldRecord = layout::decode(&hold_key, kv.value()).ok()?;
+        Some((record, kv.lease(), kv.create_revision()))
+    }))
+}

@@ -1,0 +1,84 @@
+//! holdfast-arbiter: the only component that writes grants to etcd.
+//!
+//! - [`grant`]: the grant and release transactions, token minting, waiting.
+//! - [`session`]: sessions (an etcd lease and its owner record).
+//! - [`seal`]: whether the arbiter may grant; restore detection loop.
+//! - [`epoch`]: the epoch record, `epoch init` and the advance transaction.
+//! - [`service`]: the lock.v1 gRPC service; input checks at the boundary.
+//! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
+
+pub mod config;
+pub mod epoch;
+pub mod etcd;
+pub mod grant;
+pub mod identity;
+pub mod seal;
+pub mod server;
+pub mod service;
+pub mod session;
+
+use holdfast_model::LockKey;
+use holdfast_proto::ErrorReason;
+use tonic::Code;
+
+/// A refusal on its way to the client: a gRPC code, a typed reason, the
+/// field at fault (for invalid arguments) and a message saying what to do.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub code: Code,
+    pub reason: ErrorReason,
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(code: Code, reason: ErrorReason, message: impl Into<String>) -> Self {
+        Refusal { code, reason, field: "", message: message.into() }
+    }
+
+    pub fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {
+        Refusal { field, ..Self::new(Code::InvalidArgument, ErrorReason::InvalidArgument, format!("{field}: {message}")) }
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(Code::Unauthenticated, ErrorReason::Unauthenticated, message)
+    }
+
+    pub fn session_not_found(lease: i64) -> Self {
+        Self::new(
+            Code::NotFound,
+            ErrorReason::SessionNotFound,
+            format!("session {lease:x} does not exist, has expired, or belongs to another identity; open a new session"),
+        )
+    }
+
+    pub fn contention(key: &LockKey) -> Self {
+        Self::new(Code::Aborted, ErrorReason::Contention, format!("{key} is held by another session and was not released before the wait deadline"))
+    }
+
+    pub fn leak(key: &LockKey) -> Self {
+        Self::new(
+            Code::FailedPrecondition,
+            ErrorReason::Leak,
+            format!("{key} is held by this same identity under a different session: a leaked hold; release it from that session or let it expire"),
+        )
+    }
+
+    pub fn sealed(reason: &str) -> Self {
+        Self::new(Code::FailedPrecondition, ErrorReason::Sealed, format!("sealed, granting nothing: {reason}"))
+    }
+
+    pub fn unavailable(reason: &str) -> Self {
+        Self::new(Code::Unavailable, ErrorReason::Unavailable, format!("etcd is not available to this arbiter: {reason}; retry"))
+    }
+
+    pub fn etcd(e: etcd_client::Error) -> Self {
+        Self::unavailable(&e.to_string())
+    }
+}
+
+impl From<Refusal> for tonic::Status {
+    fn from(r: Refusal) -> Self {
+        holdfast_proto::refusal(r.code, r.reason, r.field, r.message)
+    }
+}

@@ -1,0 +1,73 @@
+//! holdfast-arbiter: reads arguments, loads the config, runs the server.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use holdfast_arbiter::config::{ArbiterConfig, DEFAULT_PATH};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The holdfast arbiter: grants locks with fencing tokens on etcd.
+///
+/// Serves lock.v1 gRPC over mTLS. It is the only component that writes grants
+/// to etcd. It seals itself (grants nothing) when the etcd cluster was
+/// restored or replaced, until the epoch is advanced.
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Configuration file.
+    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "HOLDFAST_ARBITER_CONFIG")]
+    config: PathBuf,
+    /// Log output format: `plain` for terminals and journald, `json` for collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the configuration file and exit (0 = valid). Used by the
+    /// unit's ExecStartPre= and by Ansible before deploying.
+    Check,
+    /// Run the arbiter (the default).
+    Run,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Plain,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
+    match args.log_format {
+        LogFormat::Plain => tracing_subscriber::fmt().with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_env_filter(filter).with_writer(std::io::stderr).init(),
+        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init(),
+    }
+    let config = match ArbiterConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("holdfast-arbiter: {e}");
+            return ExitCode::from(78); // EX_CONFIG
+        }
+    };
+    if let Some(Command::Check) = args.command {
+        println!("{}: ok", args.config.display());
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("holdfast-arbiter: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(holdfast_arbiter::server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("holdfast-arbiter: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Whether the arbiter may grant: the serve state and the loop that checks
+//! the epoch record, the cluster identity and the etcd log position.
+//!
+//! The arbiter grants only in [`Serve::Serving`]. It starts in
+//! [`Serve::Unverified`], returns there whenever an etcd call fails (a
+//! reconnect is a new cluster until proven otherwise), and leaves it only
+//! after a full check. A detected restore is written to `/sys/seal`, so it
+//! outlives this process; only the epoch advance clears it.
+
+use crate::epoch::{self, SysState};
+use crate::etcd::Etcd;
+use holdfast_model::layout::EpochRecord;
+use holdfast_model::seal::{self, Verdict};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone)]
+pub enum Serve {
+    /// Not yet checked since start or since the last etcd error.
+    Unverified(String),
+    /// Granting in this epoch. The bytes are compared in every grant.
+    Serving(Arc<Current>),
+    /// Granting nothing until an epoch init or advance.
+    Sealed(String),
+}
+
+#[derive(Debug)]
+pub struct Current {
+    pub record: EpochRecord,
+    pub bytes: Vec<u8>,
+}
+
+/// State shared by the check loop and the request handlers.
+pub struct Guard {
+    state: RwLock<Serve>,
+    /// (epoch, highest revision seen in any etcd response in that epoch).
+    /// A successful write must land above the value read before it was sent.
+    highest: Mutex<(u32, i64)>,
+    etcd_version: RwLock<String>,
+    checked_once: AtomicBool,
+    recheck: Notify,
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Guard {
+            state: RwLock::new(Serve::Unverified("starting: etcd not checked yet".into())),
+            highest: Mutex::new((0, 0)),
+            etcd_version: RwLock::new(String::new()),
+            checked_once: AtomicBool::new(false),
+            recheck: Notify::new(),
+        }
+    }
+}
+
+impl Guard {
+    pub fn state(&self) -> Serve {
+        self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, next: Serve) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        // A seal is only lifted by a check that finds a new, unsealed epoch.
+        match (&*state, &next) {
+            (Serve::Sealed(_), Serve::Unverified(_)) => {}
+            _ => *state = next,
+        }
+    }
+
+    pub fn etcd_version(&self) -> String {
+        self.etcd_version.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn has_checked(&self) -> bool {
+        self.checked_once.load(Ordering::Acquire)
+    }
+
+    /// An etcd call failed: stop granting until the loop has checked again.
+    pub fn etcd_failed(&self, why: &str) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if let Serve::Serving(_) = &*state {
+            tracing::warn!(reason = why, "etcd call failed; granting paused until the cluster is re-checked");
+            *state = Serve::Unverified(format!("re-checking etcd after an error: {why}"));
+        }
+        drop(state);
+        self.recheck.notify_one();
+    }
+
+    /// Seals in memory now; the loop makes it durable.
+    pub fn seal(&self, reason: String) {
+        tracing::error!(reason = %reason, "sealed: granting nothing until the epoch is advanced");
+        *self.state.write().unwrap_or_else(|e| e.into_inner()) = Serve::Sealed(reason);
+        self.recheck.notify_one();
+    }
+
+    /// The highest revision observed in `epoch` so far; read before a write.
+    pub fn highest_before(&self, epoch: u32) -> i64 {
+        let h = self.highest.lock().unwrap_or_else(|e| e.into_inner());
+        if h.0 == epoch { h.1 } else { 0 }
+    }
+
+    /// Records a revision seen in a response of `epoch`.
+    pub fn observe(&self, epoch: u32, revision: i64) {
+        let mut h = self.highest.lock().unwrap_or_else(|e| e.into_inner());
+        if h.0 != epoch {
+            *h = (epoch, revision);
+        } else if revision > h.1 {
+            h.1 = revision;
+        }
+    }
+}
+
+/// Runs one full check and updates the state. Returns the new state.
+pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPacer) -> Serve {
+    let answers = etcd.member_status().await;
+    let members: Vec<_> = answers.iter().filter_map(|a| a.as_ref().ok().cloned()).collect();
+    let sys = match epoch::read_sys(etcd).await {
+        Ok(sys) => sys,
+        Err(e) => {
+            let why = format!("etcd did not answer the epoch read: {e}");
+            guard.set(Serve::Unverified(why));
+            return guard.state();
+        }
+    };
+    guard.checked_once.store(true, Ordering::Release);
+    if let Some(m) = members.first() {
+        *guard.etcd_version.write().unwrap_or_else(|e| e.into_inner()) = m.version.clone();
+    }
+    let next = judge(etcd, guard, &sys, &members).await;
+    if let Serve::Serving(current) = &next {
+        guard.observe(current.record.epoch, sys.revision);
+        for m in &members {
+            guard.observe(current.record.epoch, m.position.revision);
+        }
+        watermark.maybe_raise(etcd, current, &sys, &members).await;
+    }
+    if let Serve::Sealed(reason) = &next {
+        if sys.seal.is_none() && sys.epoch.is_some() {
+            if let Err(e) = epoch::write_seal(etcd, reason).await {
+                tracing::warn!(error = %e, "could not write /sys/seal; sealed in memory only");
+            }
+        }
+    }
+    *guard.state.write().unwrap_or_else(|e| e.into_inner()) = next;
+    guard.state()
+}
+
+async fn judge(etcd: &Etcd, guard: &Guard, sys: &SysState, members: &[crate::etcd::MemberStatus]) -> Serve {
+    let Some((record, bytes)) = &sys.epoch else {
+        return Serve::Sealed("the epoch is not initialised; run `holdfastctl epoch init` against this etcd cluster".into());
+    };
+    if let Some(seal) = &sys.seal {
+        return Serve::Sealed(format!(
+            "sealed in etcd: {}; an epoch advance (two approvers) is needed before granting again",
+            seal.reason
+        ));
+    }
+    if let Serve::Sealed(reason) = guard.state() {
+        // Sealed in memory by this process (e.g. a write landed below a
+        // revision already seen) but not yet durable: stay sealed.
+        if sys.epoch.as_ref().map(|(r, _)| r.epoch) == guard_epoch(guard) {
+            return Serve::Sealed(reason);
+        }
+    }
+    if sys.cluster_id != record.cluster_id {
+        return Serve::Sealed(format!(
+            "etcd cluster ID {:x} differs from {:x} recorded for epoch {}: the cluster was restored or replaced",
+            sys.cluster_id, record.cluster_id, record.epoch
+        ));
+    }
+    if let Some(m) = members.iter().find(|m| m.cluster_id != record.cluster_id) {
+        return Serve::Sealed(format!(
+            "member {} reports cluster ID {:x}, not {:x} recorded for epoch {}: the cluster was restored or replaced",
+            m.endpoint, m.cluster_id, record.cluster_id, record.epoch
+        ));
+    }
+    let floor = record.log_floor.max(sys.watermark.0.as_ref().map(|w| w.log_floor).unwrap_or(i64::MIN));
+    let positions = epoch::positions(members);
+    match seal::judge(&positions, floor, etcd.members.len()) {
+        Verdict::Rewound { highest_offset, floor } => Serve::Sealed(format!(
+            "the etcd log was rewound (log offset {highest_offset} is below the floor {floor}): \
+             the cluster was restored from a snapshot"
+        )),
+        Verdict::Unknown { answered, members } => Serve::Unverified(format!(
+            "only {answered} of {members} etcd members answered Status; cannot rule out a restore"
+        )),
+        Verdict::Intact { .. } => Serve::Serving(Arc::new(Current { record: record.clone(), bytes: bytes.clone() })),
+    }
+}
+
+fn guard_epoch(guard: &Guard) -> Option<u32> {
+    let h = guard.highest.lock().unwrap_or_else(|e| e.into_inner());
+    (h.0 != 0).then_some(h.0)
+}
+
+/// Raises `/sys/watermark` at most once per interval, and only when the
+/// lowest member offset has grown past it.
+pub struct WatermarkPacer {
+    interval: Duration,
+    last: Option<Instant>,
+}
+
+impl WatermarkPacer {
+    pub fn new(interval: Duration) -> Self {
+        WatermarkPacer { interval, last: None }
+    }
+
+    async fn maybe_raise(&mut self, etcd: &Etcd, current: &Current, sys: &SysState, members: &[crate::etcd::MemberStatus]) {
+        if self.last.is_some_and(|t| t.elapsed() < self.interval) {
+            return;
+        }
+        // Only when every configured member answered: the floor must not
+        // exceed what a lagging member reports.
+        if members.len() < etcd.members.len() {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let Some(lowest) = members.iter().map(|m| m.position.offset()).min() else { return };
+        let current_floor = sys.watermark.0.as_ref().map(|w| w.log_floor).unwrap_or(current.record.log_floor);
+        if lowest > current_floor {
+            if let Err(e) = epoch::raise_watermark(etcd, &current.bytes, sys.watermark.1, lowest).await {
+                tracing::debug!(error = %e, "watermark not raised this time");
+            }
+        }
+    }
+}
+
+/// The check loop. `on_round` runs after every round (the watchdog ping).
+pub async fn run(etcd: Etcd, guard: Arc<Guard>, interval: Duration, watermark_interval: Duration, mut on_round: impl FnMut(&Serve)) {
+    let mut pacer = WatermarkPacer::new(watermark_interval);
+    let mut last_kind = String::new();
+    loop {
+        let state = check_once(&etcd, &guard, &mut pacer).await;
+        let kind = match &state {
+            Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
+            Serve::Sealed(r) => format!("sealed: {r}"),
+            Serve::Unverified(r) => format!("unverified: {r}"),
+        };
+        if kind != last_kind {
+            match &state {
+                Serve::Serving(_) => tracing::info!(state = %kind, "serve state changed"),
+                _ => tracing::warn!(state = %kind, "serve state changed"),
+            }
+            last_kind = kind;
+        }
+        on_round(&state);
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = guard.recheck.notified() => {}
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Running the arbiter: TLS, the listener, systemd readiness and watchdog,
+//! and a graceful drain on SIGTERM.
+//!
+//! READY=1 is sent only after the listener is bound and etcd has answered a
+//! full check. WATCHDOG=1 is sent from the seal check loop, the loop that
+//! proves the arbiter still talks to etcd, never from an idle timer.
+
+use crate::config::ArbiterConfig;
+use crate::etcd::Etcd;
+use crate::seal::{self, Guard, Serve};
+use crate::service::LockService;
+use anyhow::Context;
+use holdfast_proto::LockServer;
+use sd_notify::NotifyState;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+/// Installs the ring crypto provider for rustls, once per process.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn notify(state: &[NotifyState]) {
+    // Outside systemd NOTIFY_SOCKET is unset and this does nothing.
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}
+
+pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
+    install_crypto_provider();
+    let cert = std::fs::read(&config.tls.cert_file).with_context(|| format!("reading tls.cert_file {}", config.tls.cert_file.display()))?;
+    let key = std::fs::read(&config.tls.key_file).with_context(|| format!("reading tls.key_file {}", config.tls.key_file.display()))?;
+    let ca = std::fs::read(&config.tls.client_ca_file)
+        .with_context(|| format!("reading tls.client_ca_file {}", config.tls.client_ca_file.display()))?;
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca));
+
+    let etcd = Etcd::connect(&config.etcd).await?;
+    let guard = Arc::new(Guard::default());
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}; is another arbiter running, or is `listen` wrong?", config.listen))?;
+    let local = listener.local_addr()?;
+    tracing::info!(listen = %local, etcd = %config.etcd.endpoints.join(","), "listening; checking etcd before serving");
+
+    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let (first_tx, mut first_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn({
+        let (etcd, guard) = (etcd.clone(), guard.clone());
+        let check = config.seal.check_interval;
+        let wm = config.seal.watermark_interval;
+        async move {
+            seal::run(etcd, guard.clone(), check, wm, |state| {
+                if guard.has_checked() {
+                    let _ = first_tx.send(true);
+                }
+                let status = match state {
+                    Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
+                    Serve::Sealed(_) => "SEALED: granting nothing; see `holdfastctl epoch status`".to_string(),
+                    Serve::Unverified(_) => "waiting for etcd".to_string(),
+                };
+                // Every completed round proves the loop runs; a round lasts at
+                // most a few request timeouts, well inside WatchdogSec=.
+                if watchdog.is_some() {
+                    notify(&[NotifyState::Watchdog, NotifyState::Status(&status)]);
+                }
+            })
+            .await
+        }
+    });
+
+    let service = LockService { etcd, guard: guard.clone(), sessions: Default::default(), waiters: Default::default() };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = Server::builder()
+        .tls_config(tls)
+        .context("TLS configuration")?
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .add_service(LockServer::new(service))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        });
+    let mut server = tokio::spawn(server);
+
+    // Ready once etcd has answered a full check (serving, sealed or not).
+    tokio::select! {
+        r = first_rx.wait_for(|v| *v) => { r.context("check loop ended")?; }
+        r = &mut server => { r??; anyhow::bail!("server stopped before it was ready"); }
+    }
+    notify(&[NotifyState::Ready, NotifyState::Status("ready")]);
+    tracing::info!(listen = %local, state = ?describe(&guard.state()), "ready");
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+        r = &mut server => { r??; anyhow::bail!("server stopped unexpectedly"); }
+    }
+    tracing::info!(drain = ?config.drain_timeout, "stopping: draining in-flight calls");
+    notify(&[NotifyState::Stopping]);
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(config.drain_timeout, &mut server).await {
+        Ok(r) => r??,
+        Err(_) => tracing::warn!("drain timeout passed; exiting with calls still in flight"),
+    }
+    Ok(())
+}
+
+fn describe(state: &Serve) -> String {
+    match state {
+        Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
+        Serve::Sealed(r) => format!("sealed: {r}"),
+        Serve::Unverified(r) => format!("unverified: {r}"),
+    }
+}

@@ -1,0 +1,190 @@
+//! The lock.v1 service. Every request is checked here, at the boundary,
+//! before anything reaches etcd: bad input is refused with InvalidArgument
+//! naming the field, and writes nothing.
+
+use crate::etcd::Etcd;
+use crate::grant::{self, Waiters};
+use crate::seal::{Guard, Serve};
+use crate::session::Sessions;
+use crate::{identity, Refusal};
+use holdfast_model::{ttl, LockKey, Token};
+use holdfast_proto::v1::*;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+/// Longest wait a single Acquire may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+pub struct LockService {
+    pub etcd: Etcd,
+    pub guard: Arc<Guard>,
+    pub sessions: Arc<Sessions>,
+    pub waiters: Arc<Waiters>,
+}
+
+/// The caller's SPIFFE ID, from the verified client certificate.
+fn caller<T>(req: &Request<T>) -> Result<String, Refusal> {
+    let certs = req.peer_certs().ok_or_else(|| Refusal::unauthenticated("no client certificate; connect with mTLS and an X.509 SVID"))?;
+    let leaf = certs.first().ok_or_else(|| Refusal::unauthenticated("no client certificate; connect with mTLS and an X.509 SVID"))?;
+    identity::spiffe_id(leaf.as_ref()).map_err(Refusal::unauthenticated)
+}
+
+fn lock_key(namespace: &str, key: &str) -> Result<LockKey, Refusal> {
+    LockKey::new(namespace, key).map_err(|e| Refusal::invalid(e.field, e.message))
+}
+
+fn session_id(id: u64) -> Result<i64, Refusal> {
+    match i64::try_from(id) {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(Refusal::invalid("session_id", "is not a session ID; open a session first")),
+    }
+}
+
+type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl holdfast_proto::Lock for LockService {
+    async fn open_session(&self, req: Request<OpenSessionRequest>) -> Result<Response<OpenSessionResponse>, Status> {
+        let who = caller(&req)?;
+        let requested = Duration::from_millis(req.get_ref().ttl_millis);
+        let ttl = ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?;
+        let (lease, granted) = self.sessions.open(&self.etcd, &who, ttl).await?;
+        tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
+        Ok(Response::new(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 }))
+    }
+
+    type KeepAliveStream = KeepAliveStream;
+
+    async fn keep_alive(&self, req: Request<Streaming<KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let who = caller(&req)?;
+        let mut incoming = req.into_inner();
+        let svc = self.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut keepers = std::collections::HashMap::new();
+            while let Some(Ok(msg)) = incoming.next().await {
+                let reply = svc.renew(&who, msg.session_id, &mut keepers).await;
+                if tx.send(reply.map_err(Status::from)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn close_session(&self, req: Request<CloseSessionRequest>) -> Result<Response<CloseSessionResponse>, Status> {
+        let who = caller(&req)?;
+        let lease = session_id(req.get_ref().session_id)?;
+        self.sessions.owned(&self.etcd, lease, &who).await?;
+        self.sessions.close(&self.etcd, lease).await?;
+        Ok(Response::new(CloseSessionResponse {}))
+    }
+
+    async fn acquire(&self, req: Request<AcquireRequest>) -> Result<Response<AcquireResponse>, Status> {
+        let who = caller(&req)?;
+        let r = req.get_ref();
+        let key = lock_key(&r.namespace, &r.key)?;
+        let lease = session_id(r.session_id)?;
+        let wait = Duration::from_millis(r.wait_millis);
+        if wait > MAX_WAIT {
+            return Err(Refusal::invalid("wait_millis", "is over one hour; wait in shorter steps").into());
+        }
+        let session = self.sessions.owned(&self.etcd, lease, &who).await?;
+        let deadline = tokio::time::Instant::now() + wait;
+        let token = grant::acquire(&self.etcd, &self.guard, &self.waiters, &session, &key, deadline).await?;
+        Ok(Response::new(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() }))
+    }
+
+    async fn release(&self, req: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
+        let who = caller(&req)?;
+        let r = req.get_ref();
+        let key = lock_key(&r.namespace, &r.key)?;
+        let lease = session_id(r.session_id)?;
+        let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
+        let session = self.sessions.owned(&self.etcd, lease, &who).await?;
+        let released = grant::release(&self.etcd, &self.guard, &session, &key, token).await?;
+        Ok(Response::new(ReleaseResponse { released }))
+    }
+
+    async fn inspect(&self, req: Request<InspectRequest>) -> Result<Response<InspectResponse>, Status> {
+        caller(&req)?;
+        let r = req.get_ref();
+        let key = lock_key(&r.namespace, &r.key)?;
+        let waiters = self.waiters.count(&holdfast_model::layout::hold_key(&key));
+        let epoch = match self.guard.state() {
+            Serve::Serving(c) => c.record.epoch,
+            _ => 0,
+        };
+        let resp = match grant::inspect(&self.etcd, &key).await? {
+            Some((hold, lease, since)) => InspectResponse {
+                held: true,
+                holder_identity: hold.spiffe_id,
+                session_id: lease as u64,
+                since_revision: since as u64,
+                waiters,
+                epoch: hold.epoch,
+            },
+            None => InspectResponse { held: false, waiters, epoch, ..Default::default() },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn server_status(&self, req: Request<ServerStatusRequest>) -> Result<Response<ServerStatusResponse>, Status> {
+        caller(&req)?;
+        let etcd_version = self.guard.etcd_version();
+        let resp = match self.guard.state() {
+            Serve::Serving(c) => ServerStatusResponse {
+                epoch: c.record.epoch,
+                cluster_id: format!("{:x}", c.record.cluster_id),
+                sealed: false,
+                sealed_reason: String::new(),
+                etcd_version,
+                revision: self.guard.highest_before(c.record.epoch) as u64,
+            },
+            Serve::Sealed(reason) => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
+            Serve::Unverified(why) => ServerStatusResponse { sealed: true, sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
+        };
+        Ok(Response::new(resp))
+    }
+}
+
+type Keepers = std::collections::HashMap<i64, (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>;
+
+impl LockService {
+    /// Renews one session through a per-stream etcd keepalive stream.
+    async fn renew(&self, who: &str, id: u64, keepers: &mut Keepers) -> Result<KeepAliveResponse, Refusal> {
+        let lease = session_id(id)?;
+        if !keepers.contains_key(&lease) {
+            self.sessions.owned(&self.etcd, lease, who).await?;
+            let pair = self.etcd.client.clone().lease_keep_alive(lease).await.map_err(Refusal::etcd)?;
+            keepers.insert(lease, pair);
+        }
+        let outcome = async {
+            let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;
+            keeper.keep_alive().await.map_err(Refusal::etcd)?;
+            let resp = tokio::time::timeout(self.etcd.timeout, stream.message())
+                .await
+                .map_err(|_| Refusal::unavailable("keepalive not acknowledged in time"))?
+                .map_err(Refusal::etcd)?
+                .ok_or_else(|| Refusal::unavailable("etcd closed the keepalive stream"))?;
+            Ok::<i64, Refusal>(resp.ttl())
+        }
+        .await;
+        match outcome {
+            Ok(ttl) if ttl > 0 => Ok(KeepAliveResponse { session_id: id, ttl_millis: ttl as u64 * 1000 }),
+            Ok(_) => {
+                keepers.remove(&lease);
+                self.sessions.forget(lease);
+                Ok(KeepAliveResponse { session_id: id, ttl_millis: 0 })
+            }
+            Err(e) => {
+                keepers.remove(&lease);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Sessions: one etcd lease plus the record `/s/<lease>` naming its owner.
+//!
+//! A session is usable only by the identity that opened it. Every arbiter
+//! learns a session's record on first use (one read) and caches it; the
+//! grant transaction then compares the record byte for byte, so a session
+//! that expired or was closed can never receive a grant (etcd #11456).
+
+use crate::etcd::Etcd;
+use crate::Refusal;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use holdfast_model::layout::{self, SessionRecord};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Sessions this arbiter has seen, by lease ID.
+#[derive(Default)]
+pub struct Sessions {
+    known: Mutex<HashMap<i64, SessionRecord>>,
+}
+
+const MAX_CACHED: usize = 200_000;
+
+pub struct Owned {
+    pub lease: i64,
+    pub record: SessionRecord,
+    pub bytes: Vec<u8>,
+}
+
+impl Sessions {
+    /// Opens a session for `identity`: grant the lease, then write the record
+    /// on it. If the record cannot be written the lease is revoked.
+    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration) -> Result<(i64, i64), Refusal> {
+        let mut client = etcd.client.clone();
+        let lease = client.lease_grant(ttl.as_secs() as i64, None).await.map_err(Refusal::etcd)?;
+        let record = SessionRecord { spiffe_id: identity.to_string(), ttl_secs: ttl.as_secs() };
+        let key = layout::session_key(lease.id());
+        let txn = Txn::new()
+            .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.as_str(), layout::encode(&record), Some(PutOptions::new().with_lease(lease.id())))]);
+        match client.txn(txn).await {
+            Ok(r) if r.succeeded() => {}
+            outcome => {
+                let _ = client.lease_revoke(lease.id()).await;
+                return Err(match outcome {
+                    Err(e) => Refusal::etcd(e),
+                    Ok(_) => Refusal::unavailable("session record already existed for a new lease; retry"),
+                });
+            }
+        }
+        self.remember(lease.id(), record);
+        Ok((lease.id(), lease.ttl()))
+    }
+
+    fn remember(&self, lease: i64, record: SessionRecord) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_CACHED {
+            known.clear();
+        }
+        known.insert(lease, record);
+    }
+
+    pub fn forget(&self, lease: i64) {
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).remove(&lease);
+    }
+
+    /// The session `lease` if it exists and belongs to `identity`. A session
+    /// of another identity is reported exactly like a missing one.
+    pub async fn owned(&self, etcd: &Etcd, lease: i64, identity: &str) -> Result<Owned, Refusal> {
+        let cached = self.known.lock().unwrap_or_else(|e| e.into_inner()).get(&lease).cloned();
+        let record = match cached {
+            Some(r) => r,
+            None => {
+                let resp = etcd.client.clone().get(layout::session_key(lease), None).await.map_err(Refusal::etcd)?;
+                let kv = resp.kvs().first().ok_or_else(|| Refusal::session_not_found(lease))?;
+                let r: SessionRecord = layout::decode(&layout::session_key(lease), kv.value())
+                    .map_err(|_| Refusal::session_not_found(lease))?;
+                self.remember(lease, r.clone());
+                r
+            }
+        };
+        if record.spiffe_id != identity {
+            return Err(Refusal::session_not_found(lease));
+        }
+        let bytes = layout::encode(&record);
+        Ok(Owned { lease, record, bytes })
+    }
+
+    /// Ends a session and every hold on it, in one committed entry.
+    pub async fn close(&self, etcd: &Etcd, lease: i64) -> Result<(), Refusal> {
+        self.forget(lease);
+        match etcd.client.clone().lease_revoke(lease).await {
+            Ok(_) => Ok(()),
+            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
+            Err(e) => Err(Refusal::etcd(e)),
+        }
+    }
+}

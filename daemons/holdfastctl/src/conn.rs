@@ -1,0 +1,59 @@
+//! Connection flags shared by every command that talks to an arbiter.
+
+use crate::exit;
+use holdfast_client::{Client, ClientConfig, Error, ErrorReason};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Clone)]
+pub struct ConnArgs {
+    /// Arbiter address, host:port.
+    #[arg(long, id = "conn_endpoint", global = true, env = "HOLDFAST_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// CA bundle that signed the arbiter's certificate.
+    #[arg(long, id = "conn_ca", global = true, env = "HOLDFAST_CA")]
+    pub ca: Option<PathBuf>,
+    /// Your client certificate (an X.509 SVID with a spiffe:// URI SAN).
+    #[arg(long, id = "conn_cert", global = true, env = "HOLDFAST_CERT")]
+    pub cert: Option<PathBuf>,
+    /// The key of --cert.
+    #[arg(long, id = "conn_key", global = true, env = "HOLDFAST_KEY")]
+    pub key: Option<PathBuf>,
+}
+
+impl ConnArgs {
+    pub async fn connect(&self) -> Result<Client, u8> {
+        let missing = |flag: &str, env: &str| {
+            eprintln!(
+                "holdfastctl: {flag} is not set. Pass {flag} or set {env}; with a dev appliance, `source DIR/env` (see `holdfastctl dev --help`)."
+            );
+            exit::USAGE
+        };
+        let cfg = ClientConfig {
+            endpoint: self.endpoint.clone().ok_or_else(|| missing("--endpoint", "HOLDFAST_ENDPOINT"))?,
+            ca: self.ca.clone().ok_or_else(|| missing("--ca", "HOLDFAST_CA"))?,
+            cert: self.cert.clone().ok_or_else(|| missing("--cert", "HOLDFAST_CERT"))?,
+            key: self.key.clone().ok_or_else(|| missing("--key", "HOLDFAST_KEY"))?,
+        };
+        Client::connect(&cfg).await.map_err(|e| report(&e))
+    }
+}
+
+/// Prints an error with what to do next and returns the exit status.
+pub fn report(e: &Error) -> u8 {
+    let (hint, code) = match e.reason() {
+        Some(ErrorReason::Contention) => ("", exit::CONTENTION),
+        Some(ErrorReason::Leak) => ("", exit::LEAK),
+        Some(ErrorReason::Sealed) => (" Check `holdfastctl epoch status`; a sealed arbiter needs an epoch advance.", exit::UNAVAILABLE),
+        Some(ErrorReason::Unavailable) => (" Is the arbiter running (`holdfastctl dev`), and is the endpoint right?", exit::UNAVAILABLE),
+        Some(ErrorReason::Unauthenticated) => (" Check --cert/--key: the certificate must come from the arbiter's client CA.", exit::NOPERM),
+        Some(ErrorReason::Denied) => ("", exit::NOPERM),
+        Some(ErrorReason::SessionNotFound) => ("", exit::UNAVAILABLE),
+        Some(ErrorReason::InvalidArgument) => ("", exit::USAGE),
+        _ => match e {
+            Error::Config(_) => ("", exit::CONFIG),
+            _ => ("", exit::SOFTWARE),
+        },
+    };
+    eprintln!("holdfastctl: {e}.{hint}");
+    code
+}

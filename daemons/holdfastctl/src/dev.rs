@@ -1,0 +1,331 @@
+//! `holdfastctl dev`: a whole appliance on loopback, like `vault server -dev`.
+//!
+//! A single-member etcd, the arbiter (the real binary, started the way
+//! systemd starts it: it must send READY=1 on NOTIFY_SOCKET), a throwaway CA
+//! with server and client certificates, and the epoch initialised. Nothing
+//! listens beyond 127.0.0.1.
+
+use crate::exit;
+use anyhow::{bail, Context};
+use holdfast_arbiter::config::EtcdConfig;
+use holdfast_arbiter::etcd::Etcd;
+use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
+use holdfast_devkit::notify::NotifySocket;
+use holdfast_devkit::pki::DevCa;
+use holdfast_devkit::ports::free_port;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+#[command(after_long_help = "\
+Examples:
+  holdfastctl dev                          # foreground; Ctrl-C stops everything
+  holdfastctl dev --detach --dir /tmp/hf   # background; writes /tmp/hf/env
+  source /tmp/hf/env && holdfastctl lock exec demo/job -- echo hello
+  holdfastctl dev stop --dir /tmp/hf
+
+Files in DIR: env (export lines), tls/ (CA, certificates), etcd/ (data),
+arbiter.toml, etcd.log, arbiter.log, dev.log (detached supervisor).")]
+pub struct DevArgs {
+    #[command(subcommand)]
+    action: Option<DevAction>,
+    /// Keep state in DIR (certificates, etcd data, logs) and reuse it on the
+    /// next start. Without it, a temporary directory is used and removed on exit.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Return once the appliance is ready and leave it running in the
+    /// background; stop it with `holdfastctl dev stop --dir DIR`.
+    #[arg(long)]
+    detach: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum DevAction {
+    /// Stop a detached appliance.
+    Stop {
+        /// The --dir the appliance was started with.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+const DETACHED_ENV: &str = "HOLDFAST_DEV_SUPERVISOR";
+
+pub async fn run(args: DevArgs) -> u8 {
+    let result = match args.action {
+        Some(DevAction::Stop { dir }) => stop(&dir),
+        None if args.detach && std::env::var_os(DETACHED_ENV).is_none() => detach(args.dir),
+        None => supervise(args.dir, std::env::var_os(DETACHED_ENV).is_some()).await,
+    };
+    match result {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("holdfastctl dev: {e:#}");
+            exit::SOFTWARE
+        }
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+fn read_pid(dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(dir.join("dev.pid")).ok()?.trim().parse().ok()
+}
+
+fn stop(dir: &Path) -> anyhow::Result<()> {
+    let pid = read_pid(dir).with_context(|| format!("no {}/dev.pid: is an appliance running with --dir {}?", dir.display(), dir.display()))?;
+    if !pid_alive(pid) {
+        let _ = std::fs::remove_file(dir.join("dev.pid"));
+        println!("not running (stale pid file removed)");
+        return Ok(());
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM)?;
+    let end = Instant::now() + Duration::from_secs(40);
+    while pid_alive(pid) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if pid_alive(pid) {
+        bail!("the appliance (pid {pid}) did not stop within 40s; see {}/dev.log", dir.display());
+    }
+    println!("stopped");
+    Ok(())
+}
+
+/// Starts the supervisor in the background and waits until it is ready.
+fn detach(dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("holdfast-dev-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    if let Some(pid) = read_pid(&dir).filter(|p| pid_alive(*p)) {
+        bail!("an appliance is already running in {} (pid {pid}); stop it with `holdfastctl dev stop --dir {}`", dir.display(), dir.display());
+    }
+    let _ = std::fs::remove_file(dir.join("ready"));
+    let log = std::fs::File::create(dir.join("dev.log"))?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["dev", "--dir"])
+        .arg(&dir)
+        .env(DETACHED_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()?;
+    let end = Instant::now() + Duration::from_secs(180);
+    loop {
+        if dir.join("ready").exists() {
+            print!("{}", std::fs::read_to_string(dir.join("banner.txt")).unwrap_or_default());
+            println!("\nRunning in the background (pid {}). Stop it with:\n  holdfastctl dev stop --dir {}", child.id(), dir.display());
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("the appliance exited ({status}) before it was ready:\n{}", tail(&dir.join("dev.log"), 30));
+        }
+        if Instant::now() > end {
+            bail!("the appliance was not ready within 180s; see {}/dev.log", dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn locate_arbiter() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("HOLDFAST_ARBITER_BIN") {
+        return Ok(p.into());
+    }
+    let sibling = std::env::current_exe()?.with_file_name("holdfast-arbiter");
+    if sibling.exists() {
+        return Ok(sibling);
+    }
+    std::env::var_os("PATH")
+        .and_then(|p| p.to_str().map(|s| s.split(':').map(|d| Path::new(d).join("holdfast-arbiter")).find(|p| p.is_file())))
+        .flatten()
+        .context("holdfast-arbiter not found next to holdfastctl or on PATH; build it (`cargo build --release`) or set HOLDFAST_ARBITER_BIN")
+}
+
+struct Children {
+    arbiter: Option<Child>,
+    etcd: Option<EtcdProcess>,
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        if let Some(mut a) = self.arbiter.take() {
+            holdfast_devkit::etcd::terminate(&mut a, Duration::from_secs(15));
+        }
+        if let Some(mut e) = self.etcd.take() {
+            e.stop(Duration::from_secs(10));
+        }
+    }
+}
+
+struct DirGuard {
+    dir: PathBuf,
+    remove: bool,
+}
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join("dev.pid"));
+        let _ = std::fs::remove_file(self.dir.join("ready"));
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+async fn supervise(dir: Option<PathBuf>, detached: bool) -> anyhow::Result<()> {
+    let keep = dir.is_some();
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("holdfast-dev-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    if let Some(pid) = read_pid(&dir).filter(|p| pid_alive(*p) && *p != std::process::id() as i32) {
+        bail!("an appliance is already running in {} (pid {pid}); stop it with `holdfastctl dev stop --dir {}`", dir.display(), dir.display());
+    }
+    std::fs::write(dir.join("dev.pid"), std::process::id().to_string())?;
+    let _dir_guard = DirGuard { dir: dir.clone(), remove: !keep };
+    let say = |m: &str| eprintln!("holdfastctl dev: {m}");
+
+    // Certificates.
+    let ca = DevCa::open_or_create(&dir.join("tls"))?;
+    let server = ca.server("arbiter")?;
+    let client = ca.workload("client", "dev/operator")?;
+
+    // Ports: reuse the last ones when the directory is kept.
+    let ports_file = dir.join("ports");
+    let saved: Vec<u16> = std::fs::read_to_string(&ports_file)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let ports: Vec<u16> = match saved.as_slice() {
+        [a, b, c] if [*a, *b, *c].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
+        _ => vec![free_port(), free_port(), free_port()],
+    };
+    std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
+    let (etcd_client_port, etcd_peer_port, arbiter_port) = (ports[0], ports[1], ports[2]);
+
+    // etcd.
+    let bin = EtcdBinary::locate()?;
+    say(&format!("starting etcd {} ({})", bin.version_string(), bin.etcd.display()));
+    let cluster = ClusterSpec {
+        members: vec![MemberSpec { name: "dev".into(), data_dir: dir.join("etcd"), client_port: etcd_client_port, peer_port: etcd_peer_port }],
+        token: format!("holdfast-dev-{}", std::process::id()),
+    };
+    let mut children = Children { arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };
+    holdfast_devkit::etcd::wait_ready(&cluster.client_urls(), Duration::from_secs(60))
+        .await
+        .with_context(|| format!("etcd did not start; see {}", dir.join("etcd.log").display()))?;
+
+    // Epoch.
+    let etcd_cfg = EtcdConfig {
+        endpoints: cluster.client_urls(),
+        request_timeout: Duration::from_secs(5),
+        ca_file: None,
+        cert_file: None,
+        key_file: None,
+    };
+    let etcd = Etcd::connect(&etcd_cfg).await?;
+    match holdfast_arbiter::epoch::init(&etcd, |m| say(m)).await {
+        Ok(r) => say(&format!("initialised epoch {}", r.epoch)),
+        Err(holdfast_arbiter::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("epoch {n} already initialised")),
+        Err(e) => return Err(e).context("initialising the epoch"),
+    }
+
+    // Arbiter.
+    let config = dir.join("arbiter.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "# Written by `holdfastctl dev`.\nlisten = \"127.0.0.1:{arbiter_port}\"\n\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n\n[etcd]\nendpoints = [{:?}]\n",
+            server.cert.display().to_string(),
+            server.key.display().to_string(),
+            ca.ca_path().display().to_string(),
+            cluster.members[0].client_url(),
+        ),
+    )?;
+    let arbiter_bin = locate_arbiter()?;
+    say(&format!("starting the arbiter ({})", arbiter_bin.display()));
+    let mut notify = NotifySocket::bind(&dir.join("notify.sock"))?;
+    let log = std::fs::File::create(dir.join("arbiter.log"))?;
+    children.arbiter = Some(
+        Command::new(&arbiter_bin)
+            .arg("--config")
+            .arg(&config)
+            .env("NOTIFY_SOCKET", notify.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .context("starting holdfast-arbiter")?,
+    );
+    {
+        let arbiter = children.arbiter.as_mut().context("arbiter missing")?;
+        notify
+            .wait_ready(Duration::from_secs(60), || matches!(arbiter.try_wait(), Ok(None)))
+            .with_context(|| format!("the arbiter did not become ready:\n{}", tail(&dir.join("arbiter.log"), 20)))?;
+    }
+
+    // Tell the user.
+    let env = format!(
+        "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\nexport HOLDFAST_ETCD_ENDPOINT={}\n",
+        ca.ca_path().display(),
+        client.cert.display(),
+        client.key.display(),
+        cluster.members[0].client_url(),
+    );
+    std::fs::write(dir.join("env"), &env)?;
+    let banner = format!(
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  state     {dir}   (logs: arbiter.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 5'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\n",
+        ver = bin.version_string(),
+        etcd_url = cluster.members[0].client_url(),
+        dir = dir.display(),
+    );
+    std::fs::write(dir.join("banner.txt"), &banner)?;
+    std::fs::write(dir.join("ready"), "")?;
+    if !detached {
+        print!("{banner}Press Ctrl-C to stop.\n");
+    } else {
+        say("ready");
+    }
+
+    // Run until a signal, or until a child dies.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let why = loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break "interrupted".to_string(),
+            _ = term.recv() => break "terminated".to_string(),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        if let Some(Ok(Some(s))) = children.arbiter.as_mut().map(Child::try_wait) {
+            break format!("the arbiter exited ({s}); see {}", dir.join("arbiter.log").display());
+        }
+        if let Some(e) = children.etcd.as_mut() {
+            if !e.is_running() {
+                break format!("etcd exited; see {}", dir.join("etcd.log").display());
+            }
+        }
+    };
+    say(&format!("{why}; stopping the arbiter, then etcd"));
+    drop(children);
+    say("stopped");
+    if why.starts_with("the arbiter") || why.starts_with("etcd") {
+        bail!("{why}");
+    }
+    Ok(())
+}

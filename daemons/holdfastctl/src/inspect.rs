@@ -1,0 +1,54 @@
+use crate::conn::{self, ConnArgs};
+use crate::exit;
+use holdfast_model::LockKey;
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// The key, as NAMESPACE/KEY.
+    key: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(conn: &ConnArgs, args: InspectArgs) -> u8 {
+    let key = match LockKey::parse(&args.key) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("holdfastctl: {e}");
+            return exit::USAGE;
+        }
+    };
+    let client = match conn.connect().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let r = match client.inspect(&key).await {
+        Ok(r) => r,
+        Err(e) => return conn::report(&e),
+    };
+    if args.json {
+        let v = serde_json::json!({
+            "key": key.to_string(),
+            "held": r.held,
+            "holder_identity": r.held.then_some(&r.holder_identity),
+            "session_id": r.held.then(|| format!("{:x}", r.session_id)),
+            "since_revision": r.held.then_some(r.since_revision),
+            "epoch": r.epoch,
+            "waiters": r.waiters,
+        });
+        println!("{v}");
+    } else if r.held {
+        println!("key      {key}");
+        println!("held     yes");
+        println!("holder   {}", r.holder_identity);
+        println!("session  {:x}", r.session_id);
+        println!("since    revision {} (epoch {})", r.since_revision, r.epoch);
+        println!("waiters  {}", r.waiters);
+    } else {
+        println!("key      {key}");
+        println!("held     no");
+        println!("waiters  {}", r.waiters);
+    }
+    exit::OK
+}

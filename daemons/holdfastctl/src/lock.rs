@@ -1,0 +1,188 @@
+//! `holdfastctl lock exec`: run a command while holding a lock, like
+//! `flock`, `etcdctl lock` and `consul lock`.
+
+use crate::conn::{self, ConnArgs};
+use crate::exit;
+use holdfast_client::{ErrorReason, Health};
+use holdfast_model::LockKey;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct LockArgs {
+    #[command(subcommand)]
+    action: LockAction,
+}
+
+#[derive(clap::Subcommand)]
+enum LockAction {
+    /// Acquire NS/KEY, run CMD holding it, release when CMD exits.
+    ///
+    /// CMD gets the fencing token in HOLDFAST_TOKEN (decimal) and the key in
+    /// HOLDFAST_LOCK_KEY. Pass the token to the resource with every write; a
+    /// fenced resource rejects writes carrying a token lower than one it has
+    /// seen. If the session is lost while CMD runs, CMD gets SIGTERM, then
+    /// SIGKILL after --kill-after.
+    ///
+    /// Exit status: CMD's own status (128+N if killed by signal N); 75 if the
+    /// lock was not acquired within --wait; 76 if this identity holds the key
+    /// through another session (a leaked hold); 79 if the lock was lost while
+    /// CMD ran; 69 if the arbiter is unreachable or sealed; 64 for bad input.
+    #[command(after_long_help = "\
+Examples:
+  holdfastctl lock exec billing/nightly-close -- ./close-books.sh
+  holdfastctl lock exec billing/nightly-close --wait 0 -- ./close-books.sh   # try once
+  holdfastctl lock exec db/migrate --ttl 60s --wait 10m -- sh -c 'migrate --fence \"$HOLDFAST_TOKEN\"'")]
+    Exec {
+        /// The key, as NAMESPACE/KEY.
+        key: String,
+        /// How long to wait for the lock while another session holds it
+        /// (e.g. 30s, 5m; 0 tries once). Default: wait indefinitely.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        wait: Option<Duration>,
+        /// Session TTL, 5s..300s: how long after this process stops renewing
+        /// the lock is released by the server.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+        ttl: Duration,
+        /// After SIGTERM on lock loss, how long CMD has before SIGKILL.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+        kill_after: Duration,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
+}
+
+pub async fn run(conn: &ConnArgs, args: LockArgs) -> u8 {
+    match args.action {
+        LockAction::Exec { key, wait, ttl, kill_after, command } => exec(conn, &key, wait, ttl, kill_after, &command).await,
+    }
+}
+
+/// One Acquire call may wait at most this long; longer waits loop.
+const SLICE: Duration = Duration::from_secs(3000);
+
+async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration, kill_after: Duration, command: &[String]) -> u8 {
+    let key = match LockKey::parse(key) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("holdfastctl: {e}");
+            return exit::USAGE;
+        }
+    };
+    if let Err(m) = holdfast_model::ttl::session_ttl(ttl) {
+        eprintln!("holdfastctl: --ttl: {m}");
+        return exit::USAGE;
+    }
+    let client = match conn.connect().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let session = match client.open_session(ttl).await {
+        Ok(s) => s,
+        Err(e) => return conn::report(&e),
+    };
+    let started = tokio::time::Instant::now();
+    let hold = loop {
+        let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+        let slice = left.unwrap_or(SLICE).min(SLICE);
+        let attempt = tokio::select! {
+            r = session.acquire(&key, slice) => r,
+            _ = tokio::signal::ctrl_c() => {
+                let _ = session.close().await;
+                eprintln!("holdfastctl: interrupted while waiting for {key}");
+                return 130;
+            }
+        };
+        match attempt {
+            Ok(h) => break h,
+            Err(e) if e.reason() == Some(ErrorReason::Contention) && left.is_none_or(|l| l > slice) => continue,
+            Err(e) => {
+                let _ = session.close().await;
+                if e.reason() == Some(ErrorReason::Contention) {
+                    eprintln!("holdfastctl: {key} is held by another session; gave up after {}", humantime::format_duration(wait.unwrap_or_default()));
+                    return exit::CONTENTION;
+                }
+                return conn::report(&e);
+            }
+        }
+    };
+
+    let mut child = match tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("HOLDFAST_TOKEN", hold.token().expose().to_string())
+        .env("HOLDFAST_LOCK_KEY", key.to_string())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("holdfastctl: cannot run {:?}: {e}", command[0]);
+            let _ = hold.release().await;
+            let _ = session.close().await;
+            return 127;
+        }
+    };
+    let pid = child.id().map(|p| Pid::from_raw(p as i32));
+    let mut health = session.health();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut lost = false;
+    let status = loop {
+        tokio::select! {
+            s = child.wait() => break s,
+            changed = health.changed(), if !lost => {
+                let now = *health.borrow();
+                match (changed, now) {
+                    (Ok(()), Health::Degraded) => eprintln!(
+                        "holdfastctl: warning: a keepalive for the lock on {key} failed; the lock may be lost in {:.1}s",
+                        session.remaining_ttl().as_secs_f64()
+                    ),
+                    (Ok(()), Health::Healthy) => eprintln!("holdfastctl: keepalives for {key} recovered"),
+                    _ => {
+                        lost = true;
+                        eprintln!("holdfastctl: lost the lock on {key}: sending SIGTERM to the command, SIGKILL in {}", humantime::format_duration(kill_after));
+                        if let Some(pid) = pid {
+                            let _ = kill(pid, Signal::SIGTERM);
+                        }
+                        match tokio::time::timeout(kill_after, child.wait()).await {
+                            Ok(s) => break s,
+                            Err(_) => {
+                                let _ = child.start_kill();
+                                break child.wait().await;
+                            }
+                        }
+                    }
+                }
+            }
+            _ = tokio::signal::ctrl_c() => { if let Some(pid) = pid { let _ = kill(pid, Signal::SIGINT); } }
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {
+                if let Some(pid) = pid { let _ = kill(pid, Signal::SIGTERM); }
+            }
+        }
+    };
+    if lost {
+        let _ = session.close().await;
+        eprintln!("holdfastctl: the command was terminated because the lock on {key} was lost");
+        return exit::LOCK_LOST;
+    }
+    match hold.release().await {
+        Ok(true) => {}
+        Ok(false) => eprintln!("holdfastctl: warning: the hold on {key} was already gone at release"),
+        Err(e) => eprintln!("holdfastctl: warning: release failed ({e}); the lock ends when the session expires"),
+    }
+    let _ = session.close().await;
+    match status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (s.code(), s.signal()) {
+                (Some(c), _) => c as u8,
+                (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+                _ => exit::SOFTWARE,
+            }
+        }
+        Err(e) => {
+            eprintln!("holdfastctl: waiting for the command failed: {e}");
+            exit::SOFTWARE
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! holdfastctl: the operator and developer CLI.
+
+mod conn;
+mod dev;
+mod epoch;
+mod exit;
+mod inspect;
+mod lock;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Operate and use holdfast, the lock service with fencing tokens.
+///
+/// Start a local appliance with `holdfastctl dev`, then take a lock with
+/// `holdfastctl lock exec NS/KEY -- CMD`. Commands that talk to an arbiter
+/// read its address and your mTLS credentials from --endpoint, --ca, --cert
+/// and --key, or from HOLDFAST_ENDPOINT, HOLDFAST_CA, HOLDFAST_CERT and
+/// HOLDFAST_KEY (`source DIR/env` after `holdfastctl dev --detach`).
+#[derive(Parser)]
+#[command(version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    conn: conn::ConnArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a whole holdfast appliance on loopback for development
+    /// (etcd, the arbiter, a throwaway CA).
+    Dev(dev::DevArgs),
+    /// Take locks.
+    Lock(lock::LockArgs),
+    /// Show who holds a key (never the token).
+    Inspect(inspect::InspectArgs),
+    /// The epoch: initialise a new cluster, show what the arbiter serves.
+    Epoch(epoch::EpochArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("holdfastctl: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Dev(args) => dev::run(args).await,
+            Command::Lock(args) => lock::run(&cli.conn, args).await,
+            Command::Inspect(args) => inspect::run(&cli.conn, args).await,
+            Command::Epoch(args) => epoch::run(&cli.conn, args).await,
+        }
+    });
+    // Do not wait for background tasks (keepalive streams) at exit.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
