@@ -139,47 +139,69 @@ impl Hold {
     }
 }
 
+type KeepAliveStream = (tokio::sync::mpsc::Sender<KeepAliveRequest>, tonic::Streaming<holdfast_proto::v1::KeepAliveResponse>);
+
+enum Round {
+    /// Acknowledged; the monotonic time the keepalive was sent.
+    Acked(Instant),
+    /// The server says the session no longer exists.
+    Gone,
+    /// No acknowledgement: error, closed stream or timeout.
+    Failed,
+}
+
+/// Opens the stream if needed, sends one keepalive and waits for its answer.
+async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, period: Duration) -> Round {
+    if stream.is_none() {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut rpc = client.rpc.clone();
+        let call = rpc.keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx));
+        match tokio::time::timeout(period, call).await {
+            Ok(Ok(resp)) => *stream = Some((tx, resp.into_inner())),
+            _ => return Round::Failed,
+        }
+    }
+    let Some((tx, incoming)) = stream.as_mut() else { return Round::Failed };
+    let sent_at = Instant::now();
+    let answer = tokio::time::timeout(period, async {
+        tx.send(KeepAliveRequest { session_id: id }).await.ok()?;
+        incoming.next().await?.ok()
+    })
+    .await;
+    match answer {
+        Ok(Some(resp)) if resp.ttl_millis > 0 => Round::Acked(sent_at),
+        Ok(Some(_)) => Round::Gone,
+        _ => Round::Failed,
+    }
+}
+
+/// Renews the session every TTL/3. The local deadline is the monotonic
+/// *send* time of the last acknowledged keepalive + TTL − [`FENCE_MARGIN`]:
+/// the server cannot have extended the lease before that keepalive was sent,
+/// so the deadline always falls before the server's expiry. When it passes,
+/// the session is [`Health::Lost`] at once, whatever call is in flight.
 async fn keepalive_loop(client: Client, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>) {
     let period = (ttl / 3).max(Duration::from_millis(500));
-    let mut stream: Option<(tokio::sync::mpsc::Sender<KeepAliveRequest>, tonic::Streaming<_>)> = None;
+    let mut stream = None;
     loop {
         let deadline = clock.lock().unwrap_or_else(|e| e.into_inner()).deadline;
-        if Instant::now() >= deadline {
-            let _ = health.send(Health::Lost);
-            return;
-        }
-        if stream.is_none() {
-            let (tx, rx) = tokio::sync::mpsc::channel(4);
-            let opened = tokio::time::timeout(period, client.rpc.clone().keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))).await;
-            match opened {
-                Ok(Ok(resp)) => stream = Some((tx, resp.into_inner())),
-                _ => {
-                    let _ = health.send_if_modified(|h| degrade(h));
-                    tokio::time::sleep_until((Instant::now() + Duration::from_millis(250)).min(deadline)).await;
-                    continue;
-                }
-            }
-        }
-        let Some((tx, incoming)) = stream.as_mut() else { continue };
-        let sent_at = Instant::now();
-        let answer = tokio::time::timeout(period.min(deadline.saturating_duration_since(sent_at)), async {
-            tx.send(KeepAliveRequest { session_id: id }).await.ok()?;
-            incoming.next().await?.ok()
-        })
-        .await;
-        match answer {
-            Ok(Some(resp)) if resp.ttl_millis > 0 => {
+        let outcome = tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => Round::Gone,
+            r = round(&client, id, &mut stream, period) => r,
+        };
+        match outcome {
+            Round::Acked(sent_at) => {
                 clock.lock().unwrap_or_else(|e| e.into_inner()).deadline = sent_at + ttl.saturating_sub(FENCE_MARGIN);
                 let _ = health.send_if_modified(|h| std::mem::replace(h, Health::Healthy) != Health::Healthy);
                 tokio::time::sleep_until(sent_at + period).await;
             }
-            Ok(Some(_)) => {
+            Round::Gone => {
                 let _ = health.send(Health::Lost);
                 return;
             }
-            _ => {
+            Round::Failed => {
                 stream = None;
-                let _ = health.send_if_modified(|h| degrade(h));
+                let _ = health.send_if_modified(degrade);
                 tokio::time::sleep_until((Instant::now() + Duration::from_millis(250)).min(deadline)).await;
             }
         }

@@ -144,9 +144,10 @@ impl holdfast_proto::Lock for LockService {
                 sealed_reason: String::new(),
                 etcd_version,
                 revision: self.guard.highest_before(c.record.epoch) as u64,
+                serving: true,
             },
             Serve::Sealed(reason) => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
-            Serve::Unverified(why) => ServerStatusResponse { sealed: true, sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
+            Serve::Unverified(why) => ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
         };
         Ok(Response::new(resp))
     }

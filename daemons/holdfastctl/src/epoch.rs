@@ -103,7 +103,7 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         println!(
             "{}",
             serde_json::json!({
-                "epoch": s.epoch, "cluster_id": s.cluster_id, "sealed": s.sealed,
+                "epoch": s.epoch, "cluster_id": s.cluster_id, "sealed": s.sealed, "serving": s.serving,
                 "sealed_reason": s.sealed_reason, "etcd_version": s.etcd_version, "revision": s.revision,
             })
         );
@@ -111,6 +111,9 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         println!("state        SEALED: granting nothing");
         println!("reason       {}", s.sealed_reason);
         println!("etcd         {}", s.etcd_version);
+    } else if !s.serving {
+        println!("state        not serving yet");
+        println!("reason       {}", s.sealed_reason);
     } else {
         println!("state        serving");
         println!("epoch        {}", s.epoch);

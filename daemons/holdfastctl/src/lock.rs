@@ -161,7 +161,8 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
         }
     };
     if lost {
-        let _ = session.close().await;
+        // Best effort: the arbiter may be the reason the session was lost.
+        let _ = tokio::time::timeout(Duration::from_secs(2), session.close()).await;
         eprintln!("holdfastctl: the command was terminated because the lock on {key} was lost");
         return exit::LOCK_LOST;
     }

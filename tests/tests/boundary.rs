@@ -1,0 +1,85 @@
+//! Bad input is refused at the boundary, with a typed reason naming the
+//! field, and writes nothing to etcd.
+
+use holdfast_proto::v1::{AcquireRequest, OpenSessionRequest};
+use holdfast_proto::{reason_of, ErrorReason};
+use holdfast_tests::*;
+use std::time::Duration;
+
+#[tokio::test]
+async fn bad_input_is_refused_naming_the_field_and_writes_nothing() {
+    let app = Appliance::start("bad-input", 1).await;
+    let client = app.client("team/a").await;
+    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let mut rpc = client.rpc();
+    let long_key = "k".repeat(holdfast_model::key::MAX_KEY_LEN + 1);
+    let cases: Vec<(&str, &str, &str)> = vec![
+        ("orders", "", "key"),
+        ("orders", &long_key, "key"),
+        ("orders", "../billing/ledger", "key"),
+        ("orders", "/billing/ledger", "key"),
+        ("orders", "a/../../billing", "key"),
+        ("orders/../billing", "ledger", "namespace"),
+        ("", "ledger", "namespace"),
+    ];
+    for (ns, key, field) in cases {
+        let before = app.etcd.revision().await;
+        let req = AcquireRequest { session_id: session.id(), namespace: ns.into(), key: key.into(), wait_millis: 0 };
+        let status = rpc.acquire(req).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{ns:?}/{key:?}");
+        assert_eq!(reason_of(&status), Some((ErrorReason::InvalidArgument, field.to_string())), "{ns:?}/{key:?}");
+        assert!(status.message().starts_with(field), "message names the field: {}", status.message());
+        assert_eq!(app.etcd.revision().await, before, "{ns:?}/{key:?} wrote to etcd");
+    }
+    for ttl_millis in [4_000u64, 301_000, 5_500] {
+        let before = app.etcd.revision().await;
+        let status = rpc.open_session(OpenSessionRequest { ttl_millis }).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(reason_of(&status), Some((ErrorReason::InvalidArgument, "ttl_millis".into())));
+        assert_eq!(app.etcd.revision().await, before, "ttl {ttl_millis}ms wrote to etcd");
+    }
+    // A session ID that is not this identity's is reported as not found.
+    let other = app.client("team/b").await;
+    let before = app.etcd.revision().await;
+    let req = AcquireRequest { session_id: session.id(), namespace: "orders".into(), key: "k".into(), wait_millis: 0 };
+    let status = other.rpc().acquire(req).await.unwrap_err();
+    assert_eq!(reason_of(&status).map(|r| r.0), Some(ErrorReason::SessionNotFound));
+    assert_eq!(app.etcd.revision().await, before);
+}
+
+#[tokio::test]
+async fn a_certificate_without_a_spiffe_id_is_unauthenticated() {
+    let app = Appliance::start("no-spiffe", 1).await;
+    let cert = app.pki.no_spiffe("plain");
+    let client = app.arbiter.client(&app.pki, &cert).await;
+    let before = app.etcd.revision().await;
+    let status = client.rpc().open_session(OpenSessionRequest { ttl_millis: 0 }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    assert_eq!(reason_of(&status).map(|r| r.0), Some(ErrorReason::Unauthenticated));
+    assert!(status.message().contains("URI SAN"), "message names the certificate field: {}", status.message());
+    assert_eq!(app.etcd.revision().await, before);
+}
+
+#[tokio::test]
+async fn a_client_without_a_certificate_cannot_connect() {
+    let app = Appliance::start("no-cert", 1).await;
+    // A TLS client that trusts the server but presents no certificate.
+    let _ = rustls_provider();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(app.pki.ca.ca_path()).unwrap()))
+        .domain_name("127.0.0.1");
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", app.arbiter.endpoint()))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(channel) = channel {
+        let status = holdfast_proto::LockClient::new(channel).open_session(OpenSessionRequest { ttl_millis: 0 }).await.unwrap_err();
+        assert!(matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Unauthenticated), "{status:?}");
+    }
+}
+
+fn rustls_provider() -> Result<(), std::sync::Arc<rustls::crypto::CryptoProvider>> {
+    rustls::crypto::ring::default_provider().install_default()
+}

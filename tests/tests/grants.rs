@@ -1,0 +1,123 @@
+//! The grant path against real etcd: tokens, expiry, guarded release.
+
+use holdfast_model::LockKey;
+use holdfast_tests::*;
+use std::time::{Duration, Instant};
+
+fn key(s: &str) -> LockKey {
+    LockKey::parse(s).unwrap()
+}
+
+#[tokio::test]
+async fn tokens_strictly_increase_per_key_and_carry_the_epoch() {
+    let app = Appliance::start("tokens", 1).await;
+    let client = app.client("team/a").await;
+    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let k = key("orders/ledger-7");
+    let mut last = 0u64;
+    for _ in 0..200 {
+        let hold = session.acquire(&k, Duration::ZERO).await.unwrap();
+        let t = hold.token();
+        assert_eq!(t.expose() >> 48, 1, "epoch in the top bits");
+        assert_eq!(t.epoch(), 1);
+        assert!(t.expose() > last, "token did not increase");
+        last = t.expose();
+        assert!(hold.release().await.unwrap());
+    }
+    session.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_session_waits_and_gets_a_greater_token() {
+    let app = Appliance::start("handoff", 1).await;
+    let a = app.client("team/a").await;
+    let b = app.client("team/b").await;
+    let sa = a.open_session(Duration::from_secs(10)).await.unwrap();
+    let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
+    let k = key("orders/handoff");
+    let first = sa.acquire(&k, Duration::ZERO).await.unwrap();
+    let t1 = first.token();
+    let refused = sb.acquire(&k, Duration::ZERO).await.unwrap_err();
+    assert_eq!(refused.reason(), Some(holdfast_proto::ErrorReason::Contention));
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let hold = sb.acquire(&k, Duration::from_secs(10)).await.unwrap();
+        (hold.token(), started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(first.release().await.unwrap());
+    let (t2, waited) = waiter.await.unwrap();
+    assert!(t2 > t1);
+    assert!(waited >= Duration::from_millis(400), "the waiter did not wait: {waited:?}");
+    assert!(waited < Duration::from_secs(3), "a release should wake the waiter at once, took {waited:?}");
+}
+
+#[tokio::test]
+async fn a_release_naming_an_older_hold_deletes_nothing() {
+    let app = Appliance::start("stale-release", 1).await;
+    let client = app.client("team/a").await;
+    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let k = key("orders/stale");
+    let old = session.acquire(&k, Duration::ZERO).await.unwrap();
+    let old_token = old.token();
+    assert!(old.release().await.unwrap());
+    let new = session.acquire(&k, Duration::ZERO).await.unwrap();
+    // Replay the release of the old hold, as a retried RPC would.
+    let mut rpc = client.rpc();
+    let before = app.etcd.revision().await;
+    let resp = rpc
+        .release(holdfast_proto::v1::ReleaseRequest {
+            session_id: session.id(),
+            namespace: "orders".into(),
+            key: "stale".into(),
+            token: old_token.expose(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!resp.released);
+    assert_eq!(app.etcd.revision().await, before, "a stale release must write nothing");
+    let seen = client.inspect(&k).await.unwrap();
+    assert!(seen.held);
+    assert_eq!(seen.since_revision, new.token().revision());
+    assert!(new.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_holder_killed_with_sigkill_loses_the_hold_when_its_ttl_lapses() {
+    let app = Appliance::start("sigkill", 1).await;
+    let ttl = Duration::from_secs(5);
+    let mut holder = std::process::Command::new(bin("holdfastctl"))
+        .envs(app.ctl_env("team/holder"))
+        .args(["lock", "exec", "jobs/nightly", "--ttl", "5s", "--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .process_group_0()
+        .spawn()
+        .unwrap();
+    let client = app.client("team/waiter").await;
+    let k = key("jobs/nightly");
+    // Wait until the holder has the lock.
+    let end = Instant::now() + Duration::from_secs(20);
+    while !client.inspect(&k).await.unwrap().held {
+        assert!(Instant::now() < end, "holder never acquired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    sigkill_group(holder.id());
+    let killed = Instant::now();
+    let _ = holder.wait();
+    let hold = session.acquire(&k, Duration::from_secs(30)).await.unwrap();
+    let took = killed.elapsed();
+    assert!(took <= ttl + Duration::from_secs(3), "waiter got the lock {took:?} after the kill; TTL is {ttl:?}");
+    assert!(took >= ttl - Duration::from_secs(2), "the hold ended before its TTL could have lapsed: {took:?}");
+    hold.release().await.unwrap();
+}
+
+trait GroupExt {
+    fn process_group_0(&mut self) -> &mut Self;
+}
+impl GroupExt for std::process::Command {
+    fn process_group_0(&mut self) -> &mut Self {
+        std::os::unix::process::CommandExt::process_group(self, 0)
+    }
+}

@@ -1,0 +1,158 @@
+//! Restore drills: a restored etcd must never let the arbiter issue a token
+//! it has issued before. See `holdfast_model::seal` for the rule.
+
+use holdfast_model::seal::{self, LogPosition};
+use holdfast_model::{layout, LockKey};
+use holdfast_proto::ErrorReason;
+use holdfast_tests::*;
+use std::time::Duration;
+
+fn key() -> LockKey {
+    LockKey::parse("orders/ledger-7").unwrap()
+}
+
+/// Acquires and releases `n` times, returning the tokens.
+async fn grant_many(client: &holdfast_client::Client, n: usize) -> Vec<u64> {
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..n {
+        let hold = session.acquire(&key(), Duration::from_secs(5)).await.unwrap();
+        tokens.push(hold.token().expose());
+        hold.release().await.unwrap();
+    }
+    session.close().await.unwrap();
+    tokens
+}
+
+async fn positions(etcd: &Etcd) -> Vec<LogPosition> {
+    let h = etcd.holdfast().await;
+    h.member_status().await.into_iter().map(|s| s.unwrap().position).collect()
+}
+
+async fn hold_count(etcd: &Etcd) -> i64 {
+    holdfast_arbiter::epoch::count_prefix(&etcd.holdfast().await, layout::HOLD_PREFIX).await.unwrap()
+}
+
+/// The drill: grant, snapshot, grant more, restore, and check the arbiter is
+/// sealed and grants nothing until the advance; afterwards every token is
+/// above every token issued before the restore.
+async fn drill(name: &str, members: usize, new_token: bool) {
+    let mut app = Appliance::start(name, members).await;
+    let client = app.client("team/a").await;
+    let mut issued = grant_many(&client, 20).await;
+    let snapshot = app.dir.path.join("snap.db");
+    app.etcd.snapshot(&snapshot);
+    issued.extend(grant_many(&client, 20).await);
+    let before = app.etcd.spec.members.iter().map(|m| m.client_port).collect::<Vec<_>>();
+
+    // The arbiter is down while etcd is restored; it must find out by itself.
+    app.arbiter.stop();
+    app.etcd.restore(&snapshot, new_token).await;
+    assert_eq!(before, app.etcd.spec.members.iter().map(|m| m.client_port).collect::<Vec<_>>());
+    let status = app.etcd.holdfast().await.member_status().await;
+    eprintln!("restored {} member(s), new token: {new_token}; cluster id {:x}", members, status[0].as_ref().unwrap().cluster_id);
+
+    let mut arbiter = Arbiter::start(&app.dir.path, "arbiter-after-restore", &app.etcd.endpoints(), &app.pki);
+    let client = arbiter.client(&app.pki, &app.pki.workload("team-a", "team/a")).await;
+    let sealed = arbiter.wait_sealed(&client, true, Duration::from_secs(10)).await;
+    eprintln!("sealed: {}", sealed.sealed_reason);
+
+    // Grants nothing: the refusal is typed, and no hold is written.
+    let holds_before = hold_count(&app.etcd).await;
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    let err = session.acquire(&key(), Duration::ZERO).await.unwrap_err();
+    assert_eq!(err.reason(), Some(ErrorReason::Sealed), "{err}");
+    assert_eq!(hold_count(&app.etcd).await, holds_before);
+    // The seal is durable: a second arbiter started now is sealed too.
+    let mut second = Arbiter::start(&app.dir.path, "arbiter-second", &app.etcd.endpoints(), &app.pki);
+    let c2 = second.client(&app.pki, &app.pki.workload("team-a", "team/a")).await;
+    second.wait_sealed(&c2, true, Duration::from_secs(10)).await;
+    second.stop();
+
+    // The advance (two-person approval comes later; here, the transaction).
+    let record = holdfast_arbiter::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    assert_eq!(record.epoch, 2);
+    arbiter.wait_sealed(&client, false, Duration::from_secs(10)).await;
+    let after = grant_many(&client, 20).await;
+    let max_before = *issued.iter().max().unwrap();
+    for t in &after {
+        assert!(*t > max_before, "a token after the advance is not above every token before the restore");
+        assert_eq!(t >> 48, 2);
+    }
+    arbiter.stop();
+}
+
+#[tokio::test]
+async fn restored_with_a_new_cluster_token_is_sealed_until_epoch_advance() {
+    drill("restore-new-token", 1, true).await;
+}
+
+#[tokio::test]
+async fn restored_with_the_same_token_and_peer_urls_is_sealed_until_epoch_advance() {
+    drill("restore-same-token", 1, false).await;
+}
+
+#[tokio::test]
+async fn three_member_cluster_restored_with_the_same_token_is_sealed() {
+    drill("restore-3-same-token", 3, false).await;
+}
+
+/// The invariant the seal relies on, checked on the etcd under test: a
+/// restart never lowers the log offset; a restore drops it below the floor.
+#[tokio::test]
+async fn restart_keeps_and_restore_drops_the_log_offset() {
+    let dir = TestDir::new("offset");
+    let mut etcd = Etcd::start(&dir.path, 1).await;
+    let record = etcd.init_epoch().await;
+    let mut c = etcd.client().await;
+    for i in 0..50 {
+        c.put(format!("/x/{i}"), "v", None).await.unwrap();
+    }
+    let at_snapshot = positions(&etcd).await[0];
+    let snapshot = dir.path.join("snap.db");
+    etcd.snapshot(&snapshot);
+    for i in 0..50 {
+        c.put(format!("/y/{i}"), "v", None).await.unwrap();
+    }
+    let before_restart = positions(&etcd).await[0];
+    assert!(before_restart.offset() >= at_snapshot.offset());
+
+    // Restart: stop and start the same member on the same data.
+    etcd.members[0].take().unwrap().stop(Duration::from_secs(10));
+    etcd.members[0] = Some(holdfast_devkit::etcd::EtcdProcess::start(&etcd.bin, &etcd.spec, 0, &dir.path.join("restart.log")).unwrap());
+    etcd.wait_ready().await;
+    let after_restart = positions(&etcd).await[0];
+    eprintln!("etcd {}: before restart {before_restart:?} offset {}, after {after_restart:?} offset {}", etcd.bin.version_string(), before_restart.offset(), after_restart.offset());
+    assert!(after_restart.raft_index >= before_restart.raft_index);
+    assert!(after_restart.offset() >= before_restart.offset());
+    assert!(matches!(seal::judge(&[after_restart], record.log_floor, 1), seal::Verdict::Intact { .. }));
+
+    etcd.restore(&snapshot, false).await;
+    let restored = positions(&etcd).await[0];
+    eprintln!("etcd {}: after restore {restored:?} offset {} (floor {})", etcd.bin.version_string(), restored.offset(), record.log_floor);
+    assert_eq!(restored.revision, at_snapshot.revision, "restore keeps the snapshot's revision");
+    assert!(restored.raft_index < at_snapshot.raft_index, "restore rewrites the Raft log");
+    assert!(matches!(seal::judge(&[restored], record.log_floor, 1), seal::Verdict::Rewound { .. }));
+}
+
+/// A running arbiter that never restarts still seals when etcd is restored
+/// under it, and withholds any token it could have issued before.
+#[tokio::test]
+async fn a_running_arbiter_seals_when_etcd_is_restored_under_it() {
+    let mut app = Appliance::start("restore-live", 1).await;
+    let client = app.client("team/a").await;
+    grant_many(&client, 10).await;
+    let snapshot = app.dir.path.join("snap.db");
+    app.etcd.snapshot(&snapshot);
+    let issued = grant_many(&client, 10).await;
+    app.etcd.restore(&snapshot, false).await;
+    let s = app.arbiter.wait_sealed(&client, true, Duration::from_secs(15)).await;
+    eprintln!("sealed: {}", s.sealed_reason);
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    let err = session.acquire(&key(), Duration::ZERO).await.unwrap_err();
+    assert_eq!(err.reason(), Some(ErrorReason::Sealed));
+    holdfast_arbiter::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    app.arbiter.wait_sealed(&client, false, Duration::from_secs(10)).await;
+    let after = grant_many(&client, 5).await;
+    assert!(after.iter().all(|t| t > issued.iter().max().unwrap()));
+}
