@@ -171,3 +171,40 @@ pub fn secret_file_problem(path: &Path) -> Option<String> {
         Ok(_) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses() {
+        let text = include_str!("../../../config/arbiter.toml");
+        let c: ArbiterConfig = toml::from_str(text).expect("config/arbiter.toml parses");
+        assert_eq!(c.etcd.endpoints.len(), 3);
+        assert_eq!(c.seal.check_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn unknown_and_renamed_keys_are_named() {
+        let err = toml::from_str::<ArbiterConfig>(
+            "listen = \"127.0.0.1:1\"\n[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\n[etcd]\nendpoint = [\"http://x:1\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("endpoint"), "{err}");
+        assert!(err.contains("endpoints"), "the message names the expected key: {err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let c: ArbiterConfig = toml::from_str(
+            "[tls]\ncert_file=\"/nonexistent/a\"\nkey_file=\"/nonexistent/b\"\nclient_ca_file=\"/nonexistent/c\"\n[etcd]\nendpoints = [\"x:1\"]\n",
+        )
+        .unwrap();
+        let p = c.problems();
+        assert!(p.iter().any(|m| m.starts_with("tls.cert_file")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with("tls.key_file")), "{p:?}");
+        assert!(p.iter().any(|m| m.starts_with("tls.client_ca_file")), "{p:?}");
+        assert!(p.iter().any(|m| m.contains("needs a scheme")), "{p:?}");
+    }
+}

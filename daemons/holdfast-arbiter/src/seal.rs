@@ -69,6 +69,18 @@ impl Guard {
         }
     }
 
+    /// Installs the verdict of a check. A seal raised by a request handler
+    /// while the check was running is kept: only a new epoch lifts it.
+    fn commit(&self, next: Serve) {
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if let (Serve::Sealed(_), Serve::Serving(c)) = (&*state, &next) {
+            if Some(c.record.epoch) == guard_epoch(self) {
+                return;
+            }
+        }
+        *state = next;
+    }
+
     pub fn etcd_version(&self) -> String {
         self.etcd_version.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -143,7 +155,7 @@ pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPac
             }
         }
     }
-    *guard.state.write().unwrap_or_else(|e| e.into_inner()) = next;
+    guard.commit(next);
     guard.state()
 }
 
