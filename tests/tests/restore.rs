@@ -123,7 +123,7 @@ async fn restart_keeps_and_restore_drops_the_log_offset() {
     etcd.wait_ready().await;
     let after_restart = positions(&etcd).await[0];
     eprintln!("etcd {}: before restart {before_restart:?} offset {}, after {after_restart:?} offset {}", etcd.bin.version_string(), before_restart.offset(), after_restart.offset());
-    assert!(after_restart.raft_index >= before_restart.raft_index);
+    assert!(after_restart.applied_index >= before_restart.applied_index);
     assert!(after_restart.offset() >= before_restart.offset());
     assert!(matches!(seal::judge(&[after_restart], record.log_floor, 1), seal::Verdict::Intact { .. }));
 
@@ -131,7 +131,7 @@ async fn restart_keeps_and_restore_drops_the_log_offset() {
     let restored = positions(&etcd).await[0];
     eprintln!("etcd {}: after restore {restored:?} offset {} (floor {})", etcd.bin.version_string(), restored.offset(), record.log_floor);
     assert_eq!(restored.revision, at_snapshot.revision, "restore keeps the snapshot's revision");
-    assert!(restored.raft_index < at_snapshot.raft_index, "restore rewrites the Raft log");
+    assert!(restored.applied_index < at_snapshot.applied_index, "restore rewrites the Raft log");
     assert!(matches!(seal::judge(&[restored], record.log_floor, 1), seal::Verdict::Rewound { .. }));
 }
 

@@ -72,7 +72,9 @@ impl Session {
     }
 
     /// Acquires `key`, waiting up to `wait` while another session holds it.
+    /// Refused locally once the session is lost.
     pub async fn acquire(&self, key: &LockKey, wait: Duration) -> Result<Hold, Error> {
+        self.ensure_alive()?;
         let req = AcquireRequest {
             session_id: self.id,
             namespace: key.namespace().into(),
@@ -81,7 +83,25 @@ impl Session {
         };
         let resp = self.client.rpc.clone().acquire(req).await?.into_inner();
         let token = Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?;
-        Ok(Hold { client: self.client.clone(), session_id: self.id, key: key.clone(), token })
+        let hold = Hold { client: self.client.clone(), session_id: self.id, key: key.clone(), token };
+        if let Err(e) = self.ensure_alive() {
+            // Lost while the grant was in flight: the hold cannot be trusted.
+            let _ = hold.release().await;
+            return Err(e);
+        }
+        Ok(hold)
+    }
+
+    fn ensure_alive(&self) -> Result<(), Error> {
+        if *self.health.borrow() == Health::Lost || self.remaining_ttl().is_zero() {
+            return Err(Error::Refused {
+                code: tonic::Code::FailedPrecondition,
+                reason: holdfast_proto::ErrorReason::SessionNotFound,
+                field: String::new(),
+                message: "the session is lost (its local deadline passed); open a new session".into(),
+            });
+        }
+        Ok(())
     }
 
     /// Ends the session and every hold on it.

@@ -7,7 +7,7 @@
 //! near zero, while the MVCC revision of the snapshot is kept.
 //!
 //! **The rule.** For a member, let the *log offset* be
-//! `raft_index − revision` (both from the Status RPC). Every committed Raft
+//! `applied_index − revision` (both from the Status RPC). Every committed Raft
 //! entry raises the index by exactly one and the revision by at most one, so
 //! on a cluster that was never rewound the offset never decreases. A restore
 //! drops the index to about the member count and keeps the revision, so the
@@ -34,16 +34,17 @@ pub const SLACK: i64 = 16;
 /// `epoch init` moves a fresh cluster's revision to at least this.
 pub const INIT_MIN_REVISION: i64 = 1024;
 
-/// One member's answer to the Status RPC.
+/// One member's answer to the Status RPC: its applied Raft index and the
+/// MVCC revision of its response header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogPosition {
-    pub raft_index: u64,
+    pub applied_index: u64,
     pub revision: i64,
 }
 
 impl LogPosition {
     pub fn offset(&self) -> i64 {
-        i64::try_from(self.raft_index).unwrap_or(i64::MAX).saturating_sub(self.revision)
+        i64::try_from(self.applied_index).unwrap_or(i64::MAX).saturating_sub(self.revision)
     }
 }
 
@@ -77,8 +78,8 @@ pub fn judge(answers: &[LogPosition], floor: i64, members: usize) -> Verdict {
 mod tests {
     use super::*;
 
-    fn at(raft_index: u64, revision: i64) -> LogPosition {
-        LogPosition { raft_index, revision }
+    fn at(applied_index: u64, revision: i64) -> LogPosition {
+        LogPosition { applied_index, revision }
     }
 
     #[test]

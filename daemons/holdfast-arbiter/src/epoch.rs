@@ -148,6 +148,18 @@ pub async fn advance(etcd: &Etcd, expected: u32) -> Result<EpochRecord, EpochErr
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     let record = EpochRecord { epoch: current.epoch + 1, cluster_id, log_floor: floor };
+    // The session leases outlive their records unless revoked: list them now.
+    let sessions = etcd
+        .client
+        .clone()
+        .get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only()))
+        .await?;
+    let leases: Vec<i64> = sessions
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.key_str().ok()?.strip_prefix(layout::SESSION_PREFIX).and_then(|h| u64::from_str_radix(h, 16).ok()))
+        .map(|l| l as i64)
+        .collect();
     let prefix = || Some(DeleteOptions::new().with_prefix());
     let txn = Txn::new()
         .when([Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)])
@@ -163,6 +175,14 @@ pub async fn advance(etcd: &Etcd, expected: u32) -> Result<EpochRecord, EpochErr
     if !resp.succeeded() {
         return Err(EpochError::Raced);
     }
+    // End every session of the old epoch, so that no holder keeps renewing
+    // (and believing in) a hold the advance deleted. Best effort: a lease
+    // that survives expires on its own TTL, and its record is already gone.
+    let revokes = leases.into_iter().map(|lease| {
+        let mut c = etcd.client.clone();
+        async move { c.lease_revoke(lease).await }
+    });
+    futures::future::join_all(revokes).await;
     Ok(record)
 }
 

@@ -58,7 +58,7 @@ impl Etcd {
                     .map_err(|e| format!("{endpoint}: {e}"))?;
                 let header = status.header().ok_or_else(|| format!("{endpoint}: status without header"))?;
                 Ok(MemberStatus {
-                    position: LogPosition { raft_index: status.raft_index(), revision: header.revision() },
+                    position: LogPosition { applied_index: status.raft_applied_index(), revision: header.revision() },
                     cluster_id: header.cluster_id(),
                     member_id: header.member_id(),
                     leader: status.leader(),

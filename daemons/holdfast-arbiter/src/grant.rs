@@ -133,7 +133,7 @@ async fn wait_for_release(etcd: &Etcd, hold_key: &str, watch_from: i64, deadline
 async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) -> Result<Attempt, Refusal> {
     let current = match guard.state() {
         Serve::Serving(c) => c,
-        Serve::Sealed(reason) => return Err(Refusal::sealed(&reason)),
+        Serve::Sealed { reason, .. } => return Err(Refusal::sealed(&reason)),
         Serve::Unverified(why) => return Err(Refusal::unavailable(&why)),
     };
     let epoch = current.record.epoch;
@@ -144,12 +144,14 @@ async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) ->
             Compare::create_revision(hold_key, CompareOp::Equal, 0),
             Compare::value(layout::EPOCH_KEY, CompareOp::Equal, current.bytes.clone()),
             Compare::value(session_key.as_str(), CompareOp::Equal, session.bytes.clone()),
+            Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
         ])
         .and_then([TxnOp::put(hold_key, layout::encode(&hold), Some(PutOptions::new().with_lease(session.lease)))])
         .or_else([
             TxnOp::get(hold_key, None),
             TxnOp::get(session_key.as_str(), None),
             TxnOp::get(layout::EPOCH_KEY, None),
+            TxnOp::get(layout::SEAL_KEY, None),
         ]);
     let highest_before = guard.highest_before(epoch);
     let resp = etcd.client.clone().txn(txn).await.map_err(|e| {
@@ -159,29 +161,46 @@ async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) ->
     let header = resp.header().ok_or_else(|| Refusal::unavailable("etcd answered without a header"))?;
     let (revision, cluster_id) = (header.revision(), header.cluster_id());
     if cluster_id != current.record.cluster_id {
-        guard.seal(format!(
-            "etcd answered a grant with cluster ID {cluster_id:x}, not {:x} of epoch {epoch}: the cluster was restored or replaced",
-            current.record.cluster_id
-        ));
+        guard.seal(
+            format!(
+                "etcd answered a grant with cluster ID {cluster_id:x}, not {:x} of epoch {epoch}: the cluster was restored or replaced",
+                current.record.cluster_id
+            ),
+            epoch,
+        );
+        if resp.succeeded() {
+            let _ = release_txn(etcd, hold_key, session.lease, revision).await;
+        }
         return Err(Refusal::sealed("the etcd cluster changed identity"));
     }
     if resp.succeeded() {
         if revision <= highest_before {
             // Revisions only grow on a cluster that was never rewound. Withhold
-            // this token: it may equal one already issued.
-            guard.seal(format!(
-                "a grant committed at revision {revision}, not above revision {highest_before} already seen in epoch {epoch}: \
+            // this token: it may equal one already issued. (No numbers in the
+            // reason: they could be token values.)
+            guard.seal(
+                "a grant committed at a revision at or below one already seen in this epoch: \
                  the etcd cluster was rewound (restored from a snapshot)"
-            ));
+                    .into(),
+                epoch,
+            );
             let _ = release_txn(etcd, hold_key, session.lease, revision).await;
             return Err(Refusal::sealed("the etcd cluster was rewound"));
+        }
+        if !guard.still_serving(epoch) {
+            // Sealed, or an etcd error seen elsewhere, while this grant was in
+            // flight: the token does not leave.
+            let _ = release_txn(etcd, hold_key, session.lease, revision).await;
+            return Err(match guard.state() {
+                Serve::Sealed { reason, .. } => Refusal::sealed(&reason),
+                other => Refusal::unavailable(&other.describe()),
+            });
         }
         guard.observe(epoch, revision);
         let token = Token::new(epoch, revision as u64)
             .map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
         return Ok(Attempt::Granted(token));
     }
-    guard.observe(epoch, revision);
     let gets: Vec<Option<etcd_client::KeyValue>> = resp
         .op_responses()
         .into_iter()
@@ -191,13 +210,19 @@ async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) ->
         })
         .collect();
     let (hold_kv, session_kv, epoch_kv) = (gets.first().cloned().flatten(), gets.get(1).cloned().flatten(), gets.get(2).cloned().flatten());
+    if gets.get(3).cloned().flatten().is_some() {
+        // Another arbiter sealed the cluster: re-check now.
+        guard.etcd_failed("/sys/seal appeared");
+        return Err(Refusal::sealed("another arbiter sealed this cluster; see `holdfastctl epoch status`"));
+    }
     if session_kv.as_ref().map(|kv| kv.value()) != Some(session.bytes.as_slice()) {
         return Err(Refusal::session_not_found(session.lease));
     }
     if epoch_kv.as_ref().map(|kv| kv.value()) != Some(current.bytes.as_slice()) {
         guard.etcd_failed("the epoch record changed");
-        return Err(Refusal::sealed("the epoch record changed; retry after the arbiter has re-read it"));
+        return Err(Refusal::unavailable("the epoch record changed; retry after the arbiter has re-read it"));
     }
+    guard.observe(epoch, revision);
     let Some(hold_kv) = hold_kv else {
         // Released between the compare and the read: try again at once.
         return Ok(Attempt::Held { watch_from: revision, same_identity: false });

@@ -22,8 +22,19 @@ pub enum Serve {
     Unverified(String),
     /// Granting in this epoch. The bytes are compared in every grant.
     Serving(Arc<Current>),
-    /// Granting nothing until an epoch init or advance.
-    Sealed(String),
+    /// Granting nothing. `epoch` is the epoch that was sealed (None: no
+    /// epoch exists yet); only a different epoch lifts the seal.
+    Sealed { reason: String, epoch: Option<u32> },
+}
+
+impl Serve {
+    pub fn describe(&self) -> String {
+        match self {
+            Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
+            Serve::Sealed { reason, .. } => format!("sealed: {reason}"),
+            Serve::Unverified(r) => format!("unverified: {r}"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -60,22 +71,16 @@ impl Guard {
         self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn set(&self, next: Serve) {
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-        // A seal is only lifted by a check that finds a new, unsealed epoch.
-        match (&*state, &next) {
-            (Serve::Sealed(_), Serve::Unverified(_)) => {}
-            _ => *state = next,
-        }
-    }
-
-    /// Installs the verdict of a check. A seal raised by a request handler
-    /// while the check was running is kept: only a new epoch lifts it.
+    /// Installs a new state. A seal of epoch E is replaced only by a state
+    /// of another epoch (after an advance or init): never by `Unverified`,
+    /// and never by `Serving` in E, whoever raised it and whenever.
     fn commit(&self, next: Serve) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-        if let (Serve::Sealed(_), Serve::Serving(c)) = (&*state, &next) {
-            if Some(c.record.epoch) == guard_epoch(self) {
-                return;
+        if let Serve::Sealed { epoch: Some(sealed), .. } = &*state {
+            match &next {
+                Serve::Unverified(_) => return,
+                Serve::Serving(c) if c.record.epoch == *sealed => return,
+                _ => {}
             }
         }
         *state = next;
@@ -89,7 +94,8 @@ impl Guard {
         self.checked_once.load(Ordering::Acquire)
     }
 
-    /// An etcd call failed: stop granting until the loop has checked again.
+    /// An etcd call failed: stop granting until the loop has checked again
+    /// (a reconnect may reach a restored cluster).
     pub fn etcd_failed(&self, why: &str) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         if let Serve::Serving(_) = &*state {
@@ -100,11 +106,17 @@ impl Guard {
         self.recheck.notify_one();
     }
 
-    /// Seals in memory now; the loop makes it durable.
-    pub fn seal(&self, reason: String) {
+    /// Seals `epoch` now; the check loop makes it durable in `/sys/seal`.
+    pub fn seal(&self, reason: String, epoch: u32) {
         tracing::error!(reason = %reason, "sealed: granting nothing until the epoch is advanced");
-        *self.state.write().unwrap_or_else(|e| e.into_inner()) = Serve::Sealed(reason);
+        self.commit(Serve::Sealed { reason, epoch: Some(epoch) });
         self.recheck.notify_one();
+    }
+
+    /// True while the arbiter still serves `epoch`: checked after a grant
+    /// commits, before its token leaves.
+    pub fn still_serving(&self, epoch: u32) -> bool {
+        matches!(&*self.state.read().unwrap_or_else(|e| e.into_inner()), Serve::Serving(c) if c.record.epoch == epoch)
     }
 
     /// The highest revision observed in `epoch` so far; read before a write.
@@ -113,12 +125,13 @@ impl Guard {
         if h.0 == epoch { h.1 } else { 0 }
     }
 
-    /// Records a revision seen in a response of `epoch`.
+    /// Records a revision seen in a response of `epoch`. Observations of an
+    /// older epoch than the newest seen are ignored.
     pub fn observe(&self, epoch: u32, revision: i64) {
         let mut h = self.highest.lock().unwrap_or_else(|e| e.into_inner());
-        if h.0 != epoch {
+        if epoch > h.0 {
             *h = (epoch, revision);
-        } else if revision > h.1 {
+        } else if epoch == h.0 && revision > h.1 {
             h.1 = revision;
         }
     }
@@ -131,8 +144,7 @@ pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPac
     let sys = match epoch::read_sys(etcd).await {
         Ok(sys) => sys,
         Err(e) => {
-            let why = format!("etcd did not answer the epoch read: {e}");
-            guard.set(Serve::Unverified(why));
+            guard.commit(Serve::Unverified(format!("etcd did not answer the epoch read: {e}")));
             return guard.state();
         }
     };
@@ -140,58 +152,56 @@ pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPac
     if let Some(m) = members.first() {
         *guard.etcd_version.write().unwrap_or_else(|e| e.into_inner()) = m.version.clone();
     }
-    let next = judge(etcd, guard, &sys, &members).await;
-    if let Serve::Serving(current) = &next {
-        guard.observe(current.record.epoch, sys.revision);
-        for m in &members {
-            guard.observe(current.record.epoch, m.position.revision);
+    let next = judge(etcd, &sys, &members);
+    guard.commit(next);
+    let state = guard.state();
+    match &state {
+        Serve::Serving(current) => {
+            guard.observe(current.record.epoch, sys.revision);
+            for m in &members {
+                guard.observe(current.record.epoch, m.position.revision);
+            }
+            watermark.maybe_raise(etcd, current, &sys, &members).await;
         }
-        watermark.maybe_raise(etcd, current, &sys, &members).await;
-    }
-    if let Serve::Sealed(reason) = &next {
-        if sys.seal.is_none() && sys.epoch.is_some() {
+        Serve::Sealed { reason, epoch: Some(_) } if sys.seal.is_none() && sys.epoch.is_some() => {
+            // Durable, so that every arbiter, and this one after a restart,
+            // stays sealed until the advance.
             if let Err(e) = epoch::write_seal(etcd, reason).await {
                 tracing::warn!(error = %e, "could not write /sys/seal; sealed in memory only");
             }
         }
+        _ => {}
     }
-    guard.commit(next);
-    guard.state()
+    state
 }
 
-async fn judge(etcd: &Etcd, guard: &Guard, sys: &SysState, members: &[crate::etcd::MemberStatus]) -> Serve {
+/// The verdict of one check, before the rules of [`Guard::commit`].
+fn judge(etcd: &Etcd, sys: &SysState, members: &[crate::etcd::MemberStatus]) -> Serve {
     let Some((record, bytes)) = &sys.epoch else {
-        return Serve::Sealed("the epoch is not initialised; run `holdfastctl epoch init` against this etcd cluster".into());
+        return Serve::Sealed {
+            reason: "the epoch is not initialised; run `holdfastctl epoch init` against this etcd cluster".into(),
+            epoch: None,
+        };
     };
+    let sealed = |reason: String| Serve::Sealed { reason, epoch: Some(record.epoch) };
     if let Some(seal) = &sys.seal {
-        return Serve::Sealed(format!(
-            "sealed in etcd: {}; an epoch advance (two approvers) is needed before granting again",
-            seal.reason
-        ));
-    }
-    if let Serve::Sealed(reason) = guard.state() {
-        // Sealed in memory by this process (e.g. a write landed below a
-        // revision already seen) but not yet durable: stay sealed.
-        if sys.epoch.as_ref().map(|(r, _)| r.epoch) == guard_epoch(guard) {
-            return Serve::Sealed(reason);
-        }
+        return sealed(seal.reason.clone());
     }
     if sys.cluster_id != record.cluster_id {
-        return Serve::Sealed(format!(
+        return sealed(format!(
             "etcd cluster ID {:x} differs from {:x} recorded for epoch {}: the cluster was restored or replaced",
             sys.cluster_id, record.cluster_id, record.epoch
         ));
     }
     if let Some(m) = members.iter().find(|m| m.cluster_id != record.cluster_id) {
-        return Serve::Sealed(format!(
+        return sealed(format!(
             "member {} reports cluster ID {:x}, not {:x} recorded for epoch {}: the cluster was restored or replaced",
             m.endpoint, m.cluster_id, record.cluster_id, record.epoch
         ));
     }
     let floor = record.log_floor.max(sys.watermark.0.as_ref().map(|w| w.log_floor).unwrap_or(i64::MIN));
-    let positions = epoch::positions(members);
-    match seal::judge(&positions, floor, etcd.members.len()) {
-        Verdict::Rewound { highest_offset, floor } => Serve::Sealed(format!(
+    match seal::judge(&epoch::positions(members), floor, etcd.members.len()) {
+        Verdict::Rewound { highest_offset, floor } => sealed(format!(
             "the etcd log was rewound (log offset {highest_offset} is below the floor {floor}): \
              the cluster was restored from a snapshot"
         )),
@@ -200,11 +210,6 @@ async fn judge(etcd: &Etcd, guard: &Guard, sys: &SysState, members: &[crate::etc
         )),
         Verdict::Intact { .. } => Serve::Serving(Arc::new(Current { record: record.clone(), bytes: bytes.clone() })),
     }
-}
-
-fn guard_epoch(guard: &Guard) -> Option<u32> {
-    let h = guard.highest.lock().unwrap_or_else(|e| e.into_inner());
-    (h.0 != 0).then_some(h.0)
 }
 
 /// Raises `/sys/watermark` at most once per interval, and only when the
@@ -243,13 +248,18 @@ impl WatermarkPacer {
 pub async fn run(etcd: Etcd, guard: Arc<Guard>, interval: Duration, watermark_interval: Duration, mut on_round: impl FnMut(&Serve)) {
     let mut pacer = WatermarkPacer::new(watermark_interval);
     let mut last_kind = String::new();
+    // One round never takes longer than this, so the watchdog keeps getting
+    // pinged while etcd is slow or gone.
+    let round_limit = etcd.timeout * 2;
     loop {
-        let state = check_once(&etcd, &guard, &mut pacer).await;
-        let kind = match &state {
-            Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
-            Serve::Sealed(r) => format!("sealed: {r}"),
-            Serve::Unverified(r) => format!("unverified: {r}"),
+        let state = match tokio::time::timeout(round_limit, check_once(&etcd, &guard, &mut pacer)).await {
+            Ok(state) => state,
+            Err(_) => {
+                guard.commit(Serve::Unverified(format!("an etcd check took longer than {round_limit:?}")));
+                guard.state()
+            }
         };
+        let kind = state.describe();
         if kind != last_kind {
             match &state {
                 Serve::Serving(_) => tracing::info!(state = %kind, "serve state changed"),

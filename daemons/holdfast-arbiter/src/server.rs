@@ -58,7 +58,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
                 }
                 let status = match state {
                     Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
-                    Serve::Sealed(_) => "SEALED: granting nothing; see `holdfastctl epoch status`".to_string(),
+                    Serve::Sealed { .. } => "SEALED: granting nothing; see `holdfastctl epoch status`".to_string(),
                     Serve::Unverified(_) => "waiting for etcd".to_string(),
                 };
                 // Every completed round proves the loop runs; a round lasts at
@@ -71,7 +71,8 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         }
     });
 
-    let service = LockService { etcd, guard: guard.clone(), sessions: Default::default(), waiters: Default::default() };
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let service = LockService { etcd, guard: guard.clone(), sessions: Default::default(), waiters: Default::default(), stopping };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = Server::builder()
@@ -90,7 +91,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         r = &mut server => { r??; anyhow::bail!("server stopped before it was ready"); }
     }
     notify(&[NotifyState::Ready, NotifyState::Status("ready")]);
-    tracing::info!(listen = %local, state = ?describe(&guard.state()), "ready");
+    tracing::info!(listen = %local, state = %guard.state().describe(), "ready");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -100,18 +101,11 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     }
     tracing::info!(drain = ?config.drain_timeout, "stopping: draining in-flight calls");
     notify(&[NotifyState::Stopping]);
+    let _ = stopping_tx.send(true);
     let _ = stop_tx.send(());
     match tokio::time::timeout(config.drain_timeout, &mut server).await {
         Ok(r) => r??,
         Err(_) => tracing::warn!("drain timeout passed; exiting with calls still in flight"),
     }
     Ok(())
-}
-
-fn describe(state: &Serve) -> String {
-    match state {
-        Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
-        Serve::Sealed(r) => format!("sealed: {r}"),
-        Serve::Unverified(r) => format!("unverified: {r}"),
-    }
 }

@@ -18,12 +18,36 @@ use tonic::{Request, Response, Status, Streaming};
 /// Longest wait a single Acquire may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
+/// Sessions one keepalive stream may renew.
+pub const MAX_SESSIONS_PER_STREAM: usize = 1024;
+
 #[derive(Clone)]
 pub struct LockService {
     pub etcd: Etcd,
     pub guard: Arc<Guard>,
     pub sessions: Arc<Sessions>,
     pub waiters: Arc<Waiters>,
+    /// Becomes true on SIGTERM: waits and keepalive streams end so the
+    /// drain finishes promptly.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl LockService {
+    /// Any etcd failure pauses granting until the cluster is re-checked: a
+    /// reconnect may have reached a restored cluster.
+    fn seen<T>(&self, r: Result<T, Refusal>) -> Result<T, Refusal> {
+        if let Err(e) = &r {
+            if e.reason == holdfast_proto::ErrorReason::Unavailable {
+                self.guard.etcd_failed(&e.message);
+            }
+        }
+        r
+    }
+
+    async fn until_stopping(&self) {
+        let mut s = self.stopping.clone();
+        let _ = s.wait_for(|v| *v).await;
+    }
 }
 
 /// The caller's SPIFFE ID, from the verified client certificate.
@@ -52,7 +76,7 @@ impl holdfast_proto::Lock for LockService {
         let who = caller(&req)?;
         let requested = Duration::from_millis(req.get_ref().ttl_millis);
         let ttl = ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?;
-        let (lease, granted) = self.sessions.open(&self.etcd, &who, ttl).await?;
+        let (lease, granted) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
         tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
         Ok(Response::new(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 }))
     }
@@ -66,8 +90,14 @@ impl holdfast_proto::Lock for LockService {
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             let mut keepers = std::collections::HashMap::new();
-            while let Some(Ok(msg)) = incoming.next().await {
+            loop {
+                let msg = tokio::select! {
+                    m = incoming.next() => m,
+                    _ = svc.until_stopping() => None,
+                };
+                let Some(Ok(msg)) = msg else { break };
                 let reply = svc.renew(&who, msg.session_id, &mut keepers).await;
+                let reply = svc.seen(reply);
                 if tx.send(reply.map_err(Status::from)).await.is_err() {
                     break;
                 }
@@ -79,8 +109,8 @@ impl holdfast_proto::Lock for LockService {
     async fn close_session(&self, req: Request<CloseSessionRequest>) -> Result<Response<CloseSessionResponse>, Status> {
         let who = caller(&req)?;
         let lease = session_id(req.get_ref().session_id)?;
-        self.sessions.owned(&self.etcd, lease, &who).await?;
-        self.sessions.close(&self.etcd, lease).await?;
+        self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
+        self.seen(self.sessions.close(&self.etcd, lease).await)?;
         Ok(Response::new(CloseSessionResponse {}))
     }
 
@@ -93,9 +123,12 @@ impl holdfast_proto::Lock for LockService {
         if wait > MAX_WAIT {
             return Err(Refusal::invalid("wait_millis", "is over one hour; wait in shorter steps").into());
         }
-        let session = self.sessions.owned(&self.etcd, lease, &who).await?;
+        let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
         let deadline = tokio::time::Instant::now() + wait;
-        let token = grant::acquire(&self.etcd, &self.guard, &self.waiters, &session, &key, deadline).await?;
+        let token = tokio::select! {
+            r = grant::acquire(&self.etcd, &self.guard, &self.waiters, &session, &key, deadline) => self.seen(r)?,
+            _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another").into()),
+        };
         Ok(Response::new(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() }))
     }
 
@@ -105,8 +138,8 @@ impl holdfast_proto::Lock for LockService {
         let key = lock_key(&r.namespace, &r.key)?;
         let lease = session_id(r.session_id)?;
         let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
-        let session = self.sessions.owned(&self.etcd, lease, &who).await?;
-        let released = grant::release(&self.etcd, &self.guard, &session, &key, token).await?;
+        let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
+        let released = self.seen(grant::release(&self.etcd, &self.guard, &session, &key, token).await)?;
         Ok(Response::new(ReleaseResponse { released }))
     }
 
@@ -119,7 +152,7 @@ impl holdfast_proto::Lock for LockService {
             Serve::Serving(c) => c.record.epoch,
             _ => 0,
         };
-        let resp = match grant::inspect(&self.etcd, &key).await? {
+        let resp = match self.seen(grant::inspect(&self.etcd, &key).await)? {
             Some((hold, lease, since)) => InspectResponse {
                 held: true,
                 holder_identity: hold.spiffe_id,
@@ -143,10 +176,9 @@ impl holdfast_proto::Lock for LockService {
                 sealed: false,
                 sealed_reason: String::new(),
                 etcd_version,
-                revision: self.guard.highest_before(c.record.epoch) as u64,
                 serving: true,
             },
-            Serve::Sealed(reason) => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
+            Serve::Sealed { reason, .. } => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
             Serve::Unverified(why) => ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
         };
         Ok(Response::new(resp))
@@ -160,6 +192,9 @@ impl LockService {
     async fn renew(&self, who: &str, id: u64, keepers: &mut Keepers) -> Result<KeepAliveResponse, Refusal> {
         let lease = session_id(id)?;
         if !keepers.contains_key(&lease) {
+            if keepers.len() >= MAX_SESSIONS_PER_STREAM {
+                return Err(Refusal::invalid("session_id", format!("one keepalive stream renews at most {MAX_SESSIONS_PER_STREAM} sessions; open another stream")));
+            }
             self.sessions.owned(&self.etcd, lease, who).await?;
             let pair = self.etcd.client.clone().lease_keep_alive(lease).await.map_err(Refusal::etcd)?;
             keepers.insert(lease, pair);

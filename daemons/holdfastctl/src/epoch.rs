@@ -104,7 +104,7 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
             "{}",
             serde_json::json!({
                 "epoch": s.epoch, "cluster_id": s.cluster_id, "sealed": s.sealed, "serving": s.serving,
-                "sealed_reason": s.sealed_reason, "etcd_version": s.etcd_version, "revision": s.revision,
+                "sealed_reason": s.sealed_reason, "etcd_version": s.etcd_version,
             })
         );
     } else if s.sealed {
@@ -119,7 +119,6 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         println!("epoch        {}", s.epoch);
         println!("cluster id   {}", s.cluster_id);
         println!("etcd         {}", s.etcd_version);
-        println!("revision     {}", s.revision);
     }
     exit::OK
 }
