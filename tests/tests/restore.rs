@@ -141,6 +141,8 @@ async fn restart_keeps_and_restore_drops_the_log_offset() {
 async fn a_running_arbiter_seals_when_etcd_is_restored_under_it() {
     let mut app = Appliance::start("restore-live", 1).await;
     let client = app.client("team/a").await;
+    // A session that lives across the restore: the advance must end it.
+    let survivor = client.open_session(Duration::from_secs(15)).await.unwrap();
     grant_many(&client, 10).await;
     let snapshot = app.dir.path.join("snap.db");
     app.etcd.snapshot(&snapshot);
@@ -155,4 +157,9 @@ async fn a_running_arbiter_seals_when_etcd_is_restored_under_it() {
     app.arbiter.wait_sealed(&client, false, Duration::from_secs(10)).await;
     let after = grant_many(&client, 5).await;
     assert!(after.iter().all(|t| t > issued.iter().max().unwrap()));
+    let mut health = survivor.health();
+    tokio::time::timeout(Duration::from_secs(10), health.wait_for(|h| *h == holdfast_client::Health::Lost))
+        .await
+        .expect("a session of the old epoch is lost after the advance")
+        .unwrap();
 }
