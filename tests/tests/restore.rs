@@ -158,7 +158,7 @@ async fn a_running_arbiter_seals_when_etcd_is_restored_under_it() {
     let after = grant_many(&client, 5).await;
     assert!(after.iter().all(|t| t > issued.iter().max().unwrap()));
     let mut health = survivor.health();
-    tokio::time::timeout(Duration::from_secs(10), health.wait_for(|h| *h == holdfast_client::Health::Lost))
+    tokio::time::timeout(Duration::from_secs(20), health.wait_for(|h| *h == holdfast_client::Health::Lost))
         .await
         .expect("a session of the old epoch is lost after the advance")
         .unwrap();

@@ -185,12 +185,16 @@ async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, p
     let sent_at = Instant::now();
     let answer = tokio::time::timeout(period, async {
         tx.send(KeepAliveRequest { session_id: id }).await.ok()?;
-        incoming.next().await?.ok()
+        incoming.next().await
     })
     .await;
     match answer {
-        Ok(Some(resp)) if resp.ttl_millis > 0 => Round::Acked(sent_at),
-        Ok(Some(_)) => Round::Gone,
+        Ok(Some(Ok(resp))) if resp.ttl_millis > 0 => Round::Acked(sent_at),
+        Ok(Some(Ok(_))) => Round::Gone,
+        // The arbiter knows the session is gone (expired, closed, revoked).
+        Ok(Some(Err(status))) if holdfast_proto::reason_of(&status).map(|r| r.0) == Some(holdfast_proto::ErrorReason::SessionNotFound) => {
+            Round::Gone
+        }
         _ => Round::Failed,
     }
 }

@@ -72,8 +72,18 @@ impl Refusal {
         Self::new(Code::Unavailable, ErrorReason::Unavailable, format!("etcd is not available to this arbiter: {reason}; retry"))
     }
 
+    /// An etcd error. Only failures to reach etcd count as unavailable
+    /// (and pause granting until the cluster is re-checked).
     pub fn etcd(e: etcd_client::Error) -> Self {
-        Self::unavailable(&e.to_string())
+        match &e {
+            etcd_client::Error::LeaseKeepAliveError(m) if m.contains("not found") => {
+                Self::new(Code::NotFound, ErrorReason::SessionNotFound, "the session's lease no longer exists; open a new session")
+            }
+            etcd_client::Error::GRpcStatus(s) if s.code() == Code::NotFound => {
+                Self::new(Code::NotFound, ErrorReason::SessionNotFound, "the session's lease no longer exists; open a new session")
+            }
+            _ => Self::unavailable(&e.to_string()),
+        }
     }
 }
 

@@ -196,8 +196,18 @@ impl LockService {
                 return Err(Refusal::invalid("session_id", format!("one keepalive stream renews at most {MAX_SESSIONS_PER_STREAM} sessions; open another stream")));
             }
             self.sessions.owned(&self.etcd, lease, who).await?;
-            let pair = self.etcd.client.clone().lease_keep_alive(lease).await.map_err(Refusal::etcd)?;
-            keepers.insert(lease, pair);
+            // Creating the keeper renews once; a lease that is gone reports
+            // "lease not found", which is an answer, not an etcd failure.
+            match self.etcd.client.clone().lease_keep_alive(lease).await {
+                Ok(pair) => {
+                    keepers.insert(lease, pair);
+                }
+                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
+                    self.sessions.forget(lease);
+                    return Ok(KeepAliveResponse { session_id: id, ttl_millis: 0 });
+                }
+                Err(e) => return Err(Refusal::etcd(e)),
+            }
         }
         let outcome = async {
             let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;

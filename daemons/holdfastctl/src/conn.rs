@@ -7,16 +7,16 @@ use std::path::PathBuf;
 #[derive(clap::Args, Clone)]
 pub struct ConnArgs {
     /// Arbiter address, host:port.
-    #[arg(long, id = "conn_endpoint", global = true, env = "HOLDFAST_ENDPOINT")]
+    #[arg(long, id = "conn_endpoint", value_name = "HOST:PORT", global = true, env = "HOLDFAST_ENDPOINT")]
     pub endpoint: Option<String>,
     /// CA bundle that signed the arbiter's certificate.
-    #[arg(long, id = "conn_ca", global = true, env = "HOLDFAST_CA")]
+    #[arg(long, id = "conn_ca", value_name = "FILE", global = true, env = "HOLDFAST_CA")]
     pub ca: Option<PathBuf>,
     /// Your client certificate (an X.509 SVID with a spiffe:// URI SAN).
-    #[arg(long, id = "conn_cert", global = true, env = "HOLDFAST_CERT")]
+    #[arg(long, id = "conn_cert", value_name = "FILE", global = true, env = "HOLDFAST_CERT")]
     pub cert: Option<PathBuf>,
     /// The key of --cert.
-    #[arg(long, id = "conn_key", global = true, env = "HOLDFAST_KEY")]
+    #[arg(long, id = "conn_key", value_name = "FILE", global = true, env = "HOLDFAST_KEY")]
     pub key: Option<PathBuf>,
 }
 
