@@ -80,6 +80,7 @@ impl Session {
             namespace: key.namespace().into(),
             key: key.key().into(),
             wait_millis: wait.as_millis() as u64,
+            durable: false,
         };
         let resp = self.client.rpc.clone().acquire(req).await?.into_inner();
         let token = Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?;
@@ -189,7 +190,9 @@ async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, p
     })
     .await;
     match answer {
-        Ok(Some(Ok(resp))) if resp.ttl_millis > 0 => Round::Acked(sent_at),
+        Ok(Some(Ok(resp))) if resp.ttl_millis > 0 && resp.confirmed => Round::Acked(sent_at),
+        // Renewed by a leader whose term was not confirmed: does not count.
+        Ok(Some(Ok(resp))) if resp.ttl_millis > 0 => Round::Failed,
         Ok(Some(Ok(_))) => Round::Gone,
         // The arbiter knows the session is gone (expired, closed, revoked).
         Ok(Some(Err(status))) if holdfast_proto::reason_of(&status).map(|r| r.0) == Some(holdfast_proto::ErrorReason::SessionNotFound) => {

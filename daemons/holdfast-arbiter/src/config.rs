@@ -24,6 +24,9 @@ pub struct ArbiterConfig {
     /// Restore detection.
     #[serde(default)]
     pub seal: SealConfig,
+    /// How waiters learn that a key was released.
+    #[serde(default)]
+    pub waiters: WaitersConfig,
     /// How long to let in-flight calls finish after SIGTERM.
     #[serde(default = "default_drain", with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -71,6 +74,25 @@ pub struct SealConfig {
     /// How often the arbiter raises the log-offset watermark.
     #[serde(default = "default_watermark_interval", with = "humantime_serde")]
     pub watermark_interval: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitersConfig {
+    /// Watch a held key for its release (a hint; every grant is still a full
+    /// transaction). Off: waiters only poll, once a second.
+    #[serde(default = "default_true")]
+    pub watch: bool,
+}
+
+impl Default for WaitersConfig {
+    fn default() -> Self {
+        WaitersConfig { watch: true }
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for SealConfig {

@@ -14,123 +14,34 @@
 //!
 //! **Release** = one transaction guarded by the hold's create revision and
 //! lease, so a stale or retried release never deletes a newer hold.
+//!
+//! Waiting for a held key is in [`crate::waiting`].
 
 use crate::etcd::Etcd;
 use crate::seal::{Guard, Serve};
 use crate::session::Owned;
 use crate::Refusal;
-use etcd_client::{Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
-use rand::Rng;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How often a waiter retries even without a watch event.
-const POLL: Duration = Duration::from_secs(1);
+/// Grant transactions this arbiter has sent (a diagnostic: one release
+/// should cause one attempt).
+pub static GRANT_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 
-/// Why a single grant attempt did not grant.
-enum Attempt {
+/// The outcome of one grant transaction that did not fail.
+pub enum Attempt {
     Granted(Token),
-    /// Held by another session; the revision to watch from, and whether
-    /// that session belongs to the same identity (a leak, if it persists).
-    Held { watch_from: i64, same_identity: bool },
+    /// Held by another session: the revision to watch from, and the holder's
+    /// identity (a hold of the caller's own identity under another session
+    /// is a leak, if it persists).
+    Held { watch_from: i64, holder: Option<String> },
 }
 
-#[derive(Default)]
-pub struct Waiters {
-    by_key: Mutex<HashMap<String, u32>>,
-}
-
-impl Waiters {
-    pub fn count(&self, hold_key: &str) -> u32 {
-        self.by_key.lock().unwrap_or_else(|e| e.into_inner()).get(hold_key).copied().unwrap_or(0)
-    }
-
-    fn enter(&self, hold_key: &str) -> WaiterGuard<'_> {
-        *self.by_key.lock().unwrap_or_else(|e| e.into_inner()).entry(hold_key.to_string()).or_default() += 1;
-        WaiterGuard { waiters: self, key: hold_key.to_string() }
-    }
-}
-
-struct WaiterGuard<'a> {
-    waiters: &'a Waiters,
-    key: String,
-}
-
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
-        let mut map = self.waiters.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = map.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// Grants `key` to the session, waiting until `deadline` while another
-/// session holds it. Every attempt is the full grant transaction; watch
-/// events only wake the waiter.
-pub async fn acquire(
-    etcd: &Etcd,
-    guard: &Guard,
-    waiters: &Waiters,
-    session: &Owned,
-    key: &LockKey,
-    deadline: Instant,
-) -> Result<Token, Refusal> {
-    let hold_key = layout::hold_key(key);
-    let mut waiting = None;
-    loop {
-        let watch_from = match attempt(etcd, guard, session, &hold_key).await? {
-            Attempt::Granted(token) => return Ok(token),
-            Attempt::Held { same_identity, .. } if Instant::now() >= deadline => {
-                // A hold of the same identity under another session is named
-                // as a leak, not as contention, when the wait ends.
-                return Err(if same_identity { Refusal::leak(key) } else { Refusal::contention(key) });
-            }
-            Attempt::Held { watch_from, .. } => watch_from,
-        };
-        if waiting.is_none() {
-            waiting = Some(waiters.enter(&hold_key));
-        }
-        wait_for_release(etcd, &hold_key, watch_from, deadline).await;
-    }
-}
-
-/// Waits until a delete of the key is seen, a poll interval passes, or the
-/// deadline: whichever comes first. Errors are swallowed: the next attempt
-/// is the authority.
-async fn wait_for_release(etcd: &Etcd, hold_key: &str, watch_from: i64, deadline: Instant) {
-    let jitter = Duration::from_millis(rand::rng().random_range(0..200));
-    let poll_at = (Instant::now() + POLL + jitter).min(deadline);
-    let watch = async {
-        let opts = WatchOptions::new().with_start_revision(watch_from);
-        let Ok(mut stream) = etcd.client.clone().watch(hold_key, Some(opts)).await else {
-            return std::future::pending().await;
-        };
-        loop {
-            match stream.message().await {
-                Ok(Some(resp)) => {
-                    if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                        return;
-                    }
-                }
-                _ => return std::future::pending().await,
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::time::sleep_until(poll_at) => {}
-        _ = watch => {}
-    }
-}
-
-async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) -> Result<Attempt, Refusal> {
+/// One grant transaction. With `waiter_key` (durable fairness) the
+/// transaction also requires that waiter record and deletes it.
+pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str, waiter_key: Option<&str>) -> Result<Attempt, Refusal> {
     let current = match guard.state() {
         Serve::Serving(c) => c,
         Serve::Sealed { reason, .. } => return Err(Refusal::sealed(&reason)),
@@ -139,14 +50,21 @@ async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) ->
     let epoch = current.record.epoch;
     let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch };
     let session_key = layout::session_key(session.lease);
+    let mut compares = vec![
+        Compare::create_revision(hold_key, CompareOp::Equal, 0),
+        Compare::value(layout::EPOCH_KEY, CompareOp::Equal, current.bytes.clone()),
+        Compare::value(session_key.as_str(), CompareOp::Equal, session.bytes.clone()),
+        Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
+    ];
+    let mut then = vec![TxnOp::put(hold_key, layout::encode(&hold), Some(PutOptions::new().with_lease(session.lease)))];
+    if let Some(w) = waiter_key {
+        compares.push(Compare::version(w, CompareOp::Greater, 0));
+        then.push(TxnOp::delete(w, None));
+    }
+    GRANT_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
     let txn = Txn::new()
-        .when([
-            Compare::create_revision(hold_key, CompareOp::Equal, 0),
-            Compare::value(layout::EPOCH_KEY, CompareOp::Equal, current.bytes.clone()),
-            Compare::value(session_key.as_str(), CompareOp::Equal, session.bytes.clone()),
-            Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
-        ])
-        .and_then([TxnOp::put(hold_key, layout::encode(&hold), Some(PutOptions::new().with_lease(session.lease)))])
+        .when(compares)
+        .and_then(then)
         .or_else([
             TxnOp::get(hold_key, None),
             TxnOp::get(session_key.as_str(), None),
@@ -224,8 +142,9 @@ async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) ->
     }
     guard.observe(epoch, revision);
     let Some(hold_kv) = hold_kv else {
-        // Released between the compare and the read: try again at once.
-        return Ok(Attempt::Held { watch_from: revision, same_identity: false });
+        // Free, yet the compare failed: a durable waiter record is missing
+        // (expired) or the key was released in between. Try again at once.
+        return Ok(Attempt::Held { watch_from: revision, holder: None });
     };
     let holder: Option<HoldRecord> = layout::decode(hold_key, hold_kv.value()).ok();
     if hold_kv.lease() == session.lease {
@@ -238,8 +157,7 @@ async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str) ->
             }
         }
     }
-    let same_identity = holder.as_ref().is_some_and(|h| h.spiffe_id == session.record.spiffe_id && h.session != session.lease);
-    Ok(Attempt::Held { watch_from: revision + 1, same_identity })
+    Ok(Attempt::Held { watch_from: revision + 1, holder: holder.map(|h| h.spiffe_id) })
 }
 
 /// Releases the hold named by `token`. Returns whether a hold was deleted.

@@ -1,6 +1,7 @@
 //! holdfast-arbiter: the only component that writes grants to etcd.
 //!
-//! - [`grant`]: the grant and release transactions, token minting, waiting.
+//! - [`grant`]: the grant and release transactions, token minting.
+//! - [`waiting`]: waiting for a held key: in-memory FIFO queues, durable waiters.
 //! - [`session`]: sessions (an etcd lease and its owner record).
 //! - [`seal`]: whether the arbiter may grant; restore detection loop.
 //! - [`epoch`]: the epoch record, `epoch init` and the advance transaction.
@@ -8,6 +9,7 @@
 //! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
 
 pub mod config;
+pub mod confirm;
 pub mod epoch;
 pub mod etcd;
 pub mod grant;
@@ -16,6 +18,7 @@ pub mod seal;
 pub mod server;
 pub mod service;
 pub mod session;
+pub mod waiting;
 
 use holdfast_model::LockKey;
 use holdfast_proto::ErrorReason;

@@ -3,7 +3,8 @@
 //! naming the field, and writes nothing.
 
 use crate::etcd::Etcd;
-use crate::grant::{self, Waiters};
+use crate::grant;
+use crate::waiting::Waiters;
 use crate::seal::{Guard, Serve};
 use crate::session::Sessions;
 use crate::{identity, Refusal};
@@ -30,6 +31,8 @@ pub struct LockService {
     /// Becomes true on SIGTERM: waits and keepalive streams end so the
     /// drain finishes promptly.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Confirms the leader term of keepalive acknowledgements.
+    pub confirmer: crate::confirm::Confirmer,
 }
 
 impl LockService {
@@ -125,8 +128,15 @@ impl holdfast_proto::Lock for LockService {
         }
         let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
         let deadline = tokio::time::Instant::now() + wait;
+        let wait = async {
+            if r.durable {
+                crate::waiting::acquire_durable(&self.etcd, &self.guard, &session, &key, deadline).await
+            } else {
+                self.waiters.acquire(&self.etcd, &self.guard, &session, &key, deadline).await
+            }
+        };
         let token = tokio::select! {
-            r = grant::acquire(&self.etcd, &self.guard, &self.waiters, &session, &key, deadline) => self.seen(r)?,
+            r = wait => self.seen(r)?,
             _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another").into()),
         };
         Ok(Response::new(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() }))
@@ -177,6 +187,7 @@ impl holdfast_proto::Lock for LockService {
                 sealed_reason: String::new(),
                 etcd_version,
                 serving: true,
+                grant_attempts: grant::GRANT_ATTEMPTS.load(std::sync::atomic::Ordering::Relaxed),
             },
             Serve::Sealed { reason, .. } => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
             Serve::Unverified(why) => ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
@@ -204,28 +215,34 @@ impl LockService {
                 }
                 Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
                     self.sessions.forget(lease);
-                    return Ok(KeepAliveResponse { session_id: id, ttl_millis: 0 });
+                    return Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false });
                 }
                 Err(e) => return Err(Refusal::etcd(e)),
             }
         }
         let outcome = async {
             let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;
+            let sent_at = tokio::time::Instant::now();
             keeper.keep_alive().await.map_err(Refusal::etcd)?;
             let resp = tokio::time::timeout(self.etcd.timeout, stream.message())
                 .await
                 .map_err(|_| Refusal::unavailable("keepalive not acknowledged in time"))?
                 .map_err(Refusal::etcd)?
                 .ok_or_else(|| Refusal::unavailable("etcd closed the keepalive stream"))?;
-            Ok::<i64, Refusal>(resp.ttl())
+            let acked_term = resp.header().map(|h| h.raft_term());
+            let confirmed = resp.ttl() > 0 && acked_term.is_some() && self.confirmer.term_after(sent_at).await == acked_term;
+            if resp.ttl() > 0 && !confirmed {
+                tracing::warn!(session = format!("{lease:x}"), "keepalive acknowledged in a Raft term a quorum read did not confirm; not counted");
+            }
+            Ok::<(i64, bool), Refusal>((resp.ttl(), confirmed))
         }
         .await;
         match outcome {
-            Ok(ttl) if ttl > 0 => Ok(KeepAliveResponse { session_id: id, ttl_millis: ttl as u64 * 1000 }),
+            Ok((ttl, confirmed)) if ttl > 0 => Ok(KeepAliveResponse { session_id: id, ttl_millis: ttl as u64 * 1000, confirmed }),
             Ok(_) => {
                 keepers.remove(&lease);
                 self.sessions.forget(lease);
-                Ok(KeepAliveResponse { session_id: id, ttl_millis: 0 })
+                Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false })
             }
             Err(e) => {
                 keepers.remove(&lease);

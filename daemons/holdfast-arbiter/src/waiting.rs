@@ -1,0 +1,312 @@
+//! Waiting for a held key (design decisions "Is the wait queue durable
+//! state?" and "What may a release notification cause?").
+//!
+//! **Best-effort fairness (default).** Waiters for a key queue in this
+//! arbiter's memory in arrival order; clients send every acquire of a key to
+//! the same arbiter (rendezvous hashing), so they meet here. Only the head of
+//! the queue tries to grant. It watches the key from the revision its last
+//! attempt saw; a delete event is only a hint that makes it send the full
+//! grant transaction. Without events it polls every second (with jitter) by
+//! *reading* the key and sends a transaction only when the key is free. When
+//! the head is granted, the next waiter becomes head and starts watching from
+//! the new grant's revision: one release causes one grant transaction. The
+//! order survives an etcd leader change and is lost when the arbiter
+//! restarts (waiters then retry).
+//!
+//! **Durable fairness** (per acquire until classes exist): the waiter is
+//! recorded at `/q/<ns>/<key>/<lease>` on its own session lease; the grant
+//! goes to the lowest create revision, checked and consumed inside the grant
+//! transaction. The order survives an arbiter restart.
+
+use crate::etcd::Etcd;
+use crate::grant::{self, Attempt};
+use crate::seal::Guard;
+use crate::session::Owned;
+use crate::Refusal;
+use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions};
+use holdfast_model::{layout, LockKey, Token};
+use rand::Rng;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How often a waiter looks at the key even without a watch event.
+pub const POLL: Duration = Duration::from_secs(1);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The in-memory queues, one per key with waiters.
+pub struct Waiters {
+    queues: Mutex<HashMap<String, Arc<KeyQueue>>>,
+    next_id: AtomicU64,
+    /// Watch the key while waiting (off: poll only).
+    watch: bool,
+}
+
+#[derive(Default)]
+struct KeyQueue {
+    order: Mutex<VecDeque<u64>>,
+    changed: Notify,
+    /// Where the next head starts watching from, and the last holder seen.
+    state: Mutex<(i64, Option<String>)>,
+}
+
+impl Default for Waiters {
+    fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+/// A place in a key's queue; leaving it (drop) wakes the next waiter.
+struct Ticket<'a> {
+    waiters: &'a Waiters,
+    key: String,
+    queue: Arc<KeyQueue>,
+    id: u64,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut map = lock(&self.waiters.queues);
+        let mut order = lock(&self.queue.order);
+        order.retain(|i| *i != self.id);
+        if order.is_empty() {
+            map.remove(&self.key);
+        }
+        drop(order);
+        self.queue.changed.notify_waiters();
+    }
+}
+
+enum Hint {
+    /// A delete (or a compaction cancel): try now.
+    Event,
+    /// The poll interval passed without an event.
+    Poll,
+    Deadline,
+}
+
+impl Waiters {
+    pub fn new(watch: bool) -> Self {
+        Waiters { queues: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1), watch }
+    }
+
+    /// Waiters queued here for a key.
+    pub fn count(&self, hold_key: &str) -> u32 {
+        lock(&self.queues).get(hold_key).map(|q| lock(&q.order).len() as u32).unwrap_or(0)
+    }
+
+    fn has_queue(&self, hold_key: &str) -> bool {
+        lock(&self.queues).contains_key(hold_key)
+    }
+
+    fn enter(&self, hold_key: &str, watch_from: i64, holder: Option<String>) -> Ticket<'_> {
+        let mut map = lock(&self.queues);
+        let queue = map.entry(hold_key.to_string()).or_default().clone();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut order = lock(&queue.order);
+        if order.is_empty() {
+            *lock(&queue.state) = (watch_from, holder);
+        }
+        order.push_back(id);
+        drop(order);
+        Ticket { waiters: self, key: hold_key.to_string(), queue, id }
+    }
+
+    /// Grants `key` to the session, waiting in arrival order until
+    /// `deadline` while another session holds it.
+    pub async fn acquire(&self, etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, deadline: Instant) -> Result<Token, Refusal> {
+        let hold_key = layout::hold_key(key);
+        let refusal = |holder: &Option<String>| {
+            // A hold of the same identity under another session is named as
+            // a leak, not as contention, when the wait ends.
+            if holder.as_deref() == Some(session.record.spiffe_id.as_str()) { Refusal::leak(key) } else { Refusal::contention(key) }
+        };
+        // Nobody queued here: try at once.
+        let (watch_from, holder) = if self.has_queue(&hold_key) {
+            (0, None)
+        } else {
+            match grant::attempt(etcd, guard, session, &hold_key, None).await? {
+                Attempt::Granted(token) => return Ok(token),
+                Attempt::Held { watch_from, holder } => (watch_from, holder),
+            }
+        };
+        if Instant::now() >= deadline {
+            return Err(refusal(&holder));
+        }
+        let ticket = self.enter(&hold_key, watch_from, holder);
+        // Wait to be the head.
+        loop {
+            let notified = ticket.queue.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&ticket.queue.order).front() == Some(&ticket.id) {
+                break;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(refusal(&lock(&ticket.queue.state).1)),
+            }
+        }
+        // The head: wait for a release, then send the grant transaction.
+        let (mut watch_from, mut holder) = lock(&ticket.queue.state).clone();
+        loop {
+            match self.wait_for_release(etcd, &hold_key, watch_from, deadline).await {
+                Hint::Deadline => return Err(refusal(&holder)),
+                Hint::Poll => match key_revision_if_held(etcd, &hold_key).await {
+                    Some(rev) => {
+                        watch_from = rev + 1;
+                        continue;
+                    }
+                    None => {}
+                },
+                Hint::Event => {}
+            }
+            match grant::attempt(etcd, guard, session, &hold_key, None).await {
+                Ok(Attempt::Granted(token)) => {
+                    // The next head watches from this grant.
+                    *lock(&ticket.queue.state) = (token.revision() as i64 + 1, Some(session.record.spiffe_id.clone()));
+                    return Ok(token);
+                }
+                Ok(Attempt::Held { watch_from: w, holder: h }) => {
+                    watch_from = w;
+                    holder = h;
+                    *lock(&ticket.queue.state) = (watch_from, holder.clone());
+                }
+                Err(e) => {
+                    *lock(&ticket.queue.state) = (watch_from, holder.clone());
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Waits for a delete of the key after `watch_from`, the poll interval,
+    /// or the deadline. With `watch_from` 0 (unknown), polls at once.
+    async fn wait_for_release(&self, etcd: &Etcd, key: &str, watch_from: i64, deadline: Instant) -> Hint {
+        if watch_from <= 0 {
+            return Hint::Poll;
+        }
+        let jitter = Duration::from_millis(rand::rng().random_range(0..200));
+        let poll_at = (Instant::now() + POLL + jitter).min(deadline);
+        let watch = async {
+            if !self.watch {
+                return std::future::pending().await;
+            }
+            watch_delete(etcd, key, watch_from, false).await
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(poll_at) => if Instant::now() >= deadline { Hint::Deadline } else { Hint::Poll },
+            _ = watch => Hint::Event,
+        }
+    }
+}
+
+/// Resolves when a delete under `key` (a prefix if `prefix`) is seen from
+/// `from`, or the watch is cancelled (compaction): both mean "look now".
+/// Never resolves if the watch cannot be opened; the caller polls.
+async fn watch_delete(etcd: &Etcd, key: &str, from: i64, prefix: bool) {
+    let mut opts = WatchOptions::new().with_start_revision(from);
+    if prefix {
+        opts = opts.with_prefix();
+    }
+    let Ok(mut stream) = etcd.client.clone().watch(key, Some(opts)).await else {
+        return std::future::pending().await;
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(resp)) => {
+                if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    return;
+                }
+            }
+            _ => return std::future::pending().await,
+        }
+    }
+}
+
+/// The revision to watch from if the key is held, None if it is free (or
+/// the read failed: then the grant transaction decides).
+async fn key_revision_if_held(etcd: &Etcd, key: &str) -> Option<i64> {
+    let resp = etcd.client.clone().get(key, Some(GetOptions::new().with_count_only())).await.ok()?;
+    (resp.count() > 0).then(|| resp.header().map(|h| h.revision()).unwrap_or(0))
+}
+
+/// `/q/<ns>/<key>/<lease as 16 hex digits>`
+fn waiter_key(hold_key: &str, lease: i64) -> String {
+    format!("{}{}/{:016x}", layout::WAITER_PREFIX, &hold_key[layout::HOLD_PREFIX.len()..], lease as u64)
+}
+
+/// Durable fairness: see the module docs.
+pub async fn acquire_durable(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, deadline: Instant) -> Result<Token, Refusal> {
+    let hold_key = layout::hold_key(key);
+    let me = waiter_key(&hold_key, session.lease);
+    let prefix = format!("{}{}/", layout::WAITER_PREFIX, &hold_key[layout::HOLD_PREFIX.len()..]);
+    // Record the waiter once; a retry after an arbiter restart keeps its place.
+    let txn = Txn::new()
+        .when([Compare::create_revision(me.as_str(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(me.as_str(), layout::encode(&session.record.spiffe_id), Some(PutOptions::new().with_lease(session.lease)))]);
+    etcd.client.clone().txn(txn).await.map_err(Refusal::etcd)?;
+    let mut holder = None;
+    let outcome = loop {
+        // Who is first? Only waiter records of exactly this key count (a
+        // longer key can share the prefix).
+        let opts = GetOptions::new().with_prefix().with_keys_only().with_sort(SortTarget::Create, SortOrder::Ascend);
+        let resp = match etcd.client.clone().get(prefix.as_str(), Some(opts)).await {
+            Ok(r) => r,
+            Err(e) => break Err(Refusal::etcd(e)),
+        };
+        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        let first = resp.kvs().iter().filter_map(|kv| kv.key_str().ok()).find(|k| {
+            let rest = &k[prefix.len()..];
+            rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+        if first == Some(me.as_str()) {
+            match grant::attempt(etcd, guard, session, &hold_key, Some(&me)).await {
+                Ok(Attempt::Granted(token)) => break Ok(token),
+                Ok(Attempt::Held { watch_from, holder: h }) => {
+                    holder = h;
+                    if Instant::now() >= deadline {
+                        break Err(contention_or_leak(key, session, &holder));
+                    }
+                    wait_any(etcd, &hold_key, &prefix, watch_from, deadline).await;
+                }
+                Err(e) => break Err(e),
+            }
+        } else {
+            if first.is_none() {
+                // Our record is gone (the session expired): nothing to wait for.
+                break Err(Refusal::session_not_found(session.lease));
+            }
+            if Instant::now() >= deadline {
+                break Err(contention_or_leak(key, session, &holder));
+            }
+            wait_any(etcd, &hold_key, &prefix, revision + 1, deadline).await;
+        }
+    };
+    if outcome.is_err() {
+        // Leave the queue (best effort; the lease removes it anyway).
+        let _ = etcd.client.clone().delete(me.as_str(), None).await;
+    }
+    outcome
+}
+
+fn contention_or_leak(key: &LockKey, session: &Owned, holder: &Option<String>) -> Refusal {
+    if holder.as_deref() == Some(session.record.spiffe_id.as_str()) { Refusal::leak(key) } else { Refusal::contention(key) }
+}
+
+/// Waits for a delete of the hold or of any waiter record, a poll interval,
+/// or the deadline.
+async fn wait_any(etcd: &Etcd, hold_key: &str, prefix: &str, from: i64, deadline: Instant) {
+    let jitter = Duration::from_millis(rand::rng().random_range(0..200));
+    tokio::select! {
+        _ = tokio::time::sleep_until((Instant::now() + POLL + jitter).min(deadline)) => {}
+        _ = watch_delete(etcd, hold_key, from, false) => {}
+        _ = watch_delete(etcd, prefix, from, true) => {}
+    }
+}
