@@ -238,6 +238,11 @@ pub struct Arbiter {
 impl Arbiter {
     /// Writes a config and starts the binary; does not wait for READY.
     pub fn spawn(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki) -> Self {
+        Self::spawn_with(dir, name, etcd_endpoints, pki, "")
+    }
+
+    /// Like [`Arbiter::spawn`], with extra TOML appended to the config.
+    pub fn spawn_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str) -> Self {
         let port = free_port();
         let config = dir.join(format!("{name}.toml"));
         let endpoints = etcd_endpoints.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(", ");
@@ -251,6 +256,11 @@ impl Arbiter {
             ),
         )
         .expect("write arbiter config");
+        if !extra.is_empty() {
+            let mut text = std::fs::read_to_string(&config).expect("config");
+            text.push_str(extra);
+            std::fs::write(&config, text).expect("write arbiter config");
+        }
         let log = dir.join(format!("{name}.log"));
         let notify = NotifySocket::bind(&dir.join(format!("{name}.notify"))).expect("notify socket");
         let out = std::fs::File::create(&log).expect("log file");
@@ -270,9 +280,18 @@ impl Arbiter {
 
     /// Starts the arbiter and waits for READY=1.
     pub fn start(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki) -> Self {
-        let mut a = Self::spawn(dir, name, etcd_endpoints, pki);
+        Self::start_with(dir, name, etcd_endpoints, pki, "")
+    }
+
+    pub fn start_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str) -> Self {
+        let mut a = Self::spawn_with(dir, name, etcd_endpoints, pki, extra);
         a.wait_ready(Duration::from_secs(30)).expect("arbiter READY=1");
         a
+    }
+
+    /// Grant transactions this arbiter has sent.
+    pub async fn grant_attempts(&self, client: &Client) -> u64 {
+        client.server_status().await.expect("status").grant_attempts
     }
 
     pub fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
@@ -354,6 +373,21 @@ impl Appliance {
         let name = path.replace('/', "-");
         let cert = self.pki.workload(&name, path);
         self.arbiter.client(&self.pki, &cert).await
+    }
+
+    /// A Locker for identity `path` over the given arbiters.
+    pub fn locker(&self, path: &str, arbiters: &[&Arbiter], on_fence: impl Fn(holdfast_client::Fenced) + Send + Sync + 'static) -> holdfast_client::Locker {
+        let cert = self.pki.workload(&path.replace('/', "-"), path);
+        holdfast_client::Locker::new(
+            holdfast_client::LockerConfig {
+                endpoints: arbiters.iter().map(|a| a.endpoint()).collect(),
+                ca: self.pki.ca.ca_path(),
+                cert: cert.cert,
+                key: cert.key,
+            },
+            on_fence,
+        )
+        .expect("locker")
     }
 
     /// Environment for running holdfastctl against this appliance as `path`.

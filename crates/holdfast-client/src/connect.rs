@@ -45,7 +45,21 @@ fn read(what: &str, path: &PathBuf) -> Result<Vec<u8>, Error> {
 }
 
 impl Client {
+    /// Connects now; fails if the arbiter cannot be reached.
     pub async fn connect(cfg: &ClientConfig) -> Result<Self, Error> {
+        let endpoint = Self::endpoint(cfg)?;
+        let url = endpoint.uri().to_string();
+        let channel = endpoint.connect().await.map_err(|e| Error::Connect { endpoint: url, message: error_chain(&e) })?;
+        Ok(Client { rpc: LockClient::new(channel) })
+    }
+
+    /// Connects on first use and reconnects as needed: calls fail with
+    /// `Unavailable` while the arbiter is down.
+    pub fn connect_lazy(cfg: &ClientConfig) -> Result<Self, Error> {
+        Ok(Client { rpc: LockClient::new(Self::endpoint(cfg)?.connect_lazy()) })
+    }
+
+    fn endpoint(cfg: &ClientConfig) -> Result<Endpoint, Error> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let url = if cfg.endpoint.contains("://") { cfg.endpoint.clone() } else { format!("https://{}", cfg.endpoint) };
         let host = url.split("://").nth(1).and_then(|rest| rest.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']']).to_string()));
@@ -64,15 +78,21 @@ impl Client {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
-        let channel = endpoint.connect().await.map_err(connect_err)?;
-        Ok(Client { rpc: LockClient::new(channel) })
+        Ok(endpoint)
     }
 
     /// Opens a session with the given TTL (zero: the 15 s default).
     pub async fn open_session(&self, ttl: Duration) -> Result<Session, Error> {
+        self.open_session_with(ttl, Vec::new()).await
+    }
+
+    /// Opens a session here whose keepalives fail over to `others`.
+    pub(crate) async fn open_session_with(&self, ttl: Duration, others: Vec<Client>) -> Result<Session, Error> {
         let opened_at = tokio::time::Instant::now();
         let resp = self.rpc.clone().open_session(OpenSessionRequest { ttl_millis: ttl.as_millis() as u64 }).await?.into_inner();
-        Ok(Session::start(self.clone(), resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at))
+        let mut clients = vec![self.clone()];
+        clients.extend(others);
+        Ok(Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at))
     }
 
     pub async fn inspect(&self, key: &LockKey) -> Result<InspectResponse, Error> {

@@ -15,15 +15,19 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A [`Session`] renews itself in the background and reports its [`Health`].
-//! Batched sessions per TTL, re-entrancy, drain-then-fence callbacks and
-//! key-affine arbiter choice build on these types.
+//! Workloads normally use a [`Locker`]: one session per TTL shared by every
+//! hold, re-entrant holds, drain-then-fence with a required `on_fence`
+//! callback, and key-affine arbiter choice with failover. [`Client`] and
+//! [`Session`] are the lower-level pieces it is built from.
 
+pub mod affinity;
 mod connect;
 mod error;
+mod locker;
 mod session;
 
 pub use connect::{Client, ClientConfig};
 pub use error::Error;
 pub use holdfast_proto::ErrorReason;
-pub use session::{Health, Hold, Session};
+pub use locker::{AcquireOptions, Fenced, LockGuard, Locker, LockerConfig};
+pub use session::{Health, Hold, Session, FENCE_MARGIN};

@@ -30,6 +30,7 @@ struct Clock {
 
 /// A session: one lease on the server, renewed in the background.
 pub struct Session {
+    /// The arbiter the session was opened on (closing goes there first).
     client: Client,
     id: u64,
     ttl: Duration,
@@ -41,10 +42,12 @@ pub struct Session {
 impl Session {
     /// `opened_at` is when the open call was sent: the lease cannot have
     /// started earlier, so the first deadline counts from there.
-    pub(crate) fn start(client: Client, id: u64, ttl: Duration, opened_at: Instant) -> Self {
+    /// Keepalives go to `clients[0]` and fail over to the others in turn.
+    pub(crate) fn start(clients: Vec<Client>, id: u64, ttl: Duration, opened_at: Instant) -> Self {
         let (tx, rx) = watch::channel(Health::Healthy);
         let clock = Arc::new(Mutex::new(Clock { deadline: opened_at + ttl.saturating_sub(FENCE_MARGIN) }));
-        let task = tokio::spawn(keepalive_loop(client.clone(), id, ttl, tx, clock.clone()));
+        let client = clients[0].clone();
+        let task = tokio::spawn(keepalive_loop(clients, id, ttl, tx, clock.clone()));
         Session { client, id, ttl, health: rx, clock, task }
     }
 
@@ -74,17 +77,24 @@ impl Session {
     /// Acquires `key`, waiting up to `wait` while another session holds it.
     /// Refused locally once the session is lost.
     pub async fn acquire(&self, key: &LockKey, wait: Duration) -> Result<Hold, Error> {
+        self.acquire_on(&self.client, key, wait, false).await
+    }
+
+    /// Acquires through a chosen arbiter (any arbiter serves any session).
+    /// `durable`: record the wait in etcd so its order survives an arbiter
+    /// restart.
+    pub async fn acquire_on(&self, client: &Client, key: &LockKey, wait: Duration, durable: bool) -> Result<Hold, Error> {
         self.ensure_alive()?;
         let req = AcquireRequest {
             session_id: self.id,
             namespace: key.namespace().into(),
             key: key.key().into(),
             wait_millis: wait.as_millis() as u64,
-            durable: false,
+            durable,
         };
-        let resp = self.client.rpc.clone().acquire(req).await?.into_inner();
+        let resp = client.rpc.clone().acquire(req).await?.into_inner();
         let token = Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?;
-        let hold = Hold { client: self.client.clone(), session_id: self.id, key: key.clone(), token };
+        let hold = Hold { client: client.clone(), session_id: self.id, key: key.clone(), token };
         if let Err(e) = self.ensure_alive() {
             // Lost while the grant was in flight: the hold cannot be trusted.
             let _ = hold.release().await;
@@ -207,14 +217,15 @@ async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, p
 /// the server cannot have extended the lease before that keepalive was sent,
 /// so the deadline always falls before the server's expiry. When it passes,
 /// the session is [`Health::Lost`] at once, whatever call is in flight.
-async fn keepalive_loop(client: Client, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>) {
+async fn keepalive_loop(clients: Vec<Client>, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>) {
     let period = (ttl / 3).max(Duration::from_millis(500));
     let mut stream = None;
+    let mut current = 0;
     loop {
         let deadline = clock.lock().unwrap_or_else(|e| e.into_inner()).deadline;
         let outcome = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => Round::Gone,
-            r = round(&client, id, &mut stream, period) => r,
+            r = round(&clients[current], id, &mut stream, period) => r,
         };
         match outcome {
             Round::Acked(sent_at) => {
@@ -227,7 +238,9 @@ async fn keepalive_loop(client: Client, id: u64, ttl: Duration, health: watch::S
                 return;
             }
             Round::Failed => {
+                // Try the next arbiter: any arbiter renews any session.
                 stream = None;
+                current = (current + 1) % clients.len();
                 let _ = health.send_if_modified(degrade);
                 tokio::time::sleep_until((Instant::now() + Duration::from_millis(250)).min(deadline)).await;
             }

@@ -1,0 +1,282 @@
+//! The `Locker`: what a workload uses.
+//!
+//! - **One session per TTL** (design decision "How is renewal traffic kept
+//!   from dominating the write path?"): every hold of a TTL is attached to
+//!   the same session, so one keepalive stream renews them all and losing the
+//!   session ends them all in one committed entry. A hold never has a lease
+//!   of its own.
+//! - **Drain, then fence** ("What does a holder do when it cannot renew…"):
+//!   at the first failed keepalive [`LockGuard::can_start`] turns false; at
+//!   the local deadline (see [`crate::session`]) the `on_fence` callback,
+//!   required at construction, receives every key the session held.
+//! - **Re-entrancy** ("Where is the re-entrant hold count kept?"): nested
+//!   acquisitions of a key in one session are counted here; only the
+//!   outermost acquire and the final release reach the arbiter.
+//! - **Key affinity**: each key goes to the arbiter ranked first for it by
+//!   rendezvous hashing ([`crate::affinity`]), the next one if it is down.
+
+use crate::affinity::ranked;
+use crate::session::{Health, Session};
+use crate::{Client, ClientConfig, Error, ErrorReason};
+use holdfast_model::{LockKey, Token};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the arbiters are, and this workload's mTLS material.
+#[derive(Debug, Clone)]
+pub struct LockerConfig {
+    /// Every arbiter, `host:port`. The order does not matter: all clients
+    /// with the same set route each key to the same arbiter.
+    pub endpoints: Vec<String>,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Handed to `on_fence` when a session's local deadline passes: every key
+/// it held must be treated as lost. Stop acting on them now.
+#[derive(Debug, Clone)]
+pub struct Fenced {
+    pub ttl: Duration,
+    pub session_id: u64,
+    pub keys: Vec<LockKey>,
+}
+
+/// How to acquire.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireOptions {
+    /// Session TTL (5 s..300 s). Holds of one TTL share one session.
+    pub ttl: Duration,
+    /// How long to wait while another session holds the key (0: try once).
+    pub wait: Duration,
+    /// Record the wait in etcd so its order survives an arbiter restart.
+    pub durable: bool,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions { ttl: holdfast_model::ttl::DEFAULT_TTL, wait: Duration::ZERO, durable: false }
+    }
+}
+
+type FenceFn = dyn Fn(Fenced) + Send + Sync;
+
+struct Entry {
+    token: Token,
+    count: u32,
+    via: usize,
+}
+
+struct Slot {
+    session: Session,
+    holds: Mutex<HashMap<LockKey, Entry>>,
+    key_locks: Mutex<HashMap<LockKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Slot {
+    fn key_lock(&self, key: &LockKey) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.key_locks).entry(key.clone()).or_default().clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Inner {
+    endpoints: Vec<String>,
+    clients: Vec<Client>,
+    slots: tokio::sync::Mutex<HashMap<Duration, Arc<Slot>>>,
+    on_fence: Arc<FenceFn>,
+}
+
+/// Takes locks for one workload identity. Cheap to clone.
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<Inner>,
+}
+
+/// A held lock. Call [`LockGuard::release`]; dropping a guard keeps the
+/// hold until its session ends.
+pub struct LockGuard {
+    slot: Arc<Slot>,
+    inner: Arc<Inner>,
+    key: LockKey,
+    token: Token,
+}
+
+fn unavailable(e: &Error) -> bool {
+    e.reason() == Some(ErrorReason::Unavailable)
+}
+
+impl Locker {
+    /// `on_fence` is required: it is how the library tells you to stop.
+    pub fn new(config: LockerConfig, on_fence: impl Fn(Fenced) + Send + Sync + 'static) -> Result<Self, Error> {
+        if config.endpoints.is_empty() {
+            return Err(Error::Config("no arbiter endpoints configured".into()));
+        }
+        let clients = config
+            .endpoints
+            .iter()
+            .map(|e| {
+                Client::connect_lazy(&ClientConfig { endpoint: e.clone(), ca: config.ca.clone(), cert: config.cert.clone(), key: config.key.clone() })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Locker {
+            inner: Arc::new(Inner {
+                endpoints: config.endpoints,
+                clients,
+                slots: Default::default(),
+                on_fence: Arc::new(on_fence),
+            }),
+        })
+    }
+
+    /// Which endpoint (index into the configured list) serves `key` first.
+    pub fn home_of(&self, key: &LockKey) -> usize {
+        ranked(&key.to_string(), &self.inner.endpoints)[0]
+    }
+
+    /// The session used for holds of this TTL, opening it if needed.
+    async fn slot(&self, ttl: Duration) -> Result<Arc<Slot>, Error> {
+        let mut slots = self.inner.slots.lock().await;
+        if let Some(s) = slots.get(&ttl) {
+            if *s.session.health().borrow() != Health::Lost {
+                return Ok(s.clone());
+            }
+        }
+        // Sessions are spread by TTL over the arbiters, with failover.
+        let order = ranked(&format!("session/{}", ttl.as_millis()), &self.inner.endpoints);
+        let mut last = None;
+        for (n, i) in order.iter().enumerate() {
+            let others: Vec<Client> = order.iter().skip(n + 1).chain(order.iter().take(n)).map(|j| self.inner.clients[*j].clone()).collect();
+            match self.inner.clients[*i].open_session_with(ttl, others).await {
+                Ok(session) => {
+                    let slot = Arc::new(Slot { session, holds: Default::default(), key_locks: Default::default() });
+                    slots.insert(ttl, slot.clone());
+                    tokio::spawn(fence_when_lost(self.inner.clone(), ttl, slot.clone()));
+                    return Ok(slot);
+                }
+                Err(e) if unavailable(&e) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Config("no arbiter endpoints".into())))
+    }
+
+    /// Acquires `key`. A key already held through this locker's session of
+    /// the same TTL is re-entered: its count goes up, nothing is sent.
+    pub async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<LockGuard, Error> {
+        let slot = self.slot(opts.ttl).await?;
+        let key_lock = slot.key_lock(key);
+        let _serial = key_lock.lock().await;
+        if let Some(e) = lock(&slot.holds).get_mut(key) {
+            e.count += 1;
+            return Ok(LockGuard { slot: slot.clone(), inner: self.inner.clone(), key: key.clone(), token: e.token });
+        }
+        let mut last = None;
+        for i in ranked(&key.to_string(), &self.inner.endpoints) {
+            match slot.session.acquire_on(&self.inner.clients[i], key, opts.wait, opts.durable).await {
+                Ok(hold) => {
+                    let token = hold.token();
+                    lock(&slot.holds).insert(key.clone(), Entry { token, count: 1, via: i });
+                    return Ok(LockGuard { slot: slot.clone(), inner: self.inner.clone(), key: key.clone(), token });
+                }
+                Err(e) if unavailable(&e) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Config("no arbiter endpoints".into())))
+    }
+}
+
+/// Watches a session; when it is lost, drops it and tells the application.
+async fn fence_when_lost(inner: Arc<Inner>, ttl: Duration, slot: Arc<Slot>) {
+    let mut health = slot.session.health();
+    let _ = health.wait_for(|h| *h == Health::Lost).await;
+    {
+        let mut slots = inner.slots.lock().await;
+        if slots.get(&ttl).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+            slots.remove(&ttl);
+        }
+    }
+    let keys: Vec<LockKey> = lock(&slot.holds).drain().map(|(k, _)| k).collect();
+    if !keys.is_empty() {
+        (inner.on_fence)(Fenced { ttl, session_id: slot.session.id(), keys });
+    }
+}
+
+impl LockGuard {
+    /// The fencing token: pass it to the resource with every write.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// False from the first failed keepalive until keepalives recover:
+    /// finish the unit of work in hand, start no new one.
+    pub fn can_start(&self) -> bool {
+        self.slot.session.can_start()
+    }
+
+    /// Time left until the local deadline, when the hold must be treated as
+    /// lost. Do not start a unit of work that cannot finish in this time.
+    pub fn remaining_ttl(&self) -> Duration {
+        self.slot.session.remaining_ttl()
+    }
+
+    pub fn session_id(&self) -> u64 {
+        self.slot.session.id()
+    }
+
+    /// Ends one level of nesting; the last one releases the hold. Returns
+    /// whether a hold was deleted at the arbiter (false while still nested,
+    /// or if it was already gone).
+    pub async fn release(self) -> Result<bool, Error> {
+        let key_lock = self.slot.key_lock(&self.key);
+        let _serial = key_lock.lock().await;
+        let via = {
+            let mut holds = lock(&self.slot.holds);
+            match holds.get_mut(&self.key) {
+                Some(e) if e.token == self.token && e.count > 1 => {
+                    e.count -= 1;
+                    return Ok(false);
+                }
+                Some(e) if e.token == self.token => {
+                    let via = e.via;
+                    holds.remove(&self.key);
+                    via
+                }
+                // Fenced or replaced meanwhile: nothing of ours to release.
+                _ => return Ok(false),
+            }
+        };
+        let req = holdfast_proto::v1::ReleaseRequest {
+            session_id: self.slot.session.id(),
+            namespace: self.key.namespace().into(),
+            key: self.key.key().into(),
+            token: self.token.expose(),
+        };
+        let n = self.inner.clients.len();
+        let mut last = None;
+        for step in 0..n {
+            let client = &self.inner.clients[(via + step) % n];
+            match client.rpc.clone().release(req.clone()).await {
+                Ok(r) => return Ok(r.into_inner().released),
+                Err(s) => {
+                    let e = Error::from(s);
+                    if !unavailable(&e) {
+                        return Err(e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Config("no arbiter endpoints".into())))
+    }
+}

@@ -1,0 +1,325 @@
+//! Client semantics against real etcd: batched sessions, drain-then-fence,
+//! re-entrancy, fair waiting, key affinity.
+
+use holdfast_client::{AcquireOptions, ErrorReason, Fenced};
+use holdfast_model::{layout, LockKey};
+use holdfast_tests::*;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn key(s: &str) -> LockKey {
+    LockKey::parse(s).unwrap()
+}
+
+fn no_fence() -> impl Fn(Fenced) + Send + Sync + 'static {
+    |f: Fenced| panic!("unexpected fence of {} keys", f.keys.len())
+}
+
+fn opts(ttl: u64, wait_ms: u64) -> AcquireOptions {
+    AcquireOptions { ttl: Duration::from_secs(ttl), wait: Duration::from_millis(wait_ms), durable: false }
+}
+
+async fn lease_count(etcd: &Etcd) -> usize {
+    etcd.client().await.leases().await.unwrap().leases().len()
+}
+
+#[tokio::test]
+async fn holds_of_one_ttl_share_one_session_and_one_lease() {
+    let app = Appliance::start("batched", 1).await;
+    let locker = app.locker("svc/batch", &[&app.arbiter], no_fence());
+    let leases_before = lease_count(&app.etcd).await;
+    let mut guards = Vec::new();
+    for i in 0..500 {
+        guards.push(locker.acquire(&key(&format!("batch/k{i}")), opts(15, 0)).await.unwrap());
+    }
+    assert_eq!(lease_count(&app.etcd).await, leases_before + 1, "500 holds of one TTL use one etcd lease");
+    let holds = app.etcd.client().await.get(layout::HOLD_PREFIX, Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    assert_eq!(holds.kvs().len(), 500);
+    let lease = holds.kvs()[0].lease();
+    assert!(holds.kvs().iter().all(|kv| kv.lease() == lease), "every hold is attached to the session's lease");
+    // A second TTL is a second session.
+    let other = locker.acquire(&key("batch/other-ttl"), opts(30, 0)).await.unwrap();
+    assert_eq!(lease_count(&app.etcd).await, leases_before + 2);
+    assert_ne!(other.session_id(), guards[0].session_id());
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn reentrant_acquire_costs_one_grant_and_one_release() {
+    let app = Appliance::start("reentrant", 1).await;
+    let locker = app.locker("svc/re", &[&app.arbiter], no_fence());
+    let k = key("re/entrant");
+    let r0 = app.etcd.revision().await;
+    let a = locker.acquire(&k, opts(15, 0)).await.unwrap();
+    let b = locker.acquire(&k, opts(15, 0)).await.unwrap();
+    let c = locker.acquire(&k, opts(15, 0)).await.unwrap();
+    assert_eq!(a.token(), b.token());
+    assert_eq!(b.token(), c.token());
+    let r1 = app.etcd.revision().await;
+    // The session record and lease grant add one revision, the grant one.
+    assert_eq!(r1 - r0, 2, "three nested acquires cost one grant transaction");
+    assert!(!c.release().await.unwrap());
+    assert!(!b.release().await.unwrap());
+    assert_eq!(app.etcd.revision().await, r1, "inner releases reach nothing");
+    // The same identity through a second session: a leak, not contention.
+    let second = app.locker("svc/re", &[&app.arbiter], no_fence());
+    let err = match second.acquire(&k, opts(15, 0)).await {
+        Err(e) => e,
+        Ok(_) => panic!("a second session of the same identity got a held key"),
+    };
+    assert_eq!(err.reason(), Some(ErrorReason::Leak), "{err}");
+    let other = app.locker("svc/other", &[&app.arbiter], no_fence());
+    let err = match other.acquire(&k, opts(15, 0)).await {
+        Err(e) => e,
+        Ok(_) => panic!("another identity got a held key"),
+    };
+    assert_eq!(err.reason(), Some(ErrorReason::Contention), "{err}");
+    let r2 = app.etcd.revision().await;
+    assert!(a.release().await.unwrap());
+    assert_eq!(app.etcd.revision().await, r2 + 1, "the outermost release is one transaction");
+}
+
+#[tokio::test]
+async fn drain_then_fence_before_etcd_expires_the_lease() {
+    let app = Appliance::start("fence", 1).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Fenced)>();
+    let locker = app.locker("svc/fence", &[&app.arbiter], move |f| {
+        let _ = tx.send((Instant::now(), f));
+    });
+    let k = key("fence/job");
+    let guard = locker.acquire(&k, opts(6, 0)).await.unwrap();
+    assert!(guard.can_start());
+    let etcd = app.etcd.client().await;
+    let pid = app.arbiter.pid().unwrap();
+
+    // 1. A short freeze: can_start drops at the first failed keepalive and
+    //    comes back when keepalives recover; no fence.
+    sigstop(pid);
+    let frozen = Instant::now();
+    while guard.can_start() {
+        assert!(frozen.elapsed() < Duration::from_secs(4), "can_start stayed true through failed keepalives");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dropped_after = frozen.elapsed();
+    sigcont(pid);
+    let end = Instant::now() + Duration::from_secs(5);
+    while !guard.can_start() {
+        assert!(Instant::now() < end, "can_start did not recover after keepalives resumed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(rx.try_recv().is_err(), "no fence on a recovered blip");
+    eprintln!("can_start dropped {dropped_after:?} after the freeze and recovered");
+
+    // 2. A long freeze: on_fence fires while etcd still holds the lease.
+    sigstop(pid);
+    let frozen = Instant::now();
+    let (at, fenced) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("on_fence fired").unwrap();
+    // Read etcd directly, at once: the lease and the hold must still exist.
+    let ttl = etcd.clone().lease_time_to_live(guard.session_id() as i64, None).await.unwrap().ttl();
+    let hold = etcd.clone().get(layout::hold_key(&k), None).await.unwrap();
+    sigcont(pid);
+    eprintln!("on_fence after {:?}; etcd lease TTL then: {ttl}s", at - frozen);
+    assert_eq!(fenced.keys, vec![k.clone()]);
+    assert!(ttl >= 0, "the lease had already expired in etcd when on_fence fired");
+    assert_eq!(hold.kvs().len(), 1, "the hold had already expired in etcd when on_fence fired");
+    assert!(!guard.can_start());
+    assert_eq!(guard.remaining_ttl(), Duration::ZERO);
+}
+
+#[tokio::test]
+async fn waiters_are_granted_in_arrival_order_with_one_grant_per_release() {
+    let app = Appliance::start("fifo", 1).await;
+    let k = key("hot/key");
+    let status = app.client("svc/observer").await;
+    let holder = app.client("svc/holder").await;
+    let hs = holder.open_session(Duration::from_secs(30)).await.unwrap();
+    let first = hs.acquire(&k, Duration::ZERO).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let client = app.client(&format!("svc/w{i}")).await;
+        let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+        let order = order.clone();
+        let wk = k.clone();
+        tasks.push(tokio::spawn(async move {
+            let hold = session.acquire(&wk, Duration::from_secs(60)).await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            hold.release().await.unwrap();
+        }));
+        // Arrival order: wait until this waiter is queued.
+        let end = Instant::now() + Duration::from_secs(5);
+        while status.inspect(&k).await.unwrap().waiters < i + 1 {
+            assert!(Instant::now() < end, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let attempts_before = app.arbiter.grant_attempts(&status).await;
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let attempts = app.arbiter.grant_attempts(&status).await - attempts_before;
+    assert_eq!(*order.lock().unwrap(), (0..20).collect::<Vec<_>>(), "granted in arrival order");
+    assert_eq!(attempts, 20, "20 releases with a waiter caused {attempts} grant transactions");
+}
+
+#[tokio::test]
+async fn without_watch_events_a_waiter_is_granted_within_about_a_second() {
+    let dir = TestDir::new("poll");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, "[waiters]\nwatch = false\n");
+    let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
+    let k = key("poll/key");
+    let sa = a.open_session(Duration::from_secs(15)).await.unwrap();
+    let sb = b.open_session(Duration::from_secs(15)).await.unwrap();
+    let hold = sa.acquire(&k, Duration::ZERO).await.unwrap();
+    let k2 = k.clone();
+    let waiter = tokio::spawn(async move { sb.acquire(&k2, Duration::from_secs(20)).await.map(|h| (Instant::now(), h.token())) });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let released = Instant::now();
+    hold.release().await.unwrap();
+    let (granted, _) = waiter.await.unwrap().unwrap();
+    let took = granted - released;
+    eprintln!("granted {took:?} after the release, by polling");
+    assert!(took < Duration::from_millis(1600), "polling took {took:?}");
+}
+
+#[tokio::test]
+async fn durable_waiting_order_survives_an_arbiter_restart() {
+    let dir = TestDir::new("durable");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let mut first_arbiter = Arbiter::start(&dir.path, "arbiter-1", &etcd.endpoints(), &pki);
+    let k = key("durable/key");
+    let holder = first_arbiter.client(&pki, &pki.workload("h", "svc/h")).await;
+    let hs = holder.open_session(Duration::from_secs(60)).await.unwrap();
+    let hold = hs.acquire(&k, Duration::ZERO).await.unwrap();
+    // Three durable waiters queue, in order, through the first arbiter.
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        let c = first_arbiter.client(&pki, &pki.workload(&format!("w{i}"), &format!("svc/w{i}"))).await;
+        let s = c.open_session(Duration::from_secs(60)).await.unwrap();
+        let s = Arc::new(s);
+        let task = {
+            let (s, c, k) = (s.clone(), c.clone(), k.clone());
+            tokio::spawn(async move { s.acquire_on(&c, &k, Duration::from_secs(60), true).await })
+        };
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let q = etcd.client().await.get(layout::WAITER_PREFIX, Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+            if q.count() as usize == i + 1 {
+                break;
+            }
+            assert!(Instant::now() < end, "waiter {i} not recorded");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        sessions.push((i, s, task));
+    }
+    // The arbiter dies; its in-memory state is gone. The waiters' calls fail.
+    sigkill(first_arbiter.pid().unwrap());
+    first_arbiter.stop();
+    for (_, _, task) in sessions.iter_mut() {
+        let r = task.await.unwrap();
+        assert!(r.is_err());
+    }
+    // A new arbiter; the waiters retry in REVERSE order, and still are
+    // granted in their original order.
+    let second = Arbiter::start(&dir.path, "arbiter-2", &etcd.endpoints(), &pki);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, s, _) in sessions.into_iter().rev() {
+        let c = second.client(&pki, &pki.workload(&format!("w{i}"), &format!("svc/w{i}"))).await;
+        let (order, k) = (order.clone(), k.clone());
+        tasks.push(tokio::spawn(async move {
+            let h = s.acquire_on(&c, &k, Duration::from_secs(60), true).await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            h.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let holder2 = second.client(&pki, &pki.workload("h", "svc/h")).await;
+    let req = holdfast_proto::v1::ReleaseRequest {
+        session_id: hs.id(),
+        namespace: "durable".into(),
+        key: "key".into(),
+        token: hold.token().expose(),
+    };
+    assert!(holder2.rpc().release(req).await.unwrap().into_inner().released);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2], "durable order survived the restart");
+}
+
+#[tokio::test]
+async fn keys_spread_over_three_arbiters_and_killing_one_moves_only_its_keys() {
+    let dir = TestDir::new("affinity");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let mut arbiters: Vec<Arbiter> = (0..3).map(|i| Arbiter::start(&dir.path, &format!("arbiter-{i}"), &etcd.endpoints(), &pki)).collect();
+    let watcher = pki.workload("obs", "svc/obs");
+    let mut observers = Vec::new();
+    for a in &arbiters {
+        observers.push(a.client(&pki, &watcher).await);
+    }
+    let cert = pki.workload("svc", "svc/spread");
+    let locker = holdfast_client::Locker::new(
+        holdfast_client::LockerConfig {
+            endpoints: arbiters.iter().map(|a| a.endpoint()).collect(),
+            ca: pki.ca.ca_path(),
+            cert: cert.cert,
+            key: cert.key,
+        },
+        |_| {},
+    )
+    .unwrap();
+    let keys: Vec<LockKey> = (0..90).map(|i| key(&format!("spread/k{i}"))).collect();
+    let endpoints: Vec<String> = arbiters.iter().map(|a| a.endpoint()).collect();
+    let home: Vec<usize> = keys.iter().map(|k| holdfast_client::affinity::ranked(&k.to_string(), &endpoints)[0]).collect();
+    let second: Vec<usize> = keys.iter().map(|k| holdfast_client::affinity::ranked(&k.to_string(), &endpoints)[1]).collect();
+    let mut expected = [0u64; 3];
+    for h in &home {
+        expected[*h] += 1;
+    }
+    assert!(expected.iter().all(|n| *n >= 15), "keys spread over all three: {expected:?}");
+
+    async fn attempts(obs: &[holdfast_client::Client], alive: &[bool]) -> Vec<u64> {
+        let mut v = Vec::new();
+        for (o, up) in obs.iter().zip(alive) {
+            v.push(if *up { o.server_status().await.unwrap().grant_attempts } else { 0 });
+        }
+        v
+    }
+    let before = attempts(&observers, &[true; 3]).await;
+    for k in &keys {
+        locker.acquire(k, opts(15, 0)).await.unwrap().release().await.unwrap();
+    }
+    let after = attempts(&observers, &[true; 3]).await;
+    let got: Vec<u64> = (0..3).map(|i| after[i] - before[i]).collect();
+    assert_eq!(got, expected.to_vec(), "each key went to its rendezvous home");
+
+    // Kill arbiter 1: only its keys move, each to its second choice.
+    arbiters[1].stop();
+    let alive = [true, false, true];
+    let before = attempts(&observers, &alive).await;
+    for k in &keys {
+        locker.acquire(k, opts(15, 0)).await.unwrap().release().await.unwrap();
+    }
+    let after = attempts(&observers, &alive).await;
+    let mut expected_after = [0u64; 3];
+    for (h, s) in home.iter().zip(&second) {
+        expected_after[if *h == 1 { *s } else { *h }] += 1;
+    }
+    for i in [0, 2] {
+        assert_eq!(after[i] - before[i], expected_after[i], "arbiter {i}: only the dead arbiter's keys moved");
+    }
+}
