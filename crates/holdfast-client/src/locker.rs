@@ -166,6 +166,20 @@ impl Locker {
         Err(last.unwrap_or_else(|| Error::Config("no arbiter endpoints".into())))
     }
 
+    /// Ends every session of this locker (and so every hold), each in one
+    /// committed entry. No fence is delivered for holds ended this way.
+    pub async fn close(&self) -> Result<(), Error> {
+        let slots: Vec<Arc<Slot>> = self.inner.slots.lock().await.drain().map(|(_, s)| s).collect();
+        let mut result = Ok(());
+        for slot in slots {
+            lock(&slot.holds).clear();
+            if let Err(e) = slot.session.close().await {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
     /// Acquires `key`. A key already held through this locker's session of
     /// the same TTL is re-entered: its count goes up, nothing is sent.
     pub async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<LockGuard, Error> {
@@ -232,6 +246,11 @@ impl LockGuard {
 
     pub fn session_id(&self) -> u64 {
         self.slot.session.id()
+    }
+
+    /// Watch this to learn when the session degrades, recovers or is lost.
+    pub fn health(&self) -> tokio::sync::watch::Receiver<Health> {
+        self.slot.session.health()
     }
 
     /// Ends one level of nesting; the last one releases the hold. Returns

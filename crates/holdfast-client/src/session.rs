@@ -116,7 +116,7 @@ impl Session {
     }
 
     /// Ends the session and every hold on it.
-    pub async fn close(self) -> Result<(), Error> {
+    pub async fn close(&self) -> Result<(), Error> {
         self.task.abort();
         self.client.rpc.clone().close_session(CloseSessionRequest { session_id: self.id }).await?;
         Ok(())

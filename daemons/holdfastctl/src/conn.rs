@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Clone)]
 pub struct ConnArgs {
-    /// Arbiter address, host:port.
+    /// Arbiter address, host:port; for `lock exec`, a comma-separated list
+    /// of every arbiter (each key goes to its rendezvous-hashed arbiter).
     #[arg(long, id = "conn_endpoint", value_name = "HOST:PORT", global = true, env = "HOLDFAST_ENDPOINT")]
     pub endpoint: Option<String>,
     /// CA bundle that signed the arbiter's certificate.
@@ -21,7 +22,22 @@ pub struct ConnArgs {
 }
 
 impl ConnArgs {
+    /// A Locker over every endpoint in --endpoint.
+    pub fn locker(&self, on_fence: impl Fn(holdfast_client::Fenced) + Send + Sync + 'static) -> Result<holdfast_client::Locker, u8> {
+        let cfg = self.config()?;
+        let endpoints = cfg.endpoint.split(',').map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
+        holdfast_client::Locker::new(holdfast_client::LockerConfig { endpoints, ca: cfg.ca, cert: cfg.cert, key: cfg.key }, on_fence)
+            .map_err(|e| report(&e))
+    }
+
     pub async fn connect(&self) -> Result<Client, u8> {
+        let mut cfg = self.config()?;
+        // Commands that talk to one arbiter use the first one listed.
+        cfg.endpoint = cfg.endpoint.split(',').next().unwrap_or_default().trim().to_string();
+        Client::connect(&cfg).await.map_err(|e| report(&e))
+    }
+
+    fn config(&self) -> Result<ClientConfig, u8> {
         let missing = |flag: &str, env: &str| {
             eprintln!(
                 "holdfastctl: {flag} is not set. Pass {flag} or set {env}; with a dev appliance, `source DIR/env` (see `holdfastctl dev --help`)."
@@ -34,7 +50,7 @@ impl ConnArgs {
             cert: self.cert.clone().ok_or_else(|| missing("--cert", "HOLDFAST_CERT"))?,
             key: self.key.clone().ok_or_else(|| missing("--key", "HOLDFAST_KEY"))?,
         };
-        Client::connect(&cfg).await.map_err(|e| report(&e))
+        Ok(cfg)
     }
 }
 

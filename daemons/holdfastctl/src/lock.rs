@@ -3,7 +3,7 @@
 
 use crate::conn::{self, ConnArgs};
 use crate::exit;
-use holdfast_client::{ErrorReason, Health};
+use holdfast_client::{AcquireOptions, ErrorReason, Health};
 use holdfast_model::LockKey;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -75,22 +75,22 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
         eprintln!("holdfastctl: --ttl: {m}");
         return exit::USAGE;
     }
-    let client = match conn.connect().await {
-        Ok(c) => c,
+    let (fence_tx, mut fenced) = tokio::sync::mpsc::unbounded_channel();
+    let locker = match conn.locker(move |f| {
+        let _ = fence_tx.send(f);
+    }) {
+        Ok(l) => l,
         Err(code) => return code,
-    };
-    let session = match client.open_session(ttl).await {
-        Ok(s) => s,
-        Err(e) => return conn::report(&e),
     };
     let started = tokio::time::Instant::now();
     let hold = loop {
         let left = wait.map(|w| w.saturating_sub(started.elapsed()));
         let slice = left.unwrap_or(SLICE).min(SLICE);
+        let opts = AcquireOptions { ttl, wait: slice, durable: false };
         let attempt = tokio::select! {
-            r = session.acquire(&key, slice) => r,
+            r = locker.acquire(&key, opts) => r,
             _ = tokio::signal::ctrl_c() => {
-                let _ = session.close().await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), locker.close()).await;
                 eprintln!("holdfastctl: interrupted while waiting for {key}");
                 return 130;
             }
@@ -99,7 +99,7 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
             Ok(h) => break h,
             Err(e) if e.reason() == Some(ErrorReason::Contention) && left.is_none_or(|l| l > slice) => continue,
             Err(e) => {
-                let _ = session.close().await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), locker.close()).await;
                 if e.reason() == Some(ErrorReason::Contention) {
                     eprintln!("holdfastctl: {key} is held by another session; gave up after {}", humantime::format_duration(wait.unwrap_or_default()));
                     return exit::CONTENTION;
@@ -119,38 +119,44 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
         Err(e) => {
             eprintln!("holdfastctl: cannot run {:?}: {e}", command[0]);
             let _ = hold.release().await;
-            let _ = session.close().await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), locker.close()).await;
             return 127;
         }
     };
     let pid = child.id().map(|p| Pid::from_raw(p as i32));
-    let mut health = session.health();
+    let mut health = hold.health();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut lost = false;
+    let mut health_open = true;
     let status = loop {
         tokio::select! {
             s = child.wait() => break s,
-            changed = health.changed(), if !lost => {
-                let now = *health.borrow();
-                match (changed, now) {
-                    (Ok(()), Health::Degraded) => eprintln!(
+            changed = health.changed(), if health_open && !lost => {
+                if changed.is_err() {
+                    health_open = false;
+                    continue;
+                }
+                match *health.borrow() {
+                    Health::Degraded => eprintln!(
                         "holdfastctl: warning: a keepalive for the lock on {key} failed; the lock may be lost in {:.1}s",
-                        session.remaining_ttl().as_secs_f64()
+                        hold.remaining_ttl().as_secs_f64()
                     ),
-                    (Ok(()), Health::Healthy) => eprintln!("holdfastctl: keepalives for {key} recovered"),
-                    _ => {
-                        lost = true;
-                        eprintln!("holdfastctl: lost the lock on {key}: sending SIGTERM to the command, SIGKILL in {}", humantime::format_duration(kill_after));
-                        if let Some(pid) = pid {
-                            let _ = kill(pid, Signal::SIGTERM);
-                        }
-                        match tokio::time::timeout(kill_after, child.wait()).await {
-                            Ok(s) => break s,
-                            Err(_) => {
-                                let _ = child.start_kill();
-                                break child.wait().await;
-                            }
-                        }
+                    Health::Healthy => eprintln!("holdfastctl: keepalives for {key} recovered"),
+                    // on_fence delivers the loss below.
+                    Health::Lost => {}
+                }
+            }
+            Some(_) = fenced.recv(), if !lost => {
+                lost = true;
+                eprintln!("holdfastctl: lost the lock on {key}: sending SIGTERM to the command, SIGKILL in {}", humantime::format_duration(kill_after));
+                if let Some(pid) = pid {
+                    let _ = kill(pid, Signal::SIGTERM);
+                }
+                match tokio::time::timeout(kill_after, child.wait()).await {
+                    Ok(s) => break s,
+                    Err(_) => {
+                        let _ = child.start_kill();
+                        break child.wait().await;
                     }
                 }
             }
@@ -161,17 +167,17 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
         }
     };
     if lost {
-        // Best effort: the arbiter may be the reason the session was lost.
-        let _ = tokio::time::timeout(Duration::from_secs(2), session.close()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), locker.close()).await;
         eprintln!("holdfastctl: the command was terminated because the lock on {key} was lost");
         return exit::LOCK_LOST;
     }
-    match hold.release().await {
+    let released = hold.release().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), locker.close()).await;
+    match released {
         Ok(true) => {}
         Ok(false) => eprintln!("holdfastctl: warning: the hold on {key} was already gone at release"),
         Err(e) => eprintln!("holdfastctl: warning: release failed ({e}); the lock ends when the session expires"),
     }
-    let _ = session.close().await;
     match status {
         Ok(s) => {
             use std::os::unix::process::ExitStatusExt;
