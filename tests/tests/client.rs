@@ -323,3 +323,84 @@ async fn keys_spread_over_three_arbiters_and_killing_one_moves_only_its_keys() {
         assert_eq!(after[i] - before[i], expected_after[i], "arbiter {i}: only the dead arbiter's keys moved");
     }
 }
+
+/// etcd #15247: a deposed leader acknowledged keepalives. The client's
+/// deadline must never run past the server's expiry, also while the leader
+/// its arbiter talks to is frozen, deposed and resumed.
+#[tokio::test]
+async fn a_deposed_leader_never_extends_the_client_deadline_past_the_server_expiry() {
+    let dir = TestDir::new("deposed");
+    let etcd = Etcd::start(&dir.path, 3).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    // Find the leader; the arbiter talks to it alone.
+    let h = etcd.holdfast().await;
+    let statuses: Vec<_> = h.member_status().await.into_iter().map(Result::unwrap).collect();
+    let leader_id = statuses[0].leader;
+    let leader = statuses.iter().position(|s| s.member_id == leader_id).unwrap();
+    let leader_url = etcd.endpoints()[leader].clone();
+    let others: Vec<String> = etcd.endpoints().into_iter().filter(|e| *e != leader_url).collect();
+    let arbiter = Arbiter::start(&dir.path, "arbiter", &[leader_url.clone()], &pki);
+    let cert = pki.workload("svc", "svc/deposed");
+    let locker = holdfast_client::Locker::new(
+        holdfast_client::LockerConfig { endpoints: vec![arbiter.endpoint()], ca: pki.ca.ca_path(), cert: cert.cert, key: cert.key },
+        |_| {},
+    )
+    .unwrap();
+    let guard = locker.acquire(&key("deposed/k"), opts(15, 0)).await.unwrap();
+    let lease = guard.session_id() as i64;
+    let observer = etcd_client::Client::connect(&others, None).await.unwrap();
+
+    // Sample: the client's deadline against the server's remaining TTL, read
+    // from a member that is not the frozen leader.
+    let sample = |label: &'static str| {
+        let (mut observer, guard_ttl) = (observer.clone(), guard.remaining_ttl());
+        async move {
+            // None: no answer (e.g. during the election), not an expiry.
+            let call = observer.lease_time_to_live(lease, None);
+            let server = tokio::time::timeout(Duration::from_millis(300), call).await.ok().and_then(Result::ok).map(|r| r.ttl());
+            (label, guard_ttl, server)
+        }
+    };
+    let mut samples = Vec::new();
+    for _ in 0..10 {
+        samples.push(sample("before").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = etcd.pid(leader).unwrap();
+    sigstop(pid);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(2500) {
+        samples.push(sample("leader frozen").await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sigcont(pid);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(6) {
+        samples.push(sample("leader resumed").await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let new_leader = h.member_status().await.into_iter().filter_map(Result::ok).map(|s| s.leader).next().unwrap();
+    eprintln!("leader {leader_id:x} frozen 2.5s; leader now {new_leader:x}; {} samples", samples.len());
+    for label in ["before", "leader frozen", "leader resumed"] {
+        let all: Vec<_> = samples.iter().filter(|s| s.0 == label).collect();
+        eprintln!("{label}: {} samples, {} answered by a healthy member", all.len(), all.iter().filter(|s| s.2.is_some()).count());
+    }
+    let answered: Vec<_> = samples.iter().filter_map(|(l, c, s)| s.map(|s| (l, c, s))).collect();
+    assert!(answered.iter().filter(|s| *s.0 == "leader frozen").count() > 2, "the servers answered while the leader was frozen");
+    assert!(answered.iter().filter(|s| *s.0 == "leader resumed").count() > 10);
+    for (label, client, server) in &answered {
+        let server = *server;
+        if server < 0 {
+            // The lease is gone on the server: the client must already be past its deadline.
+            assert_eq!(**client, Duration::ZERO, "{label}: lease expired on the server but the client still had {client:?}");
+        } else {
+            // etcd reports whole seconds, rounded down.
+            assert!(
+                **client <= Duration::from_secs(server as u64 + 1),
+                "{label}: client deadline {client:?} beyond the server's remaining {server}s"
+            );
+        }
+    }
+    assert_ne!(new_leader, 0);
+}
