@@ -39,6 +39,43 @@ pub enum Attempt {
     Held { watch_from: i64, holder: Option<String> },
 }
 
+/// The grant transaction (also used by `holdfastctl bench` to measure etcd
+/// without the arbiter): the hold is absent, the epoch record is exactly
+/// `epoch_bytes`, the session record is exactly `session_bytes`, no seal;
+/// then put the hold on the session's lease. On failure it reads back the
+/// hold, session, epoch and seal so the refusal can be classified.
+pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: &[u8], hold_bytes: &[u8], waiter_key: Option<&str>) -> Txn {
+    let session_key = layout::session_key(lease);
+    let mut compares = vec![
+        Compare::create_revision(hold_key, CompareOp::Equal, 0),
+        Compare::value(layout::EPOCH_KEY, CompareOp::Equal, epoch_bytes.to_vec()),
+        Compare::value(session_key.as_str(), CompareOp::Equal, session_bytes.to_vec()),
+        Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
+    ];
+    let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
+    if let Some(w) = waiter_key {
+        compares.push(Compare::version(w, CompareOp::Greater, 0));
+        then.push(TxnOp::delete(w, None));
+    }
+    Txn::new().when(compares).and_then(then).or_else([
+        TxnOp::get(hold_key, None),
+        TxnOp::get(session_key.as_str(), None),
+        TxnOp::get(layout::EPOCH_KEY, None),
+        TxnOp::get(layout::SEAL_KEY, None),
+    ])
+}
+
+/// The release transaction: delete the hold only if it is exactly the one
+/// granted at `create_revision` to `lease`.
+pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn {
+    Txn::new()
+        .when([
+            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
+            Compare::lease(hold_key, CompareOp::Equal, lease),
+        ])
+        .and_then([TxnOp::delete(hold_key, None)])
+}
+
 /// One grant transaction. With `waiter_key` (durable fairness) the
 /// transaction also requires that waiter record and deletes it.
 pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str, waiter_key: Option<&str>) -> Result<Attempt, Refusal> {
@@ -49,28 +86,8 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
     };
     let epoch = current.record.epoch;
     let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch };
-    let session_key = layout::session_key(session.lease);
-    let mut compares = vec![
-        Compare::create_revision(hold_key, CompareOp::Equal, 0),
-        Compare::value(layout::EPOCH_KEY, CompareOp::Equal, current.bytes.clone()),
-        Compare::value(session_key.as_str(), CompareOp::Equal, session.bytes.clone()),
-        Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
-    ];
-    let mut then = vec![TxnOp::put(hold_key, layout::encode(&hold), Some(PutOptions::new().with_lease(session.lease)))];
-    if let Some(w) = waiter_key {
-        compares.push(Compare::version(w, CompareOp::Greater, 0));
-        then.push(TxnOp::delete(w, None));
-    }
     GRANT_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
-    let txn = Txn::new()
-        .when(compares)
-        .and_then(then)
-        .or_else([
-            TxnOp::get(hold_key, None),
-            TxnOp::get(session_key.as_str(), None),
-            TxnOp::get(layout::EPOCH_KEY, None),
-            TxnOp::get(layout::SEAL_KEY, None),
-        ]);
+    let txn = grant_txn(hold_key, &current.bytes, session.lease, &session.bytes, &layout::encode(&hold), waiter_key);
     let highest_before = guard.highest_before(epoch);
     let resp = etcd.client.clone().txn(txn).await.map_err(|e| {
         guard.etcd_failed(&e.to_string());
@@ -177,13 +194,7 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
 }
 
 async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
-    let txn = Txn::new()
-        .when([
-            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
-            Compare::lease(hold_key, CompareOp::Equal, lease),
-        ])
-        .and_then([TxnOp::delete(hold_key, None)]);
-    Ok(etcd.client.clone().txn(txn).await?.succeeded())
+    Ok(etcd.client.clone().txn(release_txn_for(hold_key, lease, create_revision)).await?.succeeded())
 }
 
 /// The current hold of a key, if any: (record, lease, create revision).

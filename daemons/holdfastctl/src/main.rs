@@ -1,5 +1,6 @@
 //! holdfastctl: the operator and developer CLI.
 
+mod bench;
 mod conn;
 mod dev;
 mod epoch;
@@ -37,6 +38,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// The epoch: initialise a new cluster, show what the arbiter serves.
     Epoch(epoch::EpochArgs),
+    /// Measure lock throughput, handoff and renewal cost against etcd's own
+    /// paths, in one run on the same etcd.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::run(&cli.conn, args).await,
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
+            Command::Bench(args) => bench::run(&cli.conn, args).await,
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.
