@@ -230,6 +230,7 @@ impl Pki {
 pub struct Arbiter {
     pub child: Option<Child>,
     pub port: u16,
+    pub metrics_port: u16,
     pub log: PathBuf,
     pub notify: NotifySocket,
     pub config: PathBuf,
@@ -243,13 +244,19 @@ impl Arbiter {
 
     /// Like [`Arbiter::spawn`], with extra TOML appended to the config.
     pub fn spawn_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str) -> Self {
+        Self::spawn_logged(dir, name, etcd_endpoints, pki, extra, "info,holdfast_arbiter=debug")
+    }
+
+    /// Like [`Arbiter::spawn_with`], with the HOLDFAST_LOG filter given.
+    pub fn spawn_logged(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str, log_filter: &str) -> Self {
         let port = free_port();
+        let metrics_port = free_port();
         let config = dir.join(format!("{name}.toml"));
         let endpoints = etcd_endpoints.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(", ");
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:{port}\"\ndrain_timeout = \"3s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{endpoints}]\nrequest_timeout = \"2s\"\n[seal]\ncheck_interval = \"200ms\"\nwatermark_interval = \"1s\"\n",
+                "listen = \"127.0.0.1:{port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ncluster_name = \"test\"\ndrain_timeout = \"3s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{endpoints}]\nrequest_timeout = \"2s\"\n[seal]\ncheck_interval = \"200ms\"\nwatermark_interval = \"1s\"\n",
                 pki.server.cert.display().to_string(),
                 pki.server.key.display().to_string(),
                 pki.ca.ca_path().display().to_string(),
@@ -268,14 +275,14 @@ impl Arbiter {
             .arg("--config")
             .arg(&config)
             .env("NOTIFY_SOCKET", notify.path())
-            .env("HOLDFAST_LOG", "info,holdfast_arbiter=debug")
+            .env("HOLDFAST_LOG", log_filter)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
             .process_group(0)
             .spawn()
             .expect("start holdfast-arbiter");
-        Arbiter { child: Some(child), port, log, notify, config }
+        Arbiter { child: Some(child), port, metrics_port, log, notify, config }
     }
 
     /// Starts the arbiter and waits for READY=1.

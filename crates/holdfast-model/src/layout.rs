@@ -70,6 +70,10 @@ pub struct HoldRecord {
     pub spiffe_id: String,
     pub session: i64,
     pub epoch: u32,
+    /// Wall-clock time of the grant (for hold-duration metrics and inspect;
+    /// never used for correctness).
+    #[serde(default)]
+    pub granted_unix_ms: u64,
 }
 
 /// Serialises a record. Records are plain structs of strings and integers,

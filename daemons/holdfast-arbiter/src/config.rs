@@ -17,6 +17,12 @@ pub struct ArbiterConfig {
     /// Address the lock.v1 gRPC server listens on.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// Address of the Prometheus text endpoint (`GET /metrics`, plain HTTP).
+    #[serde(default = "default_metrics_listen")]
+    pub metrics_listen: SocketAddr,
+    /// The `cluster` label value on every metric.
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
     /// Server certificate and the CA that client certificates must chain to.
     pub tls: TlsConfig,
     /// The etcd cluster holding the lock key space.
@@ -103,6 +109,12 @@ impl Default for SealConfig {
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7420))
+}
+fn default_metrics_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7421))
+}
+fn default_cluster_name() -> String {
+    "default".into()
 }
 fn default_drain() -> Duration {
     Duration::from_secs(10)

@@ -24,11 +24,6 @@ use crate::Refusal;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Grant transactions this arbiter has sent (a diagnostic: one release
-/// should cause one attempt).
-pub static GRANT_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 
 /// The outcome of one grant transaction that did not fail.
 pub enum Attempt {
@@ -73,7 +68,7 @@ pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn 
             Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
             Compare::lease(hold_key, CompareOp::Equal, lease),
         ])
-        .and_then([TxnOp::delete(hold_key, None)])
+        .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
 }
 
 /// One grant transaction. With `waiter_key` (durable fairness) the
@@ -85,8 +80,9 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
         Serve::Unverified(why) => return Err(Refusal::unavailable(&why)),
     };
     let epoch = current.record.epoch;
-    let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch };
-    GRANT_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+    let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch, granted_unix_ms: now_unix_ms() };
+    crate::metrics::inc(|m| &m.grant_attempts);
+    let sent = std::time::Instant::now();
     let txn = grant_txn(hold_key, &current.bytes, session.lease, &session.bytes, &layout::encode(&hold), waiter_key);
     let highest_before = guard.highest_before(epoch);
     let resp = etcd.client.clone().txn(txn).await.map_err(|e| {
@@ -132,6 +128,8 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
             });
         }
         guard.observe(epoch, revision);
+        let m = &*crate::metrics::METRICS;
+        m.grant_latency.get_or_create(m.labels()).observe(sent.elapsed().as_secs_f64());
         let token = Token::new(epoch, revision as u64)
             .map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
         return Ok(Attempt::Granted(token));
@@ -177,6 +175,10 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
     Ok(Attempt::Held { watch_from: revision + 1, holder: holder.map(|h| h.spiffe_id) })
 }
 
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 /// Releases the hold named by `token`. Returns whether a hold was deleted.
 pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, token: Token) -> Result<bool, Refusal> {
     let serving_epoch = match guard.state() {
@@ -194,7 +196,24 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
 }
 
 async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
-    Ok(etcd.client.clone().txn(release_txn_for(hold_key, lease, create_revision)).await?.succeeded())
+    let resp = etcd.client.clone().txn(release_txn_for(hold_key, lease, create_revision)).await?;
+    if resp.succeeded() {
+        // Hold duration, from the deleted record's grant time.
+        for op in resp.op_responses() {
+            if let TxnOpResponse::Delete(d) = op {
+                for kv in d.prev_kvs() {
+                    if let Ok(h) = layout::decode::<HoldRecord>(hold_key, kv.value()) {
+                        if h.granted_unix_ms > 0 {
+                            let secs = now_unix_ms().saturating_sub(h.granted_unix_ms) as f64 / 1000.0;
+                            let m = &*crate::metrics::METRICS;
+                            m.hold_duration.get_or_create(m.labels()).observe(secs);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(resp.succeeded())
 }
 
 /// The current hold of a key, if any: (record, lease, create revision).

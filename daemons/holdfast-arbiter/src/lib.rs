@@ -14,6 +14,7 @@ pub mod epoch;
 pub mod etcd;
 pub mod grant;
 pub mod identity;
+pub mod metrics;
 pub mod seal;
 pub mod server;
 pub mod service;

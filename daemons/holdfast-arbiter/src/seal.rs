@@ -260,6 +260,8 @@ pub async fn run(etcd: Etcd, guard: Arc<Guard>, interval: Duration, watermark_in
             }
         };
         let kind = state.describe();
+        let m = &*crate::metrics::METRICS;
+        m.sealed.get_or_create(m.labels()).set(if matches!(state, Serve::Serving(_)) { 0 } else { 1 });
         if kind != last_kind {
             match &state {
                 Serve::Serving(_) => tracing::info!(state = %kind, "serve state changed"),

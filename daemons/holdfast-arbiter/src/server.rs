@@ -37,6 +37,9 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         .with_context(|| format!("reading tls.client_ca_file {}", config.tls.client_ca_file.display()))?;
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca));
 
+    crate::metrics::init(&config.cluster_name);
+    let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
+    tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
     let etcd = Etcd::connect(&config.etcd).await?;
     let guard = Arc::new(Guard::default());
     let listener = TcpListener::bind(config.listen)

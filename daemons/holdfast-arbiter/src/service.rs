@@ -136,7 +136,11 @@ impl holdfast_proto::Lock for LockService {
             }
         };
         let token = tokio::select! {
-            r = wait => self.seen(r)?,
+            r = wait => {
+                let r = self.seen(r);
+                count_outcome(&r);
+                r?
+            }
             _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another").into()),
         };
         Ok(Response::new(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() }))
@@ -170,6 +174,7 @@ impl holdfast_proto::Lock for LockService {
                 since_revision: since as u64,
                 waiters,
                 epoch: hold.epoch,
+                since_unix_ms: hold.granted_unix_ms,
             },
             None => InspectResponse { held: false, waiters, epoch, ..Default::default() },
         };
@@ -187,13 +192,27 @@ impl holdfast_proto::Lock for LockService {
                 sealed_reason: String::new(),
                 etcd_version,
                 serving: true,
-                grant_attempts: grant::GRANT_ATTEMPTS.load(std::sync::atomic::Ordering::Relaxed),
+                grant_attempts: crate::metrics::METRICS.counter(|m| &m.grant_attempts),
             },
             Serve::Sealed { reason, .. } => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
             Serve::Unverified(why) => ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
         };
         Ok(Response::new(resp))
     }
+}
+
+/// One counter per acquire outcome (outcomes are metric names, not labels).
+fn count_outcome<T>(r: &Result<T, Refusal>) {
+    use holdfast_proto::ErrorReason as R;
+    crate::metrics::inc(match r {
+        Ok(_) => |m| &m.granted,
+        Err(e) => match e.reason {
+            R::Contention => |m| &m.contention,
+            R::Leak => |m| &m.leak,
+            R::Sealed | R::Unavailable => |m| &m.sealed_refusals,
+            _ => |m| &m.denied,
+        },
+    });
 }
 
 type Keepers = std::collections::HashMap<i64, (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>;
@@ -232,6 +251,7 @@ impl LockService {
             let acked_term = resp.header().map(|h| h.raft_term());
             let confirmed = resp.ttl() > 0 && acked_term.is_some() && self.confirmer.term_after(sent_at).await == acked_term;
             if resp.ttl() > 0 && !confirmed {
+                crate::metrics::inc(|m| &m.unconfirmed_keepalives);
                 tracing::warn!(session = format!("{lease:x}"), "keepalive acknowledged in a Raft term a quorum read did not confirm; not counted");
             }
             Ok::<(i64, bool), Refusal>((resp.ttl(), confirmed))
@@ -245,6 +265,7 @@ impl LockService {
                 Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false })
             }
             Err(e) => {
+                crate::metrics::inc(|m| &m.renewal_failures);
                 keepers.remove(&lease);
                 Err(e)
             }

@@ -72,6 +72,8 @@ struct Ticket<'a> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
+        let m = &*crate::metrics::METRICS;
+        m.waiters.get_or_create(m.labels()).dec();
         let mut map = lock(&self.waiters.queues);
         let mut order = lock(&self.queue.order);
         order.retain(|i| *i != self.id);
@@ -115,6 +117,9 @@ impl Waiters {
         }
         order.push_back(id);
         drop(order);
+        crate::metrics::inc(|m| &m.waited);
+        let m = &*crate::metrics::METRICS;
+        m.waiters.get_or_create(m.labels()).inc();
         Ticket { waiters: self, key: hold_key.to_string(), queue, id }
     }
 

@@ -285,7 +285,7 @@ async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration:
                     let identity = "spiffe://holdfast.bench/direct";
                     let (lease, session_bytes) = raw_session(&ctx.etcd, identity).await?;
                     let hold_key = layout::hold_key(&key);
-                    let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch });
+                    let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
                     let mut c = ctx.etcd.client.clone();
                     gate.wait().await;
                     let end = Instant::now() + duration;

@@ -213,11 +213,11 @@ async fn supervise(dir: Option<PathBuf>, detached: bool) -> anyhow::Result<()> {
         .filter_map(|p| p.parse().ok())
         .collect();
     let ports: Vec<u16> = match saved.as_slice() {
-        [a, b, c] if [*a, *b, *c].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
-        _ => vec![free_port(), free_port(), free_port()],
+        [a, b, c, d] if [*a, *b, *c, *d].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
+        _ => vec![free_port(), free_port(), free_port(), free_port()],
     };
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
-    let (etcd_client_port, etcd_peer_port, arbiter_port) = (ports[0], ports[1], ports[2]);
+    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port) = (ports[0], ports[1], ports[2], ports[3]);
 
     // etcd.
     let bin = EtcdBinary::locate()?;
@@ -251,7 +251,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool) -> anyhow::Result<()> {
     std::fs::write(
         &config,
         format!(
-            "# Written by `holdfastctl dev`.\nlisten = \"127.0.0.1:{arbiter_port}\"\n\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n\n[etcd]\nendpoints = [{:?}]\n",
+            "# Written by `holdfastctl dev`.\nlisten = \"127.0.0.1:{arbiter_port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ncluster_name = \"dev\"\n\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n\n[etcd]\nendpoints = [{:?}]\n",
             server.cert.display().to_string(),
             server.key.display().to_string(),
             ca.ca_path().display().to_string(),
@@ -291,7 +291,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool) -> anyhow::Result<()> {
     );
     std::fs::write(dir.join("env"), &env)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  state     {dir}   (logs: arbiter.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 5'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  state     {dir}   (logs: arbiter.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 5'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\n",
         ver = bin.version_string(),
         etcd_url = cluster.members[0].client_url(),
         dir = dir.display(),
