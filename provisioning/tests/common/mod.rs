@@ -1,0 +1,205 @@
+//! Test harness: real tools only. Loop devices backed by files in a temp dir,
+//! Debian's tangd under socat on 127.0.0.1, guards that clean up on drop.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TANGD: &str = "/usr/libexec/tangd";
+pub const TANGD_KEYGEN: &str = "/usr/libexec/tangd-keygen";
+
+/// Fails (never skips) when a tool is missing.
+pub fn require(tools: &[&str]) {
+    for t in tools {
+        let found = if t.starts_with('/') {
+            Path::new(t).exists()
+        } else {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .stdout(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
+        assert!(
+            found,
+            "{t} is missing: run scripts/install-deps (it installs clevis, clevis-luks, tang-common, socat, cryptsetup-bin, libcryptsetup-dev, libclang-dev)"
+        );
+    }
+}
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_holdfast-provision"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// A real tangd, served by socat on 127.0.0.1:<free port>.
+pub struct Tang {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Tang {
+    pub fn start() -> Tang {
+        require(&[TANGD, TANGD_KEYGEN, "socat", "curl"]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys = dir.path().join("keys");
+        std::fs::create_dir(&keys).expect("keys dir");
+        let st = Command::new(TANGD_KEYGEN)
+            .arg(&keys)
+            .status()
+            .expect("tangd-keygen");
+        assert!(st.success(), "tangd-keygen failed");
+        let mut t = Tang {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        t.spawn();
+        t
+    }
+
+    fn spawn(&mut self) {
+        let keys = self.dir.path().join("keys");
+        let log = std::fs::File::create(self.dir.path().join("tangd.log")).expect("log");
+        let child = Command::new("socat")
+            .arg(format!(
+                "TCP-LISTEN:{},bind=127.0.0.1,reuseaddr,fork",
+                self.port
+            ))
+            .arg(format!("EXEC:{TANGD} {}", keys.display()))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("socat");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let ok = Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", &format!("{}/adv", self.url())])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("tangd under socat did not answer on {}", self.url());
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Tang {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A loop device backed by a sparse file in a temp dir.
+pub struct Loop {
+    pub dev: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Loop {
+    pub fn new(size_mb: u64) -> Loop {
+        require(&["losetup", "cryptsetup", "clevis", "blkid", "wipefs"]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let img = dir.path().join("disk.img");
+        let f = std::fs::File::create(&img).expect("image");
+        f.set_len(size_mb << 20).expect("size");
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&img)
+            .output()
+            .expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        Loop { dev, dir }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+/// A node config for tests, written into `dir`.
+pub fn node_config(
+    dir: &Path,
+    device: &Path,
+    tang_urls: &[(String, &str)],
+    threshold: u32,
+) -> PathBuf {
+    let mut servers = String::new();
+    for (url, hall) in tang_urls {
+        servers.push_str(&format!(
+            "[[tang.servers]]\nurl = \"{url}\"\nhall = \"{hall}\"\n\n"
+        ));
+    }
+    let text = format!(
+        r#"host = "test-node"
+hall = "hall-a"
+state_dir = "{state}"
+
+[roles.etcd]
+cluster = "entity-1"
+tier = "entity"
+
+[disk]
+device = "{dev}"
+mapper_name = "holdfast-test-{pid}"
+mount_point = "{mnt}"
+data_dir = "{mnt}/member-data"
+owner = "root"
+group = "root"
+
+[tang]
+threshold = {threshold}
+
+{servers}
+[tune]
+cpus = "0"
+io_class = "best-effort"
+io_priority = 4
+nice = 5
+unit_dir = "{units}"
+
+[probe]
+samples = 200
+"#,
+        state = dir.join("state").display(),
+        dev = device.display(),
+        pid = std::process::id(),
+        mnt = dir.join("mnt").display(),
+        units = dir.join("units").display(),
+    );
+    let path = dir.join("provision.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
