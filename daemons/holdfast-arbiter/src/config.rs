@@ -33,6 +33,9 @@ pub struct ArbiterConfig {
     /// How waiters learn that a key was released.
     #[serde(default)]
     pub waiters: WaitersConfig,
+    /// How grant transactions are sent.
+    #[serde(default)]
+    pub grants: GrantsConfig,
     /// How long to let in-flight calls finish after SIGTERM.
     #[serde(default = "default_drain", with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -89,6 +92,16 @@ pub struct WaitersConfig {
     /// transaction). Off: waiters only poll, once a second.
     #[serde(default = "default_true")]
     pub watch: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsConfig {
+    /// Fold concurrent grants for different keys into one etcd transaction
+    /// of nested sub-transactions. Tokens stay unique per key but two keys
+    /// can carry equal tokens. Off by default.
+    #[serde(default)]
+    pub group_commit: bool,
 }
 
 impl Default for WaitersConfig {

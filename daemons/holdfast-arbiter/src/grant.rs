@@ -74,6 +74,18 @@ pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn 
 /// One grant transaction. With `waiter_key` (durable fairness) the
 /// transaction also requires that waiter record and deletes it.
 pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str, waiter_key: Option<&str>) -> Result<Attempt, Refusal> {
+    attempt_via(&crate::commit::Committer::Direct(etcd.clone()), etcd, guard, session, hold_key, waiter_key).await
+}
+
+/// [`attempt`], sent through a committer (which may group it with others).
+pub async fn attempt_via(
+    committer: &crate::commit::Committer,
+    etcd: &Etcd,
+    guard: &Guard,
+    session: &Owned,
+    hold_key: &str,
+    waiter_key: Option<&str>,
+) -> Result<Attempt, Refusal> {
     let current = match guard.state() {
         Serve::Serving(c) => c,
         Serve::Sealed { reason, .. } => return Err(Refusal::sealed(&reason)),
@@ -85,11 +97,11 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
     let sent = std::time::Instant::now();
     let txn = grant_txn(hold_key, &current.bytes, session.lease, &session.bytes, &layout::encode(&hold), waiter_key);
     let highest_before = guard.highest_before(epoch);
-    let resp = etcd.client.clone().txn(txn).await.map_err(|e| {
-        guard.etcd_failed(&e.to_string());
-        Refusal::etcd(e)
+    let resp = committer.commit(hold_key, txn).await.map_err(|e| {
+        guard.etcd_failed(&e);
+        Refusal::unavailable(&e)
     })?;
-    let header = resp.header().ok_or_else(|| Refusal::unavailable("etcd answered without a header"))?;
+    let header = resp.header.as_ref().ok_or_else(|| Refusal::unavailable("etcd answered without a header"))?;
     let (revision, cluster_id) = (header.revision(), header.cluster_id());
     if cluster_id != current.record.cluster_id {
         guard.seal(
@@ -99,12 +111,12 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
             ),
             epoch,
         );
-        if resp.succeeded() {
+        if resp.succeeded {
             let _ = release_txn(etcd, hold_key, session.lease, revision).await;
         }
         return Err(Refusal::sealed("the etcd cluster changed identity"));
     }
-    if resp.succeeded() {
+    if resp.succeeded {
         if revision <= highest_before {
             // Revisions only grow on a cluster that was never rewound. Withhold
             // this token: it may equal one already issued. (No numbers in the
@@ -135,7 +147,7 @@ pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str
         return Ok(Attempt::Granted(token));
     }
     let gets: Vec<Option<etcd_client::KeyValue>> = resp
-        .op_responses()
+        .ops
         .into_iter()
         .map(|r| match r {
             TxnOpResponse::Get(g) => g.kvs().first().cloned(),

@@ -8,6 +8,7 @@
 //! - [`service`]: the lock.v1 gRPC service; input checks at the boundary.
 //! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
 
+pub mod commit;
 pub mod config;
 pub mod confirm;
 pub mod epoch;

@@ -76,7 +76,8 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
 
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let confirmer = crate::confirm::Confirmer::start(etcd.clone());
-    let service = LockService { confirmer, etcd, guard: guard.clone(), sessions: Default::default(), waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch)), stopping };
+    let committer = crate::commit::Committer::new(etcd.clone(), config.grants.group_commit);
+    let service = LockService { confirmer, etcd, guard: guard.clone(), sessions: Default::default(), waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)), stopping };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = Server::builder()

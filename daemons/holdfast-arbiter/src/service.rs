@@ -130,7 +130,7 @@ impl holdfast_proto::Lock for LockService {
         let deadline = tokio::time::Instant::now() + wait;
         let wait = async {
             if r.durable {
-                crate::waiting::acquire_durable(&self.etcd, &self.guard, &session, &key, deadline).await
+                crate::waiting::acquire_durable(self.waiters.committer(), &self.etcd, &self.guard, &session, &key, deadline).await
             } else {
                 self.waiters.acquire(&self.etcd, &self.guard, &session, &key, deadline).await
             }

@@ -46,6 +46,8 @@ pub struct Waiters {
     next_id: AtomicU64,
     /// Watch the key while waiting (off: poll only).
     watch: bool,
+    /// Sends grant transactions (alone, or grouped with others).
+    committer: crate::commit::Committer,
 }
 
 #[derive(Default)]
@@ -54,12 +56,6 @@ struct KeyQueue {
     changed: Notify,
     /// Where the next head starts watching from, and the last holder seen.
     state: Mutex<(i64, Option<String>)>,
-}
-
-impl Default for Waiters {
-    fn default() -> Self {
-        Self::new(true)
-    }
 }
 
 /// A place in a key's queue; leaving it (drop) wakes the next waiter.
@@ -94,8 +90,12 @@ enum Hint {
 }
 
 impl Waiters {
-    pub fn new(watch: bool) -> Self {
-        Waiters { queues: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1), watch }
+    pub fn new(watch: bool, committer: crate::commit::Committer) -> Self {
+        Waiters { queues: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1), watch, committer }
+    }
+
+    pub fn committer(&self) -> &crate::commit::Committer {
+        &self.committer
     }
 
     /// Waiters queued here for a key.
@@ -136,7 +136,7 @@ impl Waiters {
         let (watch_from, holder) = if self.has_queue(&hold_key) {
             (0, None)
         } else {
-            match grant::attempt(etcd, guard, session, &hold_key, None).await? {
+            match grant::attempt_via(&self.committer, etcd, guard, session, &hold_key, None).await? {
                 Attempt::Granted(token) => return Ok(token),
                 Attempt::Held { watch_from, holder } => (watch_from, holder),
             }
@@ -172,7 +172,7 @@ impl Waiters {
                 },
                 Hint::Event => {}
             }
-            match grant::attempt(etcd, guard, session, &hold_key, None).await {
+            match grant::attempt_via(&self.committer, etcd, guard, session, &hold_key, None).await {
                 Ok(Attempt::Granted(token)) => {
                     // The next head watches from this grant.
                     *lock(&ticket.queue.state) = (token.revision() as i64 + 1, Some(session.record.spiffe_id.clone()));
@@ -248,7 +248,14 @@ fn waiter_key(hold_key: &str, lease: i64) -> String {
 }
 
 /// Durable fairness: see the module docs.
-pub async fn acquire_durable(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, deadline: Instant) -> Result<Token, Refusal> {
+pub async fn acquire_durable(
+    committer: &crate::commit::Committer,
+    etcd: &Etcd,
+    guard: &Guard,
+    session: &Owned,
+    key: &LockKey,
+    deadline: Instant,
+) -> Result<Token, Refusal> {
     let hold_key = layout::hold_key(key);
     let me = waiter_key(&hold_key, session.lease);
     let prefix = format!("{}{}/", layout::WAITER_PREFIX, &hold_key[layout::HOLD_PREFIX.len()..]);
@@ -272,7 +279,7 @@ pub async fn acquire_durable(etcd: &Etcd, guard: &Guard, session: &Owned, key: &
             rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
         });
         if first == Some(me.as_str()) {
-            match grant::attempt(etcd, guard, session, &hold_key, Some(&me)).await {
+            match grant::attempt_via(committer, etcd, guard, session, &hold_key, Some(&me)).await {
                 Ok(Attempt::Granted(token)) => break Ok(token),
                 Ok(Attempt::Held { watch_from, holder: h }) => {
                     holder = h;

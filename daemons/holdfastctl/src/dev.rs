@@ -39,6 +39,9 @@ pub struct DevArgs {
     /// background; stop it with `holdfastctl dev stop --dir DIR`.
     #[arg(long)]
     detach: bool,
+    /// Start the arbiter with group commit on (`[grants] group_commit`).
+    #[arg(long)]
+    group_commit: bool,
 }
 
 #[derive(clap::Subcommand)]
@@ -56,8 +59,8 @@ const DETACHED_ENV: &str = "HOLDFAST_DEV_SUPERVISOR";
 pub async fn run(args: DevArgs) -> u8 {
     let result = match args.action {
         Some(DevAction::Stop { dir }) => stop(&dir),
-        None if args.detach && std::env::var_os(DETACHED_ENV).is_none() => detach(args.dir),
-        None => supervise(args.dir, std::env::var_os(DETACHED_ENV).is_some()).await,
+        None if args.detach && std::env::var_os(DETACHED_ENV).is_none() => detach(args.dir, args.group_commit),
+        None => supervise(args.dir, std::env::var_os(DETACHED_ENV).is_some(), args.group_commit).await,
     };
     match result {
         Ok(()) => exit::OK,
@@ -96,7 +99,7 @@ fn stop(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Starts the supervisor in the background and waits until it is ready.
-fn detach(dir: Option<PathBuf>) -> anyhow::Result<()> {
+fn detach(dir: Option<PathBuf>, group_commit: bool) -> anyhow::Result<()> {
     let dir = match dir {
         Some(d) => d,
         None => std::env::temp_dir().join(format!("holdfast-dev-{}", std::process::id())),
@@ -111,6 +114,7 @@ fn detach(dir: Option<PathBuf>) -> anyhow::Result<()> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(["dev", "--dir"])
         .arg(&dir)
+        .args(group_commit.then_some("--group-commit"))
         .env(DETACHED_ENV, "1")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -185,7 +189,7 @@ impl Drop for DirGuard {
     }
 }
 
-async fn supervise(dir: Option<PathBuf>, detached: bool) -> anyhow::Result<()> {
+async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> anyhow::Result<()> {
     let keep = dir.is_some();
     let dir = match dir {
         Some(d) => d,
@@ -256,7 +260,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool) -> anyhow::Result<()> {
             server.key.display().to_string(),
             ca.ca_path().display().to_string(),
             cluster.members[0].client_url(),
-        ),
+        ) + if group_commit { "\n[grants]\ngroup_commit = true\n" } else { "" },
     )?;
     let arbiter_bin = locate_arbiter()?;
     say(&format!("starting the arbiter ({})", arbiter_bin.display()));
