@@ -72,6 +72,8 @@ async fn a_client_without_a_certificate_cannot_connect() {
         .unwrap()
         .tls_config(tls)
         .unwrap()
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(Duration::from_secs(3))
         .connect()
         .await;
     // The TLS handshake is refused: either connecting fails, or the first

@@ -1,0 +1,240 @@
+//! The recorded history the checkers read: client operations, the fenced
+//! resource's accept/reject log, and etcd's event log of the lock key space.
+//!
+//! Everything here is plain data with serde derives so that a recorder can
+//! write a history to a JSON file and the gate (or a human) can read it back.
+//! Timestamps are monotonic nanoseconds from one clock shared by all recorded
+//! processes on the machine (e.g. `CLOCK_MONOTONIC`); they are only compared
+//! with each other, never with wall time.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Bits of a token that carry the etcd revision (see `holdfast-model::token`).
+pub const REVISION_BITS: u32 = 48;
+/// Mask of the revision part of a token.
+pub const REVISION_MASK: u64 = (1 << REVISION_BITS) - 1;
+/// Prefix of the lock key space in etcd: a hold on `ns/key` lives at `/l/ns/key`.
+pub const LOCK_PREFIX: &str = "/l/";
+
+/// The epoch part of a token (`token >> 48`).
+pub fn token_epoch(token: u64) -> u64 {
+    token >> REVISION_BITS
+}
+
+/// The revision part of a token (`token & (2^48 - 1)`): the etcd revision at
+/// which the grant committed.
+pub fn token_revision(token: u64) -> u64 {
+    token & REVISION_MASK
+}
+
+/// Packs an epoch and a revision into a token (for tests and recorders).
+pub fn make_token(epoch: u64, revision: u64) -> u64 {
+    (epoch << REVISION_BITS) | (revision & REVISION_MASK)
+}
+
+/// The lock key (`ns/key`) of an etcd key in the lock key space, or `None`
+/// for keys outside `/l/`.
+pub fn lock_key_of(etcd_key: &str) -> Option<&str> {
+    etcd_key.strip_prefix(LOCK_PREFIX)
+}
+
+/// The etcd key that holds the lock `ns/key`.
+pub fn etcd_key_of(lock_key: &str) -> String {
+    format!("{LOCK_PREFIX}{lock_key}")
+}
+
+/// How a client operation ended, as the client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The server acknowledged the operation: it took effect.
+    Ok,
+    /// The server definitely refused it: it had no effect.
+    Fail,
+    /// The client does not know (timeout, connection lost, crash): it may
+    /// have taken effect at any point after its invocation, or never.
+    Unknown,
+}
+
+/// What a client operation did. Lock keys are `ns/key` (no `/l/` prefix).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OpKind {
+    /// Open a session (an etcd lease); `ClientOp::session` is the lease
+    /// granted when the outcome is ok.
+    OpenSession { ttl_ms: u64 },
+    /// Acquire `key` on `ClientOp::session`; `ClientOp::token` is the
+    /// granted token when ok.
+    Acquire { key: String },
+    /// Release `key` held by `ClientOp::session` with `ClientOp::token`.
+    /// Record `Ok` only when the server says it deleted the hold
+    /// (`ReleaseResponse.released = true`); `released = false` (no such hold
+    /// any more) had no effect and is recorded as `Fail`.
+    Release { key: String },
+    /// Renew `ClientOp::session`.
+    Keepalive,
+    /// Increment the counter of `record` at the fenced resource, presenting
+    /// `ClientOp::token` obtained for lock `key`.
+    Write { key: String, record: String },
+}
+
+/// One client operation with its real-time interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientOp {
+    /// The recording process (client) that issued it.
+    pub process: u64,
+    pub kind: OpKind,
+    /// The session (etcd lease ID) the operation used or, for an ok
+    /// `OpenSession`, obtained.
+    #[serde(default)]
+    pub session: Option<i64>,
+    /// Acquire: the granted token (required when ok). Release and Write: the
+    /// token presented.
+    #[serde(default)]
+    pub token: Option<u64>,
+    /// Monotonic nanoseconds when the client sent the request.
+    pub invoke_ns: u64,
+    /// Monotonic nanoseconds when the client saw the answer (or gave up).
+    /// `None` if it never returned.
+    #[serde(default)]
+    pub complete_ns: Option<u64>,
+    pub outcome: Outcome,
+}
+
+impl ClientOp {
+    /// The lock key the operation is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        match &self.kind {
+            OpKind::Acquire { key } | OpKind::Release { key } | OpKind::Write { key, .. } => {
+                Some(key)
+            }
+            OpKind::OpenSession { .. } | OpKind::Keepalive => None,
+        }
+    }
+}
+
+/// One decision of the fenced resource, in the order the resource made them
+/// (the vector order of [`History::fence`] is the resource's serial order;
+/// `at_ns` is informational).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceEntry {
+    pub record: String,
+    /// The token the write presented.
+    pub token: u64,
+    /// Whether the resource accepted (applied) the write.
+    pub accepted: bool,
+    pub at_ns: u64,
+    /// Index into [`History::ops`] of the `Write` that caused it, if known.
+    #[serde(default)]
+    pub op: Option<usize>,
+}
+
+/// Kind of an etcd watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdEventKind {
+    Put,
+    Delete,
+}
+
+/// One event of etcd's watch on the lock key space (ground truth).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdEvent {
+    pub kind: EtcdEventKind,
+    /// Full etcd key, e.g. `/l/ns/key`. Events outside `/l/` are ignored.
+    pub key: String,
+    /// The revision of the event (mod revision for a put, the deleting
+    /// revision for a delete).
+    pub revision: u64,
+    /// Create revision of the key-value: for a put that creates the key it
+    /// equals `revision`; for a delete it is the create revision of the
+    /// deleted value (from `prev_kv`), or 0 if unknown.
+    pub create_revision: u64,
+    /// Lease the value was attached to (0 if none or unknown).
+    pub lease: i64,
+    /// For a delete: `Some(true)` if it came from lease expiry, `Some(false)`
+    /// if from an explicit delete, `None` if the recorder cannot tell.
+    #[serde(default)]
+    pub expired: Option<bool>,
+}
+
+/// etcd's log of the lock key space plus the epoch the run was in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdLog {
+    /// The epoch in `/sys/epoch` during the run; every grant must carry it.
+    pub epoch: u64,
+    /// Watch events in revision order, from revision 1.
+    pub events: Vec<EtcdEvent>,
+}
+
+/// A whole recorded history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    pub ops: Vec<ClientOp>,
+    #[serde(default)]
+    pub fence: Vec<FenceEntry>,
+    /// The counter of each record read from the resource after the run.
+    #[serde(default)]
+    pub final_counters: BTreeMap<String, u64>,
+    pub etcd: EtcdLog,
+}
+
+/// Counts over a history, for the gate's summary (which must show that a
+/// passing run was not vacuous).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// All client operations.
+    pub ops: usize,
+    /// Acquires and releases, any outcome.
+    pub lock_ops: usize,
+    /// Acquires with outcome ok.
+    pub ok_grants: usize,
+    /// Client operations with outcome unknown.
+    pub unknown_ops: usize,
+    /// etcd deletes in the lock key space marked as lease expiry.
+    pub expiries: usize,
+    /// Writes the fence rejected.
+    pub stale_rejected: usize,
+    /// Writes the fence accepted.
+    pub accepted_writes: usize,
+}
+
+impl History {
+    /// Counts operations, expiries and fence decisions.
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats {
+            ops: self.ops.len(),
+            ..Stats::default()
+        };
+        for op in &self.ops {
+            match op.kind {
+                OpKind::Acquire { .. } => {
+                    s.lock_ops += 1;
+                    if op.outcome == Outcome::Ok {
+                        s.ok_grants += 1;
+                    }
+                }
+                OpKind::Release { .. } => s.lock_ops += 1,
+                _ => {}
+            }
+            if op.outcome == Outcome::Unknown {
+                s.unknown_ops += 1;
+            }
+        }
+        s.expiries = self
+            .etcd
+            .events
+            .iter()
+            .filter(|e| {
+                e.kind == EtcdEventKind::Delete
+                    && e.expired == Some(true)
+                    && lock_key_of(&e.key).is_some()
+            })
+            .count();
+        s.accepted_writes = self.fence.iter().filter(|f| f.accepted).count();
+        s.stale_rejected = self.fence.len() - s.accepted_writes;
+        s
+    }
+}
