@@ -18,6 +18,8 @@ use std::time::Duration;
 
 pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
+pub mod recorder;
+
 /// Where the workspace's binaries are: next to the test executable's deps dir.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

@@ -36,6 +36,12 @@ pub struct ArbiterConfig {
     /// How grant transactions are sent.
     #[serde(default)]
     pub grants: GrantsConfig,
+    /// Deliberately broken behaviour, for proving that the correctness gate
+    /// catches it. Exists only in debug (test) builds: a release build
+    /// refuses the `[mutation]` table as an unknown key.
+    #[cfg(debug_assertions)]
+    #[serde(default)]
+    pub mutation: MutationConfig,
     /// How long to let in-flight calls finish after SIGTERM.
     #[serde(default = "default_drain", with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -92,6 +98,18 @@ pub struct WaitersConfig {
     /// transaction). Off: waiters only poll, once a second.
     #[serde(default = "default_true")]
     pub watch: bool,
+}
+
+/// Test-build-only mutations of the arbiter (see `[mutation]`).
+#[cfg(debug_assertions)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MutationConfig {
+    /// Release deletes the hold key without checking its create revision
+    /// and lease (the bug etcd #22082 describes): a stale release can end a
+    /// newer holder's hold.
+    #[serde(default)]
+    pub release_unguarded: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -207,8 +207,20 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
     })
 }
 
+/// Test builds only: see `config::MutationConfig`.
+#[cfg(debug_assertions)]
+pub static MUTATION_RELEASE_UNGUARDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
-    let resp = etcd.client.clone().txn(release_txn_for(hold_key, lease, create_revision)).await?;
+    #[cfg(debug_assertions)]
+    let txn = if MUTATION_RELEASE_UNGUARDED.load(std::sync::atomic::Ordering::Relaxed) {
+        Txn::new().when([Compare::version(hold_key, CompareOp::Greater, 0)]).and_then([TxnOp::delete(hold_key, None)])
+    } else {
+        release_txn_for(hold_key, lease, create_revision)
+    };
+    #[cfg(not(debug_assertions))]
+    let txn = release_txn_for(hold_key, lease, create_revision);
+    let resp = etcd.client.clone().txn(txn).await?;
     if resp.succeeded() {
         // Hold duration, from the deleted record's grant time.
         for op in resp.op_responses() {

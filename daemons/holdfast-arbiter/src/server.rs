@@ -38,6 +38,11 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca));
 
     crate::metrics::init(&config.cluster_name);
+    #[cfg(debug_assertions)]
+    if config.mutation.release_unguarded {
+        tracing::warn!("MUTATION release_unguarded is on: this arbiter is deliberately broken (test builds only)");
+        crate::grant::MUTATION_RELEASE_UNGUARDED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
     let etcd = Etcd::connect(&config.etcd).await?;

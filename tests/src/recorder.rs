@@ -1,0 +1,133 @@
+//! Records client operations and etcd's own log of the lock key space as a
+//! `holdfast_checkers::History`, the input of the correctness gate.
+
+use holdfast_checkers::history::{ClientOp, EtcdEvent, EtcdEventKind, EtcdLog, History, OpKind, Outcome};
+use holdfast_client::{Error, ErrorReason, Hold, Session};
+use holdfast_model::LockKey;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub struct Recorder {
+    start: Instant,
+    ops: Mutex<Vec<ClientOp>>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder { start: Instant::now(), ops: Mutex::new(Vec::new()) }
+    }
+}
+
+/// A refusal that proves nothing happened is a failure; anything else
+/// (timeouts, lost connections) leaves the outcome unknown.
+fn outcome_of(e: &Error) -> Outcome {
+    match e.reason() {
+        Some(ErrorReason::Contention | ErrorReason::Leak | ErrorReason::Sealed | ErrorReason::InvalidArgument | ErrorReason::SessionNotFound | ErrorReason::Denied | ErrorReason::Unauthenticated) => Outcome::Fail,
+        _ => Outcome::Unknown,
+    }
+}
+
+impl Recorder {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn push(&self, op: ClientOp) {
+        self.ops.lock().unwrap().push(op);
+    }
+
+    pub async fn acquire(&self, process: u64, session: &Session, key: &LockKey, wait: Duration) -> Option<Hold> {
+        let invoke = self.now();
+        let r = session.acquire(key, wait).await;
+        let complete = self.now();
+        let (outcome, token, hold) = match r {
+            Ok(h) => (Outcome::Ok, Some(h.token().expose()), Some(h)),
+            Err(e) => (outcome_of(&e), None, None),
+        };
+        self.push(ClientOp {
+            process,
+            kind: OpKind::Acquire { key: key.to_string() },
+            session: Some(session.id() as i64),
+            token,
+            invoke_ns: invoke,
+            complete_ns: (outcome != Outcome::Unknown).then_some(complete),
+            outcome,
+        });
+        hold
+    }
+
+    /// Records a release; `Ok` only when the arbiter says it deleted a hold.
+    pub async fn release(&self, process: u64, session_id: u64, key: &LockKey, token: u64, call: impl std::future::Future<Output = Result<bool, Error>>) -> bool {
+        let invoke = self.now();
+        let r = call.await;
+        let complete = self.now();
+        let outcome = match &r {
+            Ok(true) => Outcome::Ok,
+            Ok(false) => Outcome::Fail,
+            Err(e) => outcome_of(e),
+        };
+        self.push(ClientOp {
+            process,
+            kind: OpKind::Release { key: key.to_string() },
+            session: Some(session_id as i64),
+            token: Some(token),
+            invoke_ns: invoke,
+            complete_ns: (outcome != Outcome::Unknown).then_some(complete),
+            outcome,
+        });
+        matches!(r, Ok(true))
+    }
+
+    pub fn history(&self, epoch: u64, events: Vec<EtcdEvent>) -> History {
+        History { ops: self.ops.lock().unwrap().clone(), etcd: EtcdLog { epoch, events }, ..Default::default() }
+    }
+}
+
+/// etcd's log of `/l/` from revision 1 (with the deleted values), read
+/// through a watch until it has caught up with the current revision.
+pub async fn etcd_lock_log(client: &etcd_client::Client) -> Vec<EtcdEvent> {
+    let mut c = client.clone();
+    let now = c.get("/", None).await.unwrap().header().unwrap().revision();
+    let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(1).with_prev_key();
+    let mut stream = c.watch("/l/", Some(opts)).await.unwrap();
+    let mut events = Vec::new();
+    let mut progress_asked = false;
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(2), stream.message()).await;
+        let Ok(Ok(Some(resp))) = next else { break };
+        for e in resp.events() {
+            let Some(kv) = e.kv() else { continue };
+            let key = kv.key_str().unwrap_or_default().to_string();
+            match e.event_type() {
+                etcd_client::EventType::Put => events.push(EtcdEvent {
+                    kind: EtcdEventKind::Put,
+                    key,
+                    revision: kv.mod_revision() as u64,
+                    create_revision: kv.create_revision() as u64,
+                    lease: kv.lease(),
+                    expired: None,
+                }),
+                etcd_client::EventType::Delete => {
+                    let prev = e.prev_kv();
+                    events.push(EtcdEvent {
+                        kind: EtcdEventKind::Delete,
+                        key,
+                        revision: kv.mod_revision() as u64,
+                        create_revision: prev.map(|p| p.create_revision() as u64).unwrap_or(0),
+                        lease: prev.map(|p| p.lease()).unwrap_or(0),
+                        expired: None,
+                    })
+                }
+            }
+        }
+        let at = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if resp.events().is_empty() && at >= now && progress_asked {
+            break;
+        }
+        if !progress_asked {
+            let _ = stream.request_progress().await;
+            progress_asked = true;
+        }
+    }
+    events
+}

@@ -1,0 +1,101 @@
+//! The correctness gate's checkers on real histories: a fault-free workload
+//! with contention and lease expiries passes C1 and C3, and a deliberately
+//! broken arbiter (a release not guarded by create revision) fails.
+//! The fault-injecting gate (`holdfastctl gate`) is still to be built.
+
+use holdfast_checkers::{c1, c3};
+use holdfast_model::LockKey;
+use holdfast_tests::recorder::{etcd_lock_log, Recorder};
+use holdfast_tests::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn key(s: &str) -> LockKey {
+    LockKey::parse(s).unwrap()
+}
+
+async fn appliance(name: &str, extra: &str) -> (TestDir, Etcd, Pki, Arbiter) {
+    let dir = TestDir::new(name);
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, extra);
+    (dir, etcd, pki, arbiter)
+}
+
+#[tokio::test]
+async fn a_contended_workload_with_expiries_passes_c1_and_c3() {
+    let (_dir, etcd, pki, arbiter) = appliance("gate-ok", "").await;
+    let rec = Arc::new(Recorder::default());
+    let mut tasks = Vec::new();
+    for p in 0..6u64 {
+        let client = arbiter.client(&pki, &pki.workload(&format!("p{p}"), &format!("svc/p{p}"))).await;
+        let rec = rec.clone();
+        tasks.push(tokio::spawn(async move {
+            let session = client.open_session(Duration::from_secs(5)).await.unwrap();
+            for i in 0..30u64 {
+                let k = key(&format!("gate/k{}", (p + i) % 3));
+                if let Some(h) = rec.acquire(p, &session, &k, Duration::from_secs(3)).await {
+                    tokio::time::sleep(Duration::from_millis((p * 7 + i * 3) % 20)).await;
+                    let (sid, token) = (h.session_id(), h.token().expose());
+                    rec.release(p, sid, &k, token, h.release()).await;
+                }
+            }
+        }));
+    }
+    // Two holders that vanish without releasing: their holds end by expiry.
+    for p in 100..102u64 {
+        let client = arbiter.client(&pki, &pki.workload(&format!("z{p}"), &format!("svc/z{p}"))).await;
+        let session = client.open_session(Duration::from_secs(5)).await.unwrap();
+        let k = key(&format!("gate/k{}", p % 3));
+        let hold = rec.acquire(p, &session, &k, Duration::from_secs(10)).await;
+        assert!(hold.is_some());
+        drop(session); // keepalives stop; the lease expires in 5 s
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let events = etcd_lock_log(&etcd.client().await).await;
+    let history = rec.history(1, events);
+    let stats = history.stats();
+    eprintln!("gate smoke: {stats:?}");
+    assert!(stats.ok_grants >= 100, "too few grants to mean anything: {stats:?}");
+    let deletes_without_release = history.etcd.events.iter().filter(|e| matches!(e.kind, holdfast_checkers::history::EtcdEventKind::Delete)).count()
+        - history.ops.iter().filter(|o| matches!(o.kind, holdfast_checkers::history::OpKind::Release { .. }) && o.outcome == holdfast_checkers::history::Outcome::Ok).count();
+    assert_eq!(deletes_without_release, 2, "the two vanished holders' holds expired");
+    let r1 = c1::check(&history);
+    assert!(r1.passed(), "C1: {:?}", r1.violations);
+    let r3 = c3::check(&history, &c3::Config::default());
+    assert!(r3.passed(), "C3: {:?} inconclusive {:?}", r3.violations, r3.inconclusive);
+}
+
+#[tokio::test]
+async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
+    let (_dir, etcd, pki, arbiter) = appliance("gate-mutant", "[mutation]\nrelease_unguarded = true\n").await;
+    let rec = Recorder::default();
+    let k = key("gate/stale");
+    let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
+    let c = arbiter.client(&pki, &pki.workload("c", "svc/c")).await;
+    let sa = a.open_session(Duration::from_secs(30)).await.unwrap();
+    let sb = b.open_session(Duration::from_secs(30)).await.unwrap();
+    let sc = c.open_session(Duration::from_secs(30)).await.unwrap();
+    let ha = rec.acquire(1, &sa, &k, Duration::ZERO).await.unwrap();
+    let (a_id, a_token) = (ha.session_id(), ha.token().expose());
+    assert!(rec.release(1, a_id, &k, a_token, ha.release()).await);
+    let hb = rec.acquire(2, &sb, &k, Duration::ZERO).await.unwrap();
+    // A retried (stale) release of A's old hold: the broken arbiter deletes B's hold.
+    let req = holdfast_proto::v1::ReleaseRequest { session_id: a_id, namespace: "gate".into(), key: "stale".into(), token: a_token };
+    let mut rpc = a.rpc();
+    rec.release(1, a_id, &k, a_token, async move { Ok(rpc.release(req).await.map_err(holdfast_client::Error::from)?.into_inner().released) }).await;
+    // C now gets the key while B still believes it holds it.
+    let hc = rec.acquire(3, &sc, &k, Duration::ZERO).await;
+    assert!(hc.is_some(), "the mutation did not take effect");
+    let events = etcd_lock_log(&etcd.client().await).await;
+    let history = rec.history(1, events);
+    let r3 = c3::check(&history, &c3::Config::default());
+    assert!(!r3.passed(), "C3 must catch the unguarded release");
+    eprintln!("C3 caught: {:?}", r3.violations.iter().map(|v| format!("{:?}: {}", v.rule, v.explanation)).collect::<Vec<_>>());
+    drop(hb);
+}
