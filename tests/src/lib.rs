@@ -258,10 +258,11 @@ impl Arbiter {
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:{port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ncluster_name = \"test\"\ndrain_timeout = \"3s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{endpoints}]\nrequest_timeout = \"2s\"\n[seal]\ncheck_interval = \"200ms\"\nwatermark_interval = \"1s\"\n",
+                "listen = \"127.0.0.1:{port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ncluster_name = \"test\"\ndrain_timeout = \"3s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{endpoints}]\nrequest_timeout = \"2s\"\n{seal}",
                 pki.server.cert.display().to_string(),
                 pki.server.key.display().to_string(),
                 pki.ca.ca_path().display().to_string(),
+                seal = if extra.contains("[seal]") { "" } else { "[seal]\ncheck_interval = \"200ms\"\nwatermark_interval = \"1s\"\n" },
             ),
         )
         .expect("write arbiter config");

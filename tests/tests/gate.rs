@@ -99,3 +99,43 @@ async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
     eprintln!("C3 caught: {:?}", r3.violations.iter().map(|v| format!("{:?}: {}", v.rule, v.explanation)).collect::<Vec<_>>());
     drop(hb);
 }
+
+#[tokio::test]
+async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
+    let (_dir, etcd, pki, arbiter) = appliance("gate-counter", "[mutation]\ntoken_from_counter = true\n").await;
+    let rec = Recorder::default();
+    let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    for i in 0..5 {
+        let k = key(&format!("gate/c{i}"));
+        let h = rec.acquire(1, &session, &k, Duration::ZERO).await.unwrap();
+        let (sid, t) = (h.session_id(), h.token().expose());
+        rec.release(1, sid, &k, t, h.release()).await;
+    }
+    let history = rec.history(1, etcd_lock_log(&etcd.client().await).await);
+    let r1 = c1::check(&history);
+    assert!(r1.has(holdfast_checkers::report::Rule::GrantWithoutEtcdEvent), "C1 must see grants with no etcd event at their revision: {:?}", r1.violations);
+}
+
+#[tokio::test]
+async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() {
+    // A long check interval keeps the arbiter serving its cached epoch after
+    // the advance, as it would between two checks.
+    let extra = "[seal]\ncheck_interval = \"30s\"\n[mutation]\nno_epoch_compare = true\n";
+    let (_dir, etcd, pki, arbiter) = appliance("gate-epoch", extra).await;
+    let rec = Recorder::default();
+    let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let k = key("gate/epoch");
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    let h = rec.acquire(1, &session, &k, Duration::ZERO).await.unwrap();
+    let (sid, t) = (h.session_id(), h.token().expose());
+    rec.release(1, sid, &k, t, h.release()).await;
+    // The advance: epoch 2. This arbiter still serves epoch 1 until its next check.
+    let record = holdfast_arbiter::epoch::advance(&etcd.holdfast().await, 1).await.unwrap();
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    let stale = rec.acquire(1, &session, &k, Duration::ZERO).await;
+    assert!(stale.is_some(), "the mutant granted after the advance");
+    let history = rec.history(record.epoch as u64, etcd_lock_log(&etcd.client().await).await);
+    let r1 = c1::check(&history);
+    assert!(r1.has(holdfast_checkers::report::Rule::GrantWrongEpoch), "C1 must see a grant in a stale epoch: {:?}", r1.violations);
+}

@@ -110,6 +110,12 @@ pub struct MutationConfig {
     /// newer holder's hold.
     #[serde(default)]
     pub release_unguarded: bool,
+    /// The grant transaction does not compare `/sys/epoch`.
+    #[serde(default)]
+    pub no_epoch_compare: bool,
+    /// Tokens come from a local counter instead of the commit revision.
+    #[serde(default)]
+    pub token_from_counter: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

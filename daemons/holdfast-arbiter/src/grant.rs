@@ -47,6 +47,10 @@ pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: 
         Compare::value(session_key.as_str(), CompareOp::Equal, session_bytes.to_vec()),
         Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
     ];
+    #[cfg(debug_assertions)]
+    if mutated(&MUTATION_NO_EPOCH_COMPARE) {
+        compares.remove(1);
+    }
     let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
     if let Some(w) = waiter_key {
         compares.push(Compare::version(w, CompareOp::Greater, 0));
@@ -142,6 +146,12 @@ pub async fn attempt_via(
         guard.observe(epoch, revision);
         let m = &*crate::metrics::METRICS;
         m.grant_latency.get_or_create(m.labels()).observe(sent.elapsed().as_secs_f64());
+        #[cfg(debug_assertions)]
+        let revision = if mutated(&MUTATION_TOKEN_FROM_COUNTER) {
+            MUTATION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64 + 1
+        } else {
+            revision
+        };
         let token = Token::new(epoch, revision as u64)
             .map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
         return Ok(Attempt::Granted(token));
@@ -210,6 +220,17 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
 /// Test builds only: see `config::MutationConfig`.
 #[cfg(debug_assertions)]
 pub static MUTATION_RELEASE_UNGUARDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[cfg(debug_assertions)]
+pub static MUTATION_NO_EPOCH_COMPARE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[cfg(debug_assertions)]
+pub static MUTATION_TOKEN_FROM_COUNTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[cfg(debug_assertions)]
+static MUTATION_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(debug_assertions)]
+fn mutated(flag: &std::sync::atomic::AtomicBool) -> bool {
+    flag.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
     #[cfg(debug_assertions)]

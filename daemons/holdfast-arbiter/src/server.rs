@@ -39,9 +39,15 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
 
     crate::metrics::init(&config.cluster_name);
     #[cfg(debug_assertions)]
-    if config.mutation.release_unguarded {
-        tracing::warn!("MUTATION release_unguarded is on: this arbiter is deliberately broken (test builds only)");
-        crate::grant::MUTATION_RELEASE_UNGUARDED.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (on, flag, name) in [
+        (config.mutation.release_unguarded, &crate::grant::MUTATION_RELEASE_UNGUARDED, "release_unguarded"),
+        (config.mutation.no_epoch_compare, &crate::grant::MUTATION_NO_EPOCH_COMPARE, "no_epoch_compare"),
+        (config.mutation.token_from_counter, &crate::grant::MUTATION_TOKEN_FROM_COUNTER, "token_from_counter"),
+    ] {
+        if on {
+            tracing::warn!(mutation = name, "MUTATION on: this arbiter is deliberately broken (test builds only)");
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
