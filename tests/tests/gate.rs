@@ -25,7 +25,17 @@ async fn appliance(name: &str, extra: &str) -> (TestDir, Etcd, Pki, Arbiter) {
 
 #[tokio::test]
 async fn a_contended_workload_with_expiries_passes_c1_and_c3() {
-    let (_dir, etcd, pki, arbiter) = appliance("gate-ok", "").await;
+    contended_workload("gate-ok", "").await;
+}
+
+/// Group commit must not weaken any checker: the same workload, grouped.
+#[tokio::test]
+async fn a_contended_workload_with_group_commit_passes_c1_and_c3() {
+    contended_workload("gate-grouped", "[grants]\ngroup_commit = true\n").await;
+}
+
+async fn contended_workload(name: &str, extra: &str) {
+    let (_dir, etcd, pki, arbiter) = appliance(name, extra).await;
     let rec = Arc::new(Recorder::default());
     let mut tasks = Vec::new();
     for p in 0..6u64 {
