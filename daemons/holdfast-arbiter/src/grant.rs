@@ -75,14 +75,10 @@ pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn 
         .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
 }
 
-/// One grant transaction. With `waiter_key` (durable fairness) the
+/// One grant transaction, sent through the committer (which may group it
+/// with grants of other keys). With `waiter_key` (durable fairness) the
 /// transaction also requires that waiter record and deletes it.
-pub async fn attempt(etcd: &Etcd, guard: &Guard, session: &Owned, hold_key: &str, waiter_key: Option<&str>) -> Result<Attempt, Refusal> {
-    attempt_via(&crate::commit::Committer::Direct(etcd.clone()), etcd, guard, session, hold_key, waiter_key).await
-}
-
-/// [`attempt`], sent through a committer (which may group it with others).
-pub async fn attempt_via(
+pub async fn attempt(
     committer: &crate::commit::Committer,
     etcd: &Etcd,
     guard: &Guard,

@@ -127,22 +127,17 @@ impl Waiters {
     /// `deadline` while another session holds it.
     pub async fn acquire(&self, etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, deadline: Instant) -> Result<Token, Refusal> {
         let hold_key = layout::hold_key(key);
-        let refusal = |holder: &Option<String>| {
-            // A hold of the same identity under another session is named as
-            // a leak, not as contention, when the wait ends.
-            if holder.as_deref() == Some(session.record.spiffe_id.as_str()) { Refusal::leak(key) } else { Refusal::contention(key) }
-        };
         // Nobody queued here: try at once.
         let (watch_from, holder) = if self.has_queue(&hold_key) {
             (0, None)
         } else {
-            match grant::attempt_via(&self.committer, etcd, guard, session, &hold_key, None).await? {
+            match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await? {
                 Attempt::Granted(token) => return Ok(token),
                 Attempt::Held { watch_from, holder } => (watch_from, holder),
             }
         };
         if Instant::now() >= deadline {
-            return Err(refusal(&holder));
+            return Err(contention_or_leak(key, session, &holder));
         }
         let ticket = self.enter(&hold_key, watch_from, holder);
         // Wait to be the head.
@@ -155,14 +150,14 @@ impl Waiters {
             }
             tokio::select! {
                 _ = &mut notified => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(refusal(&lock(&ticket.queue.state).1)),
+                _ = tokio::time::sleep_until(deadline) => return Err(contention_or_leak(key, session, &lock(&ticket.queue.state).1)),
             }
         }
         // The head: wait for a release, then send the grant transaction.
         let (mut watch_from, mut holder) = lock(&ticket.queue.state).clone();
         loop {
             match self.wait_for_release(etcd, &hold_key, watch_from, deadline).await {
-                Hint::Deadline => return Err(refusal(&holder)),
+                Hint::Deadline => return Err(contention_or_leak(key, session, &holder)),
                 Hint::Poll => match key_revision_if_held(etcd, &hold_key).await {
                     Some(rev) => {
                         watch_from = rev + 1;
@@ -172,7 +167,7 @@ impl Waiters {
                 },
                 Hint::Event => {}
             }
-            match grant::attempt_via(&self.committer, etcd, guard, session, &hold_key, None).await {
+            match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await {
                 Ok(Attempt::Granted(token)) => {
                     // The next head watches from this grant.
                     *lock(&ticket.queue.state) = (token.revision() as i64 + 1, Some(session.record.spiffe_id.clone()));
@@ -279,7 +274,7 @@ pub async fn acquire_durable(
             rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
         });
         if first == Some(me.as_str()) {
-            match grant::attempt_via(committer, etcd, guard, session, &hold_key, Some(&me)).await {
+            match grant::attempt(committer, etcd, guard, session, &hold_key, Some(&me)).await {
                 Ok(Attempt::Granted(token)) => break Ok(token),
                 Ok(Attempt::Held { watch_from, holder: h }) => {
                     holder = h;
@@ -308,6 +303,8 @@ pub async fn acquire_durable(
     outcome
 }
 
+/// A hold of the same identity under another session is named as a leak,
+/// not as contention, when the wait ends.
 fn contention_or_leak(key: &LockKey, session: &Owned, holder: &Option<String>) -> Refusal {
     if holder.as_deref() == Some(session.record.spiffe_id.as_str()) { Refusal::leak(key) } else { Refusal::contention(key) }
 }

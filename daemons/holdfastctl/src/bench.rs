@@ -155,7 +155,8 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         metrics_url: format!("{}/metrics", args.etcd_endpoint[0].trim_end_matches('/')),
     });
     let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
-    let say = |m: String| if !args.json { eprintln!("{m}") } else { eprintln!("{m}") };
+    // Progress and the table go to stderr, so `--json | tail -n1` is clean.
+    let say = |m: String| eprintln!("{m}");
     say(format!("holdfast bench against etcd {} ({}), {:?} per cell", ctx.etcd_version, args.etcd_endpoint.join(","), args.duration));
 
     let mut summary = serde_json::Map::new();
