@@ -65,17 +65,11 @@ fn status_reports_without_changing_anything() {
         ],
         1,
     );
-    let out = Command::new(bin())
-        .args(["status", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = common::run_ok_json(
+        Command::new(bin())
+            .args(["status", "--json", "--config"])
+            .arg(&config),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["unlocked"], false);
     assert!(
         v["device_error"]

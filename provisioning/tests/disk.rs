@@ -214,17 +214,11 @@ fn refuses_to_format_a_device_holding_a_file_system_unless_forced() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["ok"], false);
 
-    let out = Command::new(bin())
-        .args(["disk", "--force", "--json", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = common::run_ok_json(
+        Command::new(bin())
+            .args(["disk", "--force", "--json", "--config"])
+            .arg(&path),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["changed"], true);
     assert!(disk::inspect(&lo.dev).expect("inspect").is_provisioned());
 }

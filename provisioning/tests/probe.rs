@@ -99,19 +99,13 @@ fn probe_command_records_the_verdict_and_exits_65_when_too_slow() {
     let rec = probe::last(&dir.path().join("state")).expect("verdict recorded");
     assert!(!rec.ready);
 
-    let out = Command::new(bin())
-        .args(["probe", "--json", "--max-p99", "10s", "--dir"])
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = common::run_ok_json(
+        Command::new(bin())
+            .args(["probe", "--json", "--max-p99", "10s", "--dir"])
+            .arg(&data)
+            .arg("--config")
+            .arg(&config),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["report"]["ready"], true);
     assert!(v["report"]["p99_us"].as_u64().is_some());
     assert!(

@@ -165,17 +165,11 @@ fn tune_command_writes_the_drop_in_and_retunes_a_running_pid() {
     );
     let p = sleeper();
     let pid = p.0.id().to_string();
-    let out = Command::new(bin())
-        .args(["tune", "--json", "--pid", &pid, "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = common::run_ok_json(
+        Command::new(bin())
+            .args(["tune", "--json", "--pid", &pid, "--config"])
+            .arg(&config),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["dropin"]["changed"], true);
     assert_eq!(v["applied"]["now"]["cpus_allowed_list"], "0");
     assert_eq!(ionice(p.0.id()), "best-effort: prio 4");

@@ -203,3 +203,14 @@ samples = 200
     std::fs::write(&path, text).expect("write config");
     path
 }
+
+/// Runs a `--json` command that must succeed and returns its JSON output.
+pub fn run_ok_json(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
