@@ -370,11 +370,16 @@ pub struct Appliance {
 
 impl Appliance {
     pub async fn start(name: &str, members: usize) -> Self {
+        Self::start_with(name, members, "").await
+    }
+
+    /// Like [`Appliance::start`], with extra TOML appended to the arbiter's config.
+    pub async fn start_with(name: &str, members: usize, extra: &str) -> Self {
         let dir = TestDir::new(name);
         let etcd = Etcd::start(&dir.path, members).await;
         etcd.init_epoch().await;
         let pki = Pki::new(&dir.path);
-        let arbiter = Arbiter::start(&dir.path, "arbiter", &etcd.endpoints(), &pki);
+        let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, extra);
         Appliance { arbiter, pki, etcd, dir }
     }
 

@@ -168,11 +168,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_grant_per_release() {
 
 #[tokio::test]
 async fn without_watch_events_a_waiter_is_granted_within_about_a_second() {
-    let dir = TestDir::new("poll");
-    let etcd = Etcd::start(&dir.path, 1).await;
-    etcd.init_epoch().await;
-    let pki = Pki::new(&dir.path);
-    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, "[waiters]\nwatch = false\n");
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } = Appliance::start_with("poll", 1, "[waiters]\nwatch = false\n").await;
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
     let k = key("poll/key");

@@ -14,14 +14,6 @@ fn key(s: &str) -> LockKey {
     LockKey::parse(s).unwrap()
 }
 
-async fn appliance(name: &str, extra: &str) -> (TestDir, Etcd, Pki, Arbiter) {
-    let dir = TestDir::new(name);
-    let etcd = Etcd::start(&dir.path, 1).await;
-    etcd.init_epoch().await;
-    let pki = Pki::new(&dir.path);
-    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, extra);
-    (dir, etcd, pki, arbiter)
-}
 
 #[tokio::test]
 async fn a_contended_workload_with_expiries_passes_c1_and_c3() {
@@ -35,7 +27,7 @@ async fn a_contended_workload_with_group_commit_passes_c1_and_c3() {
 }
 
 async fn contended_workload(name: &str, extra: &str) {
-    let (_dir, etcd, pki, arbiter) = appliance(name, extra).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with(name, 1, extra).await;
     let rec = Arc::new(Recorder::default());
     let mut tasks = Vec::new();
     for p in 0..6u64 {
@@ -82,7 +74,7 @@ async fn contended_workload(name: &str, extra: &str) {
 
 #[tokio::test]
 async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
-    let (_dir, etcd, pki, arbiter) = appliance("gate-mutant", "[mutation]\nrelease_unguarded = true\n").await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-mutant", 1, "[mutation]\nrelease_unguarded = true\n").await;
     let rec = Recorder::default();
     let k = key("gate/stale");
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
@@ -112,7 +104,7 @@ async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
 
 #[tokio::test]
 async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
-    let (_dir, etcd, pki, arbiter) = appliance("gate-counter", "[mutation]\ntoken_from_counter = true\n").await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-counter", 1, "[mutation]\ntoken_from_counter = true\n").await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
@@ -132,7 +124,7 @@ async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() 
     // A long check interval keeps the arbiter serving its cached epoch after
     // the advance, as it would between two checks.
     let extra = "[seal]\ncheck_interval = \"30s\"\n[mutation]\nno_epoch_compare = true\n";
-    let (_dir, etcd, pki, arbiter) = appliance("gate-epoch", extra).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-epoch", 1, extra).await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let k = key("gate/epoch");

@@ -128,11 +128,7 @@ impl GroupExt for std::process::Command {
 async fn group_commit_keeps_each_key_exclusive_and_its_tokens_increasing() {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
-    let dir = TestDir::new("group-commit");
-    let etcd = Etcd::start(&dir.path, 1).await;
-    etcd.init_epoch().await;
-    let pki = Pki::new(&dir.path);
-    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, "[grants]\ngroup_commit = true\n");
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } = Appliance::start_with("group-commit", 1, "[grants]\ngroup_commit = true\n").await;
     let held: Arc<Mutex<HashMap<String, bool>>> = Arc::default();
     let grants: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
     let mut tasks = Vec::new();
