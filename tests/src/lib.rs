@@ -95,6 +95,7 @@ impl Etcd {
                 .enumerate()
                 .map(|(i, port)| MemberSpec {
                     name: format!("m{i}"),
+                    host: "127.0.0.1".into(),
                     data_dir: dir.join(format!("etcd-m{i}-0")),
                     client_port: *port,
                     peer_port: free_port(),

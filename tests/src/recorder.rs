@@ -1,7 +1,7 @@
 //! Records client operations and etcd's own log of the lock key space as a
 //! `holdfast_checkers::History`, the input of the correctness gate.
 
-use holdfast_checkers::history::{ClientOp, EtcdEvent, EtcdEventKind, EtcdLog, History, OpKind, Outcome};
+use holdfast_checkers::history::{ClientOp, EtcdEvent, EtcdLog, History, OpKind, Outcome};
 use holdfast_client::{Error, ErrorReason, Hold, Session};
 use holdfast_model::LockKey;
 use std::sync::Mutex;
@@ -83,43 +83,8 @@ impl Recorder {
     }
 }
 
-/// etcd's log of `/l/` from revision 1 (with the deleted values), read
-/// through a watch until it goes quiet (history is replayed in one burst;
-/// progress notifications are not relied on: etcd 3.4 answers them before an
-/// unsynced watcher has caught up).
+/// etcd's log of `/l/` from revision 1 (with the deleted values, and
+/// expiries marked).
 pub async fn etcd_lock_log(client: &etcd_client::Client) -> Vec<EtcdEvent> {
-    let mut c = client.clone();
-    let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(1).with_prev_key();
-    let mut stream = c.watch("/l/", Some(opts)).await.unwrap();
-    let mut events = Vec::new();
-    loop {
-        let next = tokio::time::timeout(Duration::from_secs(2), stream.message()).await;
-        let Ok(Ok(Some(resp))) = next else { break };
-        for e in resp.events() {
-            let Some(kv) = e.kv() else { continue };
-            let key = kv.key_str().unwrap_or_default().to_string();
-            match e.event_type() {
-                etcd_client::EventType::Put => events.push(EtcdEvent {
-                    kind: EtcdEventKind::Put,
-                    key,
-                    revision: kv.mod_revision() as u64,
-                    create_revision: kv.create_revision() as u64,
-                    lease: kv.lease(),
-                    expired: None,
-                }),
-                etcd_client::EventType::Delete => {
-                    let prev = e.prev_kv();
-                    events.push(EtcdEvent {
-                        kind: EtcdEventKind::Delete,
-                        key,
-                        revision: kv.mod_revision() as u64,
-                        create_revision: prev.map(|p| p.create_revision() as u64).unwrap_or(0),
-                        lease: prev.map(|p| p.lease()).unwrap_or(0),
-                        expired: None,
-                    })
-                }
-            }
-        }
-    }
-    events
+    holdfast_devkit::etcdlog::read(client, "", 1).await.expect("watch etcd's log")
 }

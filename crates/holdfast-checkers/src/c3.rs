@@ -30,7 +30,10 @@
 //! - expiries come from etcd's log (deletes marked as lease expiry, and
 //!   deletes of unknown cause that no release explains). An explicit
 //!   (non-expiry) delete that no ok or unknown release explains is reported
-//!   as [`Rule::UnexplainedDelete`] and then treated like an expiry. They have no
+//!   as [`Rule::UnexplainedDelete`] and then treated like an expiry — unless
+//!   the hold was created for an acquire whose outcome is unknown: its token
+//!   never reached the client, and the arbiter withdraws such a grant when it
+//!   cannot vouch for it (a *withdrawal*, freeing the lock like an expiry). They have no
 //!   real-time interval but a fixed place: every operation that carries an
 //!   etcd revision (ok grants: their token's revision; releases and expiries:
 //!   their delete's revision) is linearized in revision order.
@@ -263,6 +266,11 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
 
     // Revisions claimed by ok grants, so unknown acquires match only the rest.
     let mut claimed: HashSet<(&str, u64)> = HashSet::new();
+    // Grants etcd shows for an acquire whose answer never reached the
+    // client: the arbiter may withdraw those (delete them without a client
+    // release) when it cannot vouch for the token, e.g. it saw an etcd error
+    // while the grant was in flight.
+    let mut undelivered: HashSet<(&str, u64)> = HashSet::new();
     for op in &history.ops {
         if let (OpKind::Acquire { key }, Outcome::Ok, Some(t)) = (&op.kind, op.outcome, op.token) {
             claimed.insert((key, token_revision(t)));
@@ -338,6 +346,7 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
                     match found {
                         Some(rev) => {
                             claimed.insert((key, rev));
+                            undelivered.insert((key, rev));
                             Entry {
                                 action: Action::Acquire {
                                     session,
@@ -405,7 +414,7 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
             if explained.contains(&ev) {
                 continue;
             }
-            if expired == Some(false) {
+            if expired == Some(false) && !undelivered.contains(&(*key, create)) {
                 report.push(
                     Rule::UnexplainedDelete,
                     key,

@@ -80,6 +80,8 @@ fn which(name: &str) -> Option<PathBuf> {
 #[derive(Debug, Clone)]
 pub struct MemberSpec {
     pub name: String,
+    /// The address it listens on (127.0.0.1, or its network namespace's).
+    pub host: String,
     pub data_dir: PathBuf,
     pub client_port: u16,
     pub peer_port: u16,
@@ -87,10 +89,10 @@ pub struct MemberSpec {
 
 impl MemberSpec {
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.host, self.client_port)
     }
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        format!("http://{}:{}", self.host, self.peer_port)
     }
 }
 
@@ -141,9 +143,21 @@ pub struct EtcdProcess {
 
 impl EtcdProcess {
     pub fn start(bin: &EtcdBinary, cluster: &ClusterSpec, i: usize, log: &Path) -> anyhow::Result<Self> {
+        Self::start_wrapped(bin, cluster, i, log, &[])
+    }
+
+    /// Starts member `i` under `wrapper` (e.g. `ip netns exec NS`), which
+    /// must exec etcd in place so that the child's pid is etcd's.
+    pub fn start_wrapped(bin: &EtcdBinary, cluster: &ClusterSpec, i: usize, log: &Path, wrapper: &[String]) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&cluster.members[i].data_dir)?;
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let child = Command::new(&bin.etcd)
+        let etcd = bin.etcd.display().to_string();
+        let (program, prefix) = match wrapper.split_first() {
+            Some((p, rest)) => (p.as_str(), rest.iter().map(String::as_str).chain([etcd.as_str()]).collect::<Vec<_>>()),
+            None => (etcd.as_str(), Vec::new()),
+        };
+        let child = Command::new(program)
+            .args(prefix)
             .args(cluster.args(bin, i))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

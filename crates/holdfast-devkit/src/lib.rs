@@ -2,6 +2,7 @@
 //! and by the test harness, never by a production daemon.
 
 pub mod etcd;
+pub mod etcdlog;
 pub mod notify;
 pub mod pki;
 pub mod ports;

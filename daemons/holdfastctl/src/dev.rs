@@ -144,7 +144,7 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn locate_arbiter() -> anyhow::Result<PathBuf> {
+pub(crate) fn locate_arbiter() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("HOLDFAST_ARBITER_BIN") {
         return Ok(p.into());
     }
@@ -227,7 +227,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let bin = EtcdBinary::locate()?;
     say(&format!("starting etcd {} ({})", bin.version_string(), bin.etcd.display()));
     let cluster = ClusterSpec {
-        members: vec![MemberSpec { name: "dev".into(), data_dir: dir.join("etcd"), client_port: etcd_client_port, peer_port: etcd_peer_port }],
+        members: vec![MemberSpec { name: "dev".into(), host: "127.0.0.1".into(), data_dir: dir.join("etcd"), client_port: etcd_client_port, peer_port: etcd_peer_port }],
         token: format!("holdfast-dev-{}", std::process::id()),
     };
     let mut children = Children { arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };

@@ -5,6 +5,7 @@ mod conn;
 mod dev;
 mod epoch;
 mod exit;
+mod gate;
 mod inspect;
 mod lock;
 
@@ -41,6 +42,9 @@ enum Command {
     /// Measure lock throughput, handoff and renewal cost against etcd's own
     /// paths, in one run on the same etcd.
     Bench(bench::BenchArgs),
+    /// The correctness gate: faults on a 3-member etcd cluster in network
+    /// namespaces, histories checked by C1, C2 and C3 (needs root).
+    Gate(gate::GateArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
             Command::Bench(args) => bench::run(&cli.conn, args).await,
+            Command::Gate(args) => gate::run(args).await,
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.

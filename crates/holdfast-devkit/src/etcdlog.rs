@@ -1,0 +1,65 @@
+//! etcd's own log of the lock key space, read through a watch from a given
+//! revision: the ground truth of the correctness gate's checkers.
+
+use holdfast_checkers::history::{EtcdEvent, EtcdEventKind};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Events under `/l/<prefix>` from revision `from`, with the deleted values.
+/// A delete is marked `expired` when etcd deleted a session record (`/s/…`)
+/// in the same revision: the hold ended with its lease, not by a release
+/// (a release transaction deletes only the hold).
+///
+/// History is replayed in one burst; the watch is read until it has been
+/// quiet for two seconds (progress notifications are not relied on: etcd 3.4
+/// answers them before an unsynced watcher has caught up).
+pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyhow::Result<Vec<EtcdEvent>> {
+    let mut c = client.clone();
+    let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(from.max(1)).with_prev_key();
+    let mut stream = c.watch("/", Some(opts)).await?;
+    let lock_prefix = format!("/l/{prefix}");
+    let mut events = Vec::new();
+    let mut session_ends = HashSet::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(2), stream.message()).await;
+        let Ok(Ok(Some(resp))) = next else { break };
+        for e in resp.events() {
+            let Some(kv) = e.kv() else { continue };
+            let key = kv.key_str().unwrap_or_default().to_string();
+            let revision = kv.mod_revision() as u64;
+            if key.starts_with("/s/") && e.event_type() == etcd_client::EventType::Delete {
+                session_ends.insert(revision);
+            }
+            if !key.starts_with(&lock_prefix) {
+                continue;
+            }
+            match e.event_type() {
+                etcd_client::EventType::Put => events.push(EtcdEvent {
+                    kind: EtcdEventKind::Put,
+                    key,
+                    revision,
+                    create_revision: kv.create_revision() as u64,
+                    lease: kv.lease(),
+                    expired: None,
+                }),
+                etcd_client::EventType::Delete => {
+                    let prev = e.prev_kv();
+                    events.push(EtcdEvent {
+                        kind: EtcdEventKind::Delete,
+                        key,
+                        revision,
+                        create_revision: prev.map(|p| p.create_revision() as u64).unwrap_or(0),
+                        lease: prev.map(|p| p.lease()).unwrap_or(0),
+                        expired: None,
+                    })
+                }
+            }
+        }
+    }
+    for e in &mut events {
+        if e.kind == EtcdEventKind::Delete {
+            e.expired = Some(session_ends.contains(&e.revision));
+        }
+    }
+    Ok(events)
+}

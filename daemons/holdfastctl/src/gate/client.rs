@@ -1,0 +1,246 @@
+//! One gate client process (`holdfastctl gate client`, started by the gate):
+//! takes locks on a few shared keys, increments the key's record at the
+//! fenced resource while holding, releases, and now and then vanishes
+//! without releasing — its session expires while a "zombie" keeps the token
+//! and writes after the expiry. Every operation is appended to a JSON-lines
+//! file as a `holdfast_checkers::history::ClientOp`.
+//!
+//! Timestamps come from CLOCK_MONOTONIC through a raw system call, so they
+//! stay comparable across processes even when libfaketime skews this
+//! process's clock.
+
+use super::resource::Resource;
+use holdfast_checkers::history::{ClientOp, OpKind, Outcome};
+use holdfast_client::{Client, ClientConfig, Error, ErrorReason, Session};
+use holdfast_model::LockKey;
+use holdfast_proto::v1::{AcquireRequest, ReleaseRequest};
+use rand::{Rng, SeedableRng};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(clap::Args, Clone)]
+pub struct ClientArgs {
+    /// Comma-separated arbiter endpoints; this client prefers the one at
+    /// index `process % n` and fails over to the others.
+    #[arg(long)]
+    arbiters: String,
+    #[arg(long = "client-ca")]
+    ca: PathBuf,
+    #[arg(long = "client-cert")]
+    cert: PathBuf,
+    #[arg(long = "client-key")]
+    key: PathBuf,
+    /// This client's number in the history.
+    #[arg(long)]
+    process: u64,
+    #[arg(long)]
+    seed: u64,
+    /// Number of shared lock keys (<key-prefix>0 ..).
+    #[arg(long, default_value_t = 6)]
+    keys: usize,
+    /// Lock keys are <key-prefix><n>.
+    #[arg(long, default_value = "gate/k")]
+    key_prefix: String,
+    /// Stop when this file exists.
+    #[arg(long)]
+    stop_file: Option<PathBuf>,
+    /// Run for this long.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Session TTL.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    ttl: Duration,
+    /// Append operations here (JSON lines).
+    #[arg(long)]
+    out: PathBuf,
+    /// Write "<this process's monotonic ns> <raw monotonic ns>" here every
+    /// 200 ms, so the gate can confirm that a clock fault took effect.
+    #[arg(long)]
+    clock_report: Option<PathBuf>,
+    /// The fenced resource (see `holdfastctl gate --help`); none: locks only.
+    #[arg(long)]
+    resource: Option<String>,
+    /// Fence mode of the resource (correct, unfenced).
+    #[arg(long, default_value = "correct")]
+    fence: String,
+}
+
+/// CLOCK_MONOTONIC without libc's (and so libfaketime's) wrapper.
+pub fn raw_monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec to the pointer we pass.
+    unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts as *mut libc::timespec) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub struct Log {
+    file: Mutex<std::fs::File>,
+    process: u64,
+}
+
+impl Log {
+    pub fn create(path: &std::path::Path, process: u64) -> std::io::Result<Self> {
+        Ok(Log { file: Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?), process })
+    }
+
+    pub fn push(&self, kind: OpKind, session: Option<u64>, token: Option<u64>, invoke_ns: u64, outcome: Outcome) {
+        let op = ClientOp {
+            process: self.process,
+            kind,
+            session: session.map(|s| s as i64),
+            token,
+            invoke_ns,
+            complete_ns: (outcome != Outcome::Unknown).then(raw_monotonic_ns),
+            outcome,
+        };
+        let line = serde_json::to_string(&op).expect("a ClientOp serialises");
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Refusals that prove the call had no effect are failures; anything else
+/// (timeouts, lost connections, a session lost while the call was in
+/// flight) leaves the outcome unknown.
+pub fn outcome_of(e: &Error) -> Outcome {
+    match e.reason() {
+        Some(ErrorReason::Contention | ErrorReason::Leak | ErrorReason::Sealed | ErrorReason::InvalidArgument | ErrorReason::Denied | ErrorReason::Unauthenticated) => Outcome::Fail,
+        _ => Outcome::Unknown,
+    }
+}
+
+pub async fn run(args: ClientArgs) -> u8 {
+    match work(args).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gate client: {e:#}");
+            70
+        }
+    }
+}
+
+async fn work(args: ClientArgs) -> anyhow::Result<()> {
+    let endpoints: Vec<String> = args.arbiters.split(',').map(str::to_string).collect();
+    let clients: Vec<Client> = endpoints
+        .iter()
+        .map(|e| Client::connect_lazy(&ClientConfig { endpoint: e.clone(), ca: args.ca.clone(), cert: args.cert.clone(), key: args.key.clone() }))
+        .collect::<Result<_, _>>()?;
+    let log = Arc::new(Log::create(&args.out, args.process)?);
+    let resource: Option<Arc<dyn Resource>> = match &args.resource {
+        Some(r) => Some(super::resource::open(r, &args.fence).await?),
+        None => None,
+    };
+    if let Some(path) = args.clock_report.clone() {
+        // A thread, not a task: a backward clock jump stalls tokio's timers.
+        std::thread::spawn(move || loop {
+            let _ = std::fs::write(&path, format!("{} {}\n", libc_monotonic_ns(), raw_monotonic_ns()));
+            std::thread::sleep(Duration::from_millis(200));
+        });
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let start = raw_monotonic_ns();
+    let end = start + args.duration.as_nanos() as u64;
+    let mut preferred = args.process as usize % clients.len();
+    let mut session: Option<Session> = None;
+    let mut next_abandon = start + rng.random_range(2_000_000_000..6_000_000_000u64);
+    let mut zombies = Vec::new();
+    let stop = || args.stop_file.as_ref().is_some_and(|f| f.exists());
+    while raw_monotonic_ns() < end && !stop() {
+        let s = match &session {
+            Some(s) if s.can_start() && s.remaining_ttl() > Duration::from_millis(1500) => s,
+            _ => {
+                session = None;
+                let invoke = raw_monotonic_ns();
+                match clients[preferred].open_session(args.ttl).await {
+                    Ok(s) => {
+                        log.push(OpKind::OpenSession { ttl_ms: args.ttl.as_millis() as u64 }, Some(s.id()), None, invoke, Outcome::Ok);
+                        session.insert(s)
+                    }
+                    Err(_) => {
+                        preferred = (preferred + 1) % clients.len();
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let key = LockKey::parse(&format!("{}{}", args.key_prefix, rng.random_range(0..args.keys)))?;
+        // Raw RPCs, not Session::acquire: the library releases a grant that
+        // arrives after the session was lost, and that release would be
+        // missing from the history. Here every release is recorded.
+        let sid = s.id();
+        let req = AcquireRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), wait_millis: rng.random_range(200..2000), durable: false };
+        let invoke = raw_monotonic_ns();
+        let token = match clients[preferred].rpc().acquire(req).await.map_err(Error::from) {
+            Ok(r) => {
+                log.push(OpKind::Acquire { key: key.to_string() }, Some(sid), Some(r.get_ref().token), invoke, Outcome::Ok);
+                r.into_inner().token
+            }
+            Err(e) => {
+                log.push(OpKind::Acquire { key: key.to_string() }, Some(sid), None, invoke, outcome_of(&e));
+                if matches!(e.reason(), Some(ErrorReason::Unavailable | ErrorReason::SessionNotFound) | None) {
+                    preferred = (preferred + 1) % clients.len();
+                    session = None;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                continue;
+            }
+        };
+        let record = key.to_string();
+        if raw_monotonic_ns() >= next_abandon {
+            // Vanish: stop renewing, keep the token, write after the expiry.
+            next_abandon = raw_monotonic_ns() + rng.random_range(2_000_000_000..6_000_000_000u64);
+            drop(session.take());
+            let late = args.ttl + Duration::from_millis(rng.random_range(300..2500));
+            let (log, resource, record) = (log.clone(), resource.clone(), record.clone());
+            zombies.push(tokio::spawn(async move {
+                tokio::time::sleep(late).await;
+                if let Some(res) = resource {
+                    write(&log, &*res, &key, &record, sid, token, Duration::ZERO).await;
+                }
+            }));
+            continue;
+        }
+        if let Some(res) = &resource {
+            if s.can_start() {
+                let think = Duration::from_millis(rng.random_range(0..40));
+                write(&log, &**res, &key, &record, sid, token, think).await;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..15))).await;
+        }
+        let invoke = raw_monotonic_ns();
+        let req = ReleaseRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), token };
+        let outcome = match clients[preferred].rpc().release(req).await.map_err(Error::from) {
+            Ok(r) if r.get_ref().released => Outcome::Ok,
+            Ok(_) => Outcome::Fail,
+            Err(e) => outcome_of(&e),
+        };
+        log.push(OpKind::Release { key: key.to_string() }, Some(sid), Some(token), invoke, outcome);
+    }
+    for z in zombies {
+        let _ = z.await;
+    }
+    Ok(())
+}
+
+async fn write(log: &Log, res: &dyn Resource, key: &LockKey, record: &str, sid: u64, token: u64, think: Duration) {
+    let invoke = raw_monotonic_ns();
+    let outcome = match res.increment(record, token, think).await {
+        Ok(true) => Outcome::Ok,
+        Ok(false) => Outcome::Fail,
+        Err(_) => Outcome::Unknown,
+    };
+    log.push(OpKind::Write { key: key.to_string(), record: record.to_string() }, Some(sid), Some(token), invoke, outcome);
+}
+
+/// CLOCK_MONOTONIC through libc, as std and tokio read it: the clock
+/// libfaketime fakes.
+fn libc_monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec to the pointer we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
