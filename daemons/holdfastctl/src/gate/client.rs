@@ -144,7 +144,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     let end = start + args.duration.as_nanos() as u64;
     let mut preferred = args.process as usize % clients.len();
     let mut session: Option<Session> = None;
-    let mut next_abandon = start + rng.random_range(2_000_000_000..6_000_000_000u64);
+    let mut next_abandon = start + rng.random_range(3_000_000_000..9_000_000_000u64);
     let mut zombies = Vec::new();
     let stop = || args.stop_file.as_ref().is_some_and(|f| f.exists());
     while raw_monotonic_ns() < end && !stop() {
@@ -171,7 +171,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         // arrives after the session was lost, and that release would be
         // missing from the history. Here every release is recorded.
         let sid = s.id();
-        let req = AcquireRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), wait_millis: rng.random_range(200..2000), durable: false };
+        let req = AcquireRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), wait_millis: rng.random_range(100..1000), durable: false };
         let invoke = raw_monotonic_ns();
         let token = match clients[preferred].rpc().acquire(req).await.map_err(Error::from) {
             Ok(r) => {
@@ -191,7 +191,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         let record = key.to_string();
         if raw_monotonic_ns() >= next_abandon {
             // Vanish: stop renewing, keep the token, write after the expiry.
-            next_abandon = raw_monotonic_ns() + rng.random_range(2_000_000_000..6_000_000_000u64);
+            next_abandon = raw_monotonic_ns() + rng.random_range(3_000_000_000..9_000_000_000u64);
             drop(session.take());
             let late = args.ttl + Duration::from_millis(rng.random_range(300..2500));
             let (log, resource, record) = (log.clone(), resource.clone(), record.clone());

@@ -66,10 +66,10 @@ pub struct GateArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Client processes.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 8)]
     clients: u64,
     /// Lock keys per episode (shared by every client).
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 32)]
     keys: usize,
     /// Only these fault kinds (comma-separated); default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
