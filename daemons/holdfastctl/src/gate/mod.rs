@@ -212,6 +212,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         let ep = Episode { dir: dir.join(format!("episode-{episode}")), keys: args.keys, prefix: format!("gate/e{episode}k") };
         std::fs::create_dir_all(&ep.dir)?;
         let start_rev = cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
+        let ep_start = Instant::now();
         let mut procs = spawn_clients(&ep, &cluster, &args, ep_seed)?;
         let views: Vec<ClientProc> = procs.iter().map(|p| p.view()).collect();
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -246,9 +247,14 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
                 }
             }
         }
-        // Let the workload run on the healed system, then stop the clients.
+        // Let the workload run on the healed system (the short profile for
+        // at least SHORT_MIN in all, so its counts mean something), then stop
+        // the clients.
         let healed = Instant::now();
         tokio::time::sleep(Duration::from_secs(2)).await;
+        if args.profile == Profile::Short {
+            tokio::time::sleep(SHORT_MIN.saturating_sub(ep_start.elapsed())).await;
+        }
         std::fs::write(ep.dir.join("stop"), "")?;
         for p in &mut procs {
             wait_child(&mut p.child, Duration::from_secs(60));
@@ -326,6 +332,8 @@ fn redact_url(url: &str) -> String {
 }
 
 pub const CLIENT_TTL: Duration = Duration::from_secs(5);
+/// The short profile's least length of workload.
+const SHORT_MIN: Duration = Duration::from_secs(120);
 
 struct Episode {
     dir: PathBuf,
