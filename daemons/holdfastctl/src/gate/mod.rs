@@ -250,11 +250,12 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         // Let the workload run on the healed system (the short profile for
         // at least SHORT_MIN in all, so its counts mean something), then stop
         // the clients.
-        let healed = Instant::now();
         tokio::time::sleep(Duration::from_secs(2)).await;
         if args.profile == Profile::Short {
             tokio::time::sleep(SHORT_MIN.saturating_sub(ep_start.elapsed())).await;
         }
+        // From here on no fault and no new work: the clock of the liveness check.
+        let healed = Instant::now();
         std::fs::write(ep.dir.join("stop"), "")?;
         for p in &mut procs {
             wait_child(&mut p.child, Duration::from_secs(60));
