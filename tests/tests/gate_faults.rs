@@ -45,3 +45,21 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert!(s["leader_changes"].as_u64().unwrap() >= 3, "leader changes {}", s["leader_changes"]);
     assert_eq!(s["liveness_failures"], 0, "every key grantable within TTL + election timeout + 5 s of healing");
 }
+
+/// Deliberately broken arbiters (test builds only) fail the whole gate, not
+/// just a hand-made scenario.
+#[test]
+fn an_arbiter_with_an_unguarded_release_fails_the_gate() {
+    let run = gate(&["--faults", "client-pause", "--mutation", "release_unguarded"]);
+    assert_eq!(run.code, 1, "the gate must fail:\n{}", run.output);
+    let rules = run.summary["violation_rules"].to_string();
+    assert!(rules.contains("C3/"), "caught by C3 (retried releases delete the next holder's hold): {rules}");
+}
+
+#[test]
+fn an_arbiter_minting_tokens_from_a_counter_fails_the_gate() {
+    let run = gate(&["--faults", "arbiter-kill", "--mutation", "token_from_counter"]);
+    assert_eq!(run.code, 1, "the gate must fail:\n{}", run.output);
+    let rules = run.summary["violation_rules"].to_string();
+    assert!(rules.contains("C1/GrantWithoutEtcdEvent"), "caught by C1: {rules}");
+}

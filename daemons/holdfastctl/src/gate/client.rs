@@ -146,6 +146,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     let mut session: Option<Session> = None;
     let mut next_abandon = start + rng.random_range(3_000_000_000..9_000_000_000u64);
     let mut zombies = Vec::new();
+    let mut released: Option<(LockKey, u64, u64)> = None;
     let stop = || args.stop_file.as_ref().is_some_and(|f| f.exists());
     while raw_monotonic_ns() < end && !stop() {
         let s = match &session {
@@ -211,19 +212,29 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         } else {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..15))).await;
         }
-        let invoke = raw_monotonic_ns();
-        let req = ReleaseRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), token };
-        let outcome = match clients[preferred].rpc().release(req).await.map_err(Error::from) {
-            Ok(r) if r.get_ref().released => Outcome::Ok,
-            Ok(_) => Outcome::Fail,
-            Err(e) => outcome_of(&e),
-        };
-        log.push(OpKind::Release { key: key.to_string() }, Some(sid), Some(token), invoke, outcome);
+        release(&log, &clients[preferred], &key, sid, token).await;
+        // Now and then a release is delivered again later (a retry after a
+        // lost answer, a duplicated packet): it must delete nothing.
+        if let Some((k, s, t)) = released.take().filter(|_| rng.random_bool(0.05)) {
+            release(&log, &clients[preferred], &k, s, t).await;
+        }
+        released = Some((key, sid, token));
     }
     for z in zombies {
         let _ = z.await;
     }
     Ok(())
+}
+
+async fn release(log: &Log, client: &Client, key: &LockKey, sid: u64, token: u64) {
+    let invoke = raw_monotonic_ns();
+    let req = ReleaseRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), token };
+    let outcome = match client.rpc().release(req).await.map_err(Error::from) {
+        Ok(r) if r.get_ref().released => Outcome::Ok,
+        Ok(_) => Outcome::Fail,
+        Err(e) => outcome_of(&e),
+    };
+    log.push(OpKind::Release { key: key.to_string() }, Some(sid), Some(token), invoke, outcome);
 }
 
 async fn write(log: &Log, res: &dyn Resource, key: &LockKey, record: &str, sid: u64, token: u64, think: Duration) {

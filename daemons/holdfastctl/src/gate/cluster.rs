@@ -43,7 +43,7 @@ pub struct Cluster {
 impl Cluster {
     /// Starts the members in `net.hosts[0..3]` and the arbiters in
     /// `net.hosts[3..5]`, initialises the epoch and waits for READY=1.
-    pub async fn start(dir: &Path, net: &Net, bin: EtcdBinary, say: &dyn Fn(&str)) -> anyhow::Result<Self> {
+    pub async fn start(dir: &Path, net: &Net, bin: EtcdBinary, extra_config: &str, say: &dyn Fn(&str)) -> anyhow::Result<Self> {
         let ca = DevCa::open_or_create(&dir.join("tls"))?;
         let client_cert = ca.workload("gate-client", "gate/client")?;
         let spec = ClusterSpec {
@@ -102,7 +102,7 @@ impl Cluster {
             std::fs::write(
                 &config,
                 format!(
-                    "listen = \"{ip}:{ARBITER_PORT}\"\nmetrics_listen = \"{ip}:9100\"\ncluster_name = \"gate\"\ndrain_timeout = \"2s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{eps}]\nrequest_timeout = \"2s\"\n[seal]\ncheck_interval = \"500ms\"\nwatermark_interval = \"2s\"\n",
+                    "listen = \"{ip}:{ARBITER_PORT}\"\nmetrics_listen = \"{ip}:9100\"\ncluster_name = \"gate\"\ndrain_timeout = \"2s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{eps}]\nrequest_timeout = \"2s\"\n[seal]\ncheck_interval = \"500ms\"\nwatermark_interval = \"2s\"\n{extra_config}",
                     server.cert.display().to_string(),
                     server.key.display().to_string(),
                     cluster.ca.ca_path().display().to_string(),

@@ -87,6 +87,11 @@ pub struct GateArgs {
     /// Print the summary as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+    /// Test builds only: run the arbiters with this deliberate bug
+    /// (`[mutation]` in their config: release_unguarded, token_from_counter,
+    /// no_epoch_compare) to show that the gate catches it.
+    #[arg(long, hide = true)]
+    mutation: Option<String>,
 }
 
 #[derive(clap::Subcommand)]
@@ -127,6 +132,8 @@ struct Summary {
     liveness_failures: usize,
     resource: String,
     fence: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mutation: Option<String>,
     dir: String,
 }
 
@@ -160,7 +167,8 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let say = |m: &str| eprintln!("gate: {m}");
     say(&format!("seed {seed}; etcd {} ({}); state in {}", bin.version_string(), bin.etcd.display(), dir.display()));
     let net = net::Net::create(now_tag(), &["e0", "e1", "e2", "a0", "a1"])?;
-    let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &say).await?;
+    let extra = args.mutation.as_ref().map(|m| format!("[mutation]\n{m} = true\n")).unwrap_or_default();
+    let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &extra, &say).await?;
     say(&format!("cluster up: members {:?}, arbiters {:?}", cluster.spec.client_urls(), cluster.arbiter_endpoints()));
 
     // Leader changes, seen from outside.
@@ -192,6 +200,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         etcd_version: bin.version_string(),
         episodes,
         resource: args.resource.as_deref().map(redact_url).unwrap_or_else(|| "none".into()),
+        mutation: args.mutation.clone(),
         fence: args.fence.clone(),
         dir: dir.display().to_string(),
         ..Summary::default()
@@ -251,7 +260,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         // at least SHORT_MIN in all, so its counts mean something), then stop
         // the clients.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        if args.profile == Profile::Short {
+        if args.profile == Profile::Short && args.faults.is_empty() {
             tokio::time::sleep(SHORT_MIN.saturating_sub(ep_start.elapsed())).await;
         }
         // From here on no fault and no new work: the clock of the liveness check.
