@@ -299,7 +299,9 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
             summary.inconclusive += r.inconclusive.len();
             for v in &r.violations {
                 summary.violations += 1;
-                summary.violation_rules.push(format!("{:?}/{:?} on {}", v.checker, v.rule, v.key));
+                if summary.violation_rules.len() < 20 {
+                    summary.violation_rules.push(format!("{:?}/{:?} on {}", v.checker, v.rule, v.key));
+                }
             }
         }
         if reports.iter().any(|r| !r.violations.is_empty()) {
