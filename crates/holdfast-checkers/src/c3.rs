@@ -278,7 +278,14 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
     }
     let mut explained: HashSet<usize> = HashSet::new();
 
-    for (index, op) in history.ops.iter().enumerate() {
+    // Ok operations first, so that when an ok and an unknown release present
+    // the same token (a retry after a timeout), the ok one — which the server
+    // says deleted the hold — is matched to etcd's delete, and the unknown
+    // one stays optional. Entries are sorted by invocation per key below.
+    let mut order: Vec<usize> = (0..history.ops.len()).collect();
+    order.sort_by_key(|&i| history.ops[i].outcome != Outcome::Ok);
+    for index in order {
+        let op = &history.ops[index];
         let (key, is_acquire) = match &op.kind {
             OpKind::Acquire { key } => (key.as_str(), true),
             OpKind::Release { key } => (key.as_str(), false),

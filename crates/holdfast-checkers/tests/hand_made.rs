@@ -564,3 +564,19 @@ fn c3_allows_the_arbiter_to_withdraw_a_grant_that_never_reached_its_client() {
     b.put("ns/a", 7, 2);
     assert!(c3_default(&b.h).has(Rule::UnexplainedDelete));
 }
+
+#[test]
+fn c3_a_retried_release_that_succeeded_explains_the_delete_not_the_timed_out_first_try() {
+    // The first release timed out (unknown) and did nothing; the retry
+    // deleted the hold (ok). etcd shows one delete.
+    let mut b = B::new();
+    b.ok_acq("ns/a", 1, 0, 10, 5);
+    b.put("ns/a", 5, 1);
+    b.rel("ns/a", 1, 20, 0, Outcome::Unknown, 5);
+    b.rel("ns/a", 1, 100, 110, Outcome::Ok, 5);
+    b.del("ns/a", 9, 5, 1, false);
+    b.ok_acq("ns/a", 2, 120, 130, 12);
+    b.put("ns/a", 12, 2);
+    let r = c3_default(&b.h);
+    assert!(r.passed(), "{:?}", r.violations);
+}

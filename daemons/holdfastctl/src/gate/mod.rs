@@ -99,6 +99,10 @@ enum GateAction {
     /// One client process of the gate (started by the gate itself).
     #[command(hide = true)]
     Client(client::ClientArgs),
+    /// Run the checkers again over a kept history (episode-N/history.json).
+    Check {
+        history: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -138,8 +142,10 @@ struct Summary {
 }
 
 pub async fn run(args: GateArgs) -> u8 {
-    if let Some(GateAction::Client(c)) = args.action {
-        return client::run(c).await;
+    match args.action {
+        Some(GateAction::Client(c)) => return client::run(c).await,
+        Some(GateAction::Check { history }) => return check_file(&history),
+        None => {}
     }
     match gate(args).await {
         Ok(true) => 0,
@@ -329,6 +335,26 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(passed)
+}
+
+fn check_file(path: &std::path::Path) -> u8 {
+    let history: History = match std::fs::read(path).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?)) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("holdfastctl gate check: cannot read {}: {e:#}", path.display());
+            return 2;
+        }
+    };
+    let reports = [c1::check(&history), c2::check(&history), c3::check(&history, &c3::Config::default())];
+    let mut bad = false;
+    for r in &reports {
+        println!("{:?}: {} checked, {} violations, {} inconclusive", r.checker, r.checked, r.violations.len(), r.inconclusive.len());
+        for v in &r.violations {
+            bad = true;
+            println!("  {:?} on {}: {}", v.rule, v.key, v.explanation);
+        }
+    }
+    if bad { 1 } else { 0 }
 }
 
 /// Hides a password in a resource URL.
