@@ -26,7 +26,7 @@ pub enum FaultKind {
     ClientPause,
     /// SIGSTOP an arbiter past the session TTL.
     ArbiterPause,
-    /// kill -9 an arbiter under load (mid-Txn), restart it.
+    /// kill -9 an arbiter while its transactions are in flight, restart it.
     ArbiterKill,
     /// Cut the etcd leader off from the other members.
     LeaderIsolation,
@@ -180,11 +180,26 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             (format!("SIGSTOP arbiter {a} for {pause:?}"), "the process was in state T".into())
         }
         FaultKind::ArbiterKill => {
-            let a = rng.random_range(0..c.arbiters.len());
-            c.kill_arbiter(a);
+            // Arbiter 1 reaches etcd through the proxies: hold etcd's answers
+            // so that its transactions are applied but unanswered, then kill
+            // it — a kill in the middle of a Txn, for certain.
+            let held = |c: &Cluster| c.proxies.iter().map(|p| p.affected.load(std::sync::atomic::Ordering::Relaxed)).sum::<u64>();
+            let before = held(c);
+            for p in &c.proxies {
+                p.set_replies_stalled(true);
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+            let in_flight = held(c) - before;
+            c.kill_arbiter(1);
+            for p in &c.proxies {
+                p.clear();
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            c.start_arbiter(a, net)?;
-            (format!("kill -9 arbiter {a} under load, restart"), "killed; the new process sent READY=1".into())
+            c.start_arbiter(1, net)?;
+            if in_flight == 0 {
+                bail!("no etcd answer to arbiter 1 was in flight when it was killed");
+            }
+            ("kill -9 arbiter 1 with etcd's answers held (transactions applied, unanswered), restart".to_string(), format!("{in_flight} answers in flight at the kill; the new process sent READY=1"))
         }
         FaultKind::LeaderIsolation => {
             let l = current_leader(c).await?;

@@ -13,6 +13,9 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct Controls {
     delay_ms: AtomicU64,
     stalled: AtomicBool,
+    /// Hold only etcd's answers: requests arrive and are applied, their
+    /// answers wait (a transaction in flight when the arbiter dies).
+    replies_stalled: AtomicBool,
     /// Chunks that were delayed or held by a stall: proof the fault bit.
     pub affected: AtomicU64,
 }
@@ -24,20 +27,25 @@ impl Controls {
     pub fn set_stalled(&self, on: bool) {
         self.stalled.store(on, Ordering::SeqCst);
     }
+    pub fn set_replies_stalled(&self, on: bool) {
+        self.replies_stalled.store(on, Ordering::SeqCst);
+    }
     pub fn clear(&self) {
         self.set_delay(Duration::ZERO);
         self.set_stalled(false);
+        self.set_replies_stalled(false);
     }
-    async fn gate(&self) {
+    async fn gate(&self, reply: bool) {
         let delay = self.delay_ms.load(Ordering::SeqCst);
-        let stalled = self.stalled.load(Ordering::SeqCst);
+        let held = |c: &Self| c.stalled.load(Ordering::SeqCst) || (reply && c.replies_stalled.load(Ordering::SeqCst));
+        let stalled = held(self);
         if delay > 0 || stalled {
             self.affected.fetch_add(1, Ordering::Relaxed);
         }
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
-        while self.stalled.load(Ordering::SeqCst) {
+        while held(self) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -55,21 +63,21 @@ pub async fn start(listen: &str, target: String, controls: Arc<Controls>) -> any
                 let _ = outbound.set_nodelay(true);
                 let (ri, wi) = inbound.into_split();
                 let (ro, wo) = outbound.into_split();
-                tokio::join!(pipe(ri, wo, controls.clone()), pipe(ro, wi, controls));
+                tokio::join!(pipe(ri, wo, controls.clone(), false), pipe(ro, wi, controls, true));
             });
         }
     });
     Ok(())
 }
 
-async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, controls: Arc<Controls>) {
+async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, controls: Arc<Controls>, reply: bool) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        controls.gate().await;
+        controls.gate(reply).await;
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
