@@ -18,6 +18,7 @@ use std::time::Duration;
 
 pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
+pub mod otlp;
 pub mod recorder;
 
 /// Where the workspace's binaries are: next to the test executable's deps dir.

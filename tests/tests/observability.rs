@@ -141,3 +141,218 @@ async fn issued_tokens_never_appear_in_any_output_at_debug_level() {
         }
     }
 }
+
+/// Scrapes one sample's value (0 when absent).
+async fn metric(port: u16, name: &str) -> f64 {
+    samples(&scrape(port).await).into_iter().find(|s| s.0 == name).map(|s| s.2).unwrap_or(0.0)
+}
+
+/// A workload through `arbiter` that touches every traced call: sessions
+/// opened, renewed and closed; grants, contention, inspects, releases, and a
+/// stale release with an old token. Returns every token issued.
+async fn traced_workload(arbiter: &Arbiter, pki: &Pki, keys: usize) -> (Vec<u64>, u64) {
+    let a = arbiter.client(pki, &pki.workload("svc-a", "svc/a")).await;
+    let b = arbiter.client(pki, &pki.workload("svc-b", "svc/b")).await;
+    let sa = a.open_session(Duration::from_secs(10)).await.unwrap();
+    let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
+    let mut tokens = Vec::new();
+    let mut first = None;
+    for i in 0..keys {
+        let k = LockKey::parse(&format!("trace/k{i}")).unwrap();
+        let h = sa.acquire(&k, Duration::ZERO).await.unwrap();
+        tokens.push(h.token().expose());
+        first.get_or_insert(h.token().expose());
+        let refused = sb.acquire(&k, Duration::from_millis(100)).await.unwrap_err();
+        assert_eq!(refused.reason(), Some(holdfast_proto::ErrorReason::Contention));
+        assert!(a.inspect(&k).await.unwrap().held);
+        assert!(h.release().await.unwrap());
+    }
+    // k0 again: a newer hold, then a stale release with the first token.
+    let k0 = LockKey::parse("trace/k0").unwrap();
+    let again = sa.acquire(&k0, Duration::ZERO).await.unwrap();
+    tokens.push(again.token().expose());
+    let stale = holdfast_proto::v1::ReleaseRequest { session_id: sa.id(), namespace: "trace".into(), key: "k0".into(), token: first.unwrap() };
+    assert!(!a.rpc().release(stale).await.unwrap().into_inner().released, "a stale release deletes nothing");
+    assert!(again.release().await.unwrap());
+    let session = sa.id();
+    sa.close().await.unwrap();
+    sb.close().await.unwrap();
+    (tokens, session)
+}
+
+fn names(spans: &[holdfast_tests::otlp::Span]) -> std::collections::BTreeSet<&str> {
+    spans.iter().map(|s| s.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn rpc_spans_reach_an_otlp_http_collector_without_any_token() {
+    let dir = TestDir::new("otlp-http");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let receiver = holdfast_tests::otlp::OtlpReceiver::http();
+    let extra = format!("[tracing]\notlp_endpoint = \"{}\"\nservice_name = \"arbiter-under-test\"\n", receiver.endpoint());
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &extra, "debug");
+    arbiter.wait_ready(Duration::from_secs(30)).unwrap();
+    let (tokens, session) = traced_workload(&arbiter, &pki, 5).await;
+    assert_eq!(tokens.len(), 6);
+    // SIGTERM: the arbiter flushes its queued spans before it exits.
+    arbiter.stop();
+
+    let received = receiver.received();
+    assert!(!received.is_empty(), "no export request arrived");
+    let spans = holdfast_tests::otlp::spans(&received);
+    let seen = names(&spans);
+    for name in [
+        "lock.v1.Lock/OpenSession",
+        "lock.v1.Lock/KeepAlive",
+        "lock.v1.Lock/Acquire",
+        "lock.v1.Lock/Inspect",
+        "lock.v1.Lock/Release",
+        "lock.v1.Lock/CloseSession",
+        "grant transaction",
+        "release transaction",
+    ] {
+        assert!(seen.contains(name), "no span {name:?} among {seen:?}");
+    }
+    assert!(spans.iter().all(|s| s.service == "arbiter-under-test"), "service.name comes from the config");
+    fn named<'a>(spans: &'a [holdfast_tests::otlp::Span], name: &'a str) -> impl Iterator<Item = &'a holdfast_tests::otlp::Span> {
+        spans.iter().filter(move |s| s.name == name)
+    }
+    let of = |name: &'static str| named(&spans, name);
+    let session_hex = format!("{session:x}");
+    let granted: Vec<_> = of("lock.v1.Lock/Acquire").filter(|s| s.attr("outcome") == Some("granted")).collect();
+    assert_eq!(granted.len(), 6, "{granted:#?}");
+    for s in &granted {
+        assert_eq!(s.attr("namespace"), Some("trace"));
+        assert!(s.attr("key").is_some_and(|k| k.starts_with('k')), "{s:?}");
+        assert_eq!(s.attr("session"), Some(session_hex.as_str()));
+        assert_eq!(s.attr("rpc.system"), Some("grpc"));
+    }
+    assert_eq!(of("lock.v1.Lock/Acquire").filter(|s| s.attr("outcome") == Some("contention")).count(), 5);
+    assert_eq!(of("lock.v1.Lock/Release").filter(|s| s.attr("outcome") == Some("released")).count(), 6);
+    assert_eq!(of("lock.v1.Lock/Release").filter(|s| s.attr("outcome") == Some("not_held")).count(), 1, "the stale release");
+    assert_eq!(of("lock.v1.Lock/Inspect").filter(|s| s.attr("outcome") == Some("held")).count(), 5);
+    assert!(of("lock.v1.Lock/CloseSession").any(|s| s.attr("session") == Some(session_hex.as_str()) && s.attr("outcome") == Some("closed")));
+    // Every grant transaction is a child of an Acquire call.
+    let acquires: Vec<&[u8]> = of("lock.v1.Lock/Acquire").map(|s| s.span_id.as_slice()).collect();
+    for g in of("grant transaction") {
+        assert!(acquires.contains(&g.parent_span_id.as_slice()), "grant transaction without its Acquire: {g:?}");
+        assert!(g.attr("hold_key").is_some_and(|k| k.starts_with("/l/trace/k")), "{g:?}");
+    }
+    assert!(of("grant transaction").any(|s| s.attr("outcome") == Some("held")), "the contended attempts");
+
+    holdfast_tests::otlp::assert_no_tokens(&received, &tokens);
+    let log = std::fs::read_to_string(&arbiter.log).unwrap();
+    assert!(log.contains("DEBUG"), "the arbiter ran at debug level");
+    for t in &tokens {
+        for form in [t.to_string(), format!("{t:x}")] {
+            assert!(!log.contains(&form), "a token is in the arbiter's log");
+        }
+    }
+}
+
+#[tokio::test]
+async fn rpc_spans_reach_an_otlp_grpc_collector_without_any_token() {
+    let dir = TestDir::new("otlp-grpc");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let receiver = holdfast_tests::otlp::OtlpReceiver::grpc();
+    let extra = format!("[tracing]\notlp_endpoint = \"{}\"\nprotocol = \"grpc\"\n", receiver.endpoint());
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &extra, "debug");
+    arbiter.wait_ready(Duration::from_secs(30)).unwrap();
+    let (tokens, _) = traced_workload(&arbiter, &pki, 2).await;
+    arbiter.stop();
+
+    let received = receiver.received();
+    let spans = holdfast_tests::otlp::spans(&received);
+    let seen = names(&spans);
+    for name in ["lock.v1.Lock/Acquire", "lock.v1.Lock/Release", "grant transaction", "release transaction"] {
+        assert!(seen.contains(name), "no span {name:?} among {seen:?}");
+    }
+    assert!(spans.iter().all(|s| s.service == "holdfast-arbiter"), "the default service.name");
+    holdfast_tests::otlp::assert_no_tokens(&received, &tokens);
+}
+
+#[tokio::test]
+async fn without_an_otlp_endpoint_nothing_is_exported() {
+    let dir = TestDir::new("otlp-off");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    etcd.init_epoch().await;
+    let pki = Pki::new(&dir.path);
+    let http = holdfast_tests::otlp::OtlpReceiver::http();
+    let grpc = holdfast_tests::otlp::OtlpReceiver::grpc();
+    // A [tracing] table without an endpoint is still off.
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, "[tracing]\nservice_name = \"x\"\n", "debug");
+    arbiter.wait_ready(Duration::from_secs(30)).unwrap();
+    traced_workload(&arbiter, &pki, 2).await;
+    arbiter.stop();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!((http.connections(), grpc.connections()), (0, 0), "nothing connected to a collector");
+    assert!(http.received().is_empty() && grpc.received().is_empty());
+}
+
+#[tokio::test]
+async fn holds_ended_by_session_expiry_are_counted_once_by_their_granting_arbiter() {
+    const EXPIRED: &str = "holdfast_arbiter_expiries_without_release_total";
+    let app = Appliance::start("expiry", 1).await;
+    let second = Arbiter::start(&app.dir.path, "second", &app.etcd.endpoints(), &app.pki);
+    let cert = app.pki.workload("svc-x", "svc/x");
+    let one = app.arbiter.client(&app.pki, &cert).await;
+    let two = second.client(&app.pki, &cert).await;
+    let ttl = Duration::from_secs(5);
+    let key = |k: &str| LockKey::parse(&format!("expiry/{k}")).unwrap();
+
+    // Ended explicitly: a release, and a CloseSession sent to the *other*
+    // arbiter for holds the first one granted.
+    let s = one.open_session(ttl).await.unwrap();
+    assert!(s.acquire(&key("released"), Duration::ZERO).await.unwrap().release().await.unwrap());
+    s.close().await.unwrap();
+    let closed = one.open_session(ttl).await.unwrap();
+    closed.acquire(&key("closed-1"), Duration::ZERO).await.unwrap();
+    closed.acquire(&key("closed-2"), Duration::ZERO).await.unwrap();
+    two.rpc().close_session(holdfast_proto::v1::CloseSessionRequest { session_id: closed.id() }).await.unwrap();
+    drop(closed);
+
+    // A client that vanishes: three holds granted by the first arbiter, one
+    // by the second; nobody renews the session.
+    let vanished = one.open_session(ttl).await.unwrap();
+    for k in ["gone-1", "gone-2", "gone-3"] {
+        vanished.acquire(&key(k), Duration::ZERO).await.unwrap();
+    }
+    vanished.acquire_on(&two, &key("gone-4"), Duration::ZERO, false).await.unwrap();
+    drop(vanished);
+
+    let deadline = tokio::time::Instant::now() + ttl + Duration::from_secs(15);
+    while metric(app.arbiter.metrics_port, EXPIRED).await < 3.0 || metric(second.metrics_port, EXPIRED).await < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the expiries were not counted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // An epoch advance deletes every hold with its session record in one
+    // revision too; it is not an expiry.
+    let last = one.open_session(Duration::from_secs(30)).await.unwrap();
+    last.acquire(&key("advanced"), Duration::ZERO).await.unwrap();
+    holdfast_arbiter::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(metric(app.arbiter.metrics_port, EXPIRED).await, 3.0, "exactly the vanished client's holds granted here");
+    assert_eq!(metric(second.metrics_port, EXPIRED).await, 1.0, "the one hold the second arbiter granted, and no other");
+}
+
+#[tokio::test]
+async fn without_the_watch_expiries_are_not_counted() {
+    let app = Appliance::start_with("expiry-off", 1, "[waiters]\nwatch = false\n").await;
+    let c = app.client("svc/y").await;
+    let s = c.open_session(Duration::from_secs(5)).await.unwrap();
+    s.acquire(&LockKey::parse("expiry/off").unwrap(), Duration::ZERO).await.unwrap();
+    drop(s);
+    let free = tokio::time::Instant::now() + Duration::from_secs(20);
+    while c.inspect(&LockKey::parse("expiry/off").unwrap()).await.unwrap().held {
+        assert!(tokio::time::Instant::now() < free, "the session never expired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let text = scrape(app.arbiter.metrics_port).await;
+    assert!(text.contains("# HELP holdfast_arbiter_expiries_without_release") && text.contains("watch = false"), "the help text says why");
+    assert_eq!(metric(app.arbiter.metrics_port, "holdfast_arbiter_expiries_without_release_total").await, 0.0);
+}

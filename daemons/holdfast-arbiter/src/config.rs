@@ -45,6 +45,55 @@ pub struct ArbiterConfig {
     /// How long to let in-flight calls finish after SIGTERM.
     #[serde(default = "default_drain", with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Span export over OTLP (OpenTelemetry). Off unless `otlp_endpoint` is set.
+    #[serde(default)]
+    pub tracing: TracingConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// Base URL of an OpenTelemetry collector's OTLP receiver, plain `http://`
+    /// (e.g. a collector agent on the same host, which forwards with TLS).
+    /// For http/protobuf `/v1/traces` is appended unless the URL has a path.
+    /// Absent: nothing is exported and no connection is made.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` (OTLP/HTTP, port 4318 by convention) or `grpc`
+    /// (OTLP/gRPC, port 4317).
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// The `service.name` resource attribute of every span.
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// Fraction of traces recorded and exported, from 0.0 to 1.0.
+    #[serde(default = "default_sampling_ratio")]
+    pub sampling_ratio: f64,
+    /// Time allowed for one export request.
+    #[serde(default = "default_export_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum OtlpProtocol {
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            otlp_endpoint: None,
+            protocol: OtlpProtocol::default(),
+            service_name: default_service_name(),
+            sampling_ratio: default_sampling_ratio(),
+            timeout: default_export_timeout(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -153,6 +202,15 @@ fn default_metrics_listen() -> SocketAddr {
 fn default_cluster_name() -> String {
     "default".into()
 }
+fn default_service_name() -> String {
+    "holdfast-arbiter".into()
+}
+fn default_sampling_ratio() -> f64 {
+    1.0
+}
+fn default_export_timeout() -> Duration {
+    Duration::from_secs(10)
+}
 fn default_drain() -> Duration {
     Duration::from_secs(10)
 }
@@ -225,8 +283,50 @@ impl ArbiterConfig {
         if self.seal.check_interval < Duration::from_millis(100) || self.seal.check_interval > Duration::from_secs(30) {
             p.push("seal.check_interval must be between 100ms and 30s (default 1s)".into());
         }
+        p.extend(self.tracing.problems());
         p
     }
+}
+
+impl TracingConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if let Some(endpoint) = &self.otlp_endpoint {
+            if let Err(problem) = otlp_endpoint_problem(endpoint) {
+                p.push(format!("tracing.otlp_endpoint = {endpoint:?}: {problem}"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.sampling_ratio) {
+            p.push(format!("tracing.sampling_ratio = {}: must be between 0.0 and 1.0 (1.0 records every trace)", self.sampling_ratio));
+        }
+        if self.service_name.trim().is_empty() {
+            p.push("tracing.service_name is empty; leave it out for \"holdfast-arbiter\" or name the service".into());
+        }
+        if self.timeout < Duration::from_millis(100) || self.timeout > Duration::from_secs(60) {
+            p.push("tracing.timeout must be between 100ms and 60s (default 10s)".into());
+        }
+        p
+    }
+}
+
+fn otlp_endpoint_problem(endpoint: &str) -> Result<(), String> {
+    let uri: hyper::Uri = endpoint.parse().map_err(|e| format!("not a URL ({e}); write e.g. \"http://127.0.0.1:4318\""))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err("only plain http is supported; send spans to a collector on this host \
+                 (e.g. \"http://127.0.0.1:4318\") and let it forward with TLS"
+                .into());
+        }
+        _ => return Err("needs the scheme, e.g. \"http://127.0.0.1:4318\"".into()),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("names no host; write e.g. \"http://127.0.0.1:4318\"".into());
+    }
+    if uri.query().is_some() {
+        return Err("has a query string; give the collector's base URL".into());
+    }
+    Ok(())
 }
 
 /// A secret file must exist and must not be readable by other users.
@@ -253,6 +353,40 @@ mod tests {
         let c: ArbiterConfig = toml::from_str(text).expect("config/arbiter.toml parses");
         assert_eq!(c.etcd.endpoints.len(), 3);
         assert_eq!(c.seal.check_interval, Duration::from_secs(1));
+        assert_eq!(c.tracing.otlp_endpoint, None, "tracing export is off in the example");
+    }
+
+    fn with_tracing(table: &str) -> ArbiterConfig {
+        toml::from_str(&format!("[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[tracing]\n{table}"))
+            .unwrap()
+    }
+
+    #[test]
+    fn tracing_is_off_unless_an_endpoint_is_set() {
+        let c = with_tracing("");
+        assert_eq!(c.tracing.otlp_endpoint, None);
+        assert!(c.tracing.problems().is_empty());
+        let c = with_tracing("otlp_endpoint = \"http://127.0.0.1:4317\"\nprotocol = \"grpc\"\nsampling_ratio = 0.25");
+        assert_eq!(c.tracing.protocol, OtlpProtocol::Grpc);
+        assert!(c.tracing.problems().is_empty(), "{:?}", c.tracing.problems());
+    }
+
+    #[test]
+    fn bad_tracing_values_are_named() {
+        let c = with_tracing("otlp_endpoint = \"https://collector:4318\"\nsampling_ratio = 1.5\nservice_name = \" \"\ntimeout = \"1ms\"");
+        let p = c.tracing.problems();
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p[0].starts_with("tracing.otlp_endpoint") && p[0].contains("plain http"), "{p:?}");
+        assert!(p[1].starts_with("tracing.sampling_ratio"), "{p:?}");
+        assert!(p[2].starts_with("tracing.service_name"), "{p:?}");
+        assert!(p[3].starts_with("tracing.timeout"), "{p:?}");
+        for bad in ["127.0.0.1:4318", "http://", "http://h:1/?a=b"] {
+            assert!(otlp_endpoint_problem(bad).is_err(), "{bad}");
+        }
+        let err = toml::from_str::<TracingConfig>("protocol = \"http/json\"").unwrap_err().to_string();
+        assert!(err.contains("grpc") && err.contains("http/protobuf"), "{err}");
+        let err = toml::from_str::<TracingConfig>("endpoint = \"http://h:1\"").unwrap_err().to_string();
+        assert!(err.contains("otlp_endpoint"), "{err}");
     }
 
     #[test]

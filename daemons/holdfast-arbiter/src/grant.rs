@@ -24,6 +24,7 @@ use crate::Refusal;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
+use tracing::Instrument;
 
 /// The outcome of one grant transaction that did not fail.
 pub enum Attempt {
@@ -75,10 +76,48 @@ pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn 
         .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
 }
 
+/// The span of one grant or release transaction.
+macro_rules! txn_span {
+    ($name:literal, $hold_key:expr, $lease:expr) => {
+        tracing::info_span!(
+            $name,
+            otel.kind = "client",
+            db.system = "etcd",
+            hold_key = $hold_key,
+            session = format!("{:x}", $lease),
+            outcome = tracing::field::Empty,
+        )
+    };
+}
+
 /// One grant transaction, sent through the committer (which may group it
 /// with grants of other keys). With `waiter_key` (durable fairness) the
 /// transaction also requires that waiter record and deletes it.
+///
+/// Traced as a `grant transaction` span (hold key, session, outcome); the
+/// revision is never recorded: it is half of the token.
 pub async fn attempt(
+    committer: &crate::commit::Committer,
+    etcd: &Etcd,
+    guard: &Guard,
+    session: &Owned,
+    hold_key: &str,
+    waiter_key: Option<&str>,
+) -> Result<Attempt, Refusal> {
+    let span = txn_span!("grant transaction", hold_key, session.lease);
+    let r = attempt_txn(committer, etcd, guard, session, hold_key, waiter_key).instrument(span.clone()).await;
+    span.record(
+        "outcome",
+        match &r {
+            Ok(Attempt::Granted(_)) => "granted",
+            Ok(Attempt::Held { .. }) => "held",
+            Err(e) => e.outcome(),
+        },
+    );
+    r
+}
+
+async fn attempt_txn(
     committer: &crate::commit::Committer,
     etcd: &Etcd,
     guard: &Guard,
@@ -228,7 +267,23 @@ fn mutated(flag: &std::sync::atomic::AtomicBool) -> bool {
     flag.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The release transaction, traced as a `release transaction` span (hold
+/// key, session, outcome; never the revision).
 async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
+    let span = txn_span!("release transaction", hold_key, lease);
+    let r = release_txn_traced(etcd, hold_key, lease, create_revision).instrument(span.clone()).await;
+    span.record(
+        "outcome",
+        match &r {
+            Ok(true) => "released",
+            Ok(false) => "not_held",
+            Err(_) => "unavailable",
+        },
+    );
+    r
+}
+
+async fn release_txn_traced(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
     #[cfg(debug_assertions)]
     let txn = if MUTATION_RELEASE_UNGUARDED.load(std::sync::atomic::Ordering::Relaxed) {
         Txn::new().when([Compare::version(hold_key, CompareOp::Greater, 0)]).and_then([TxnOp::delete(hold_key, None)])

@@ -7,12 +7,15 @@
 //! - [`epoch`]: the epoch record, `epoch init` and the advance transaction.
 //! - [`service`]: the lock.v1 gRPC service; input checks at the boundary.
 //! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
+//! - [`metrics`], [`telemetry`]: Prometheus metrics; span export over OTLP.
+//! - [`expiry`]: counting holds that ended by lease expiry.
 
 pub mod commit;
 pub mod config;
 pub mod confirm;
 pub mod epoch;
 pub mod etcd;
+pub mod expiry;
 pub mod grant;
 pub mod identity;
 pub mod metrics;
@@ -20,6 +23,7 @@ pub mod seal;
 pub mod server;
 pub mod service;
 pub mod session;
+pub mod telemetry;
 pub mod waiting;
 
 use holdfast_model::LockKey;
@@ -39,6 +43,21 @@ pub struct Refusal {
 impl Refusal {
     fn new(code: Code, reason: ErrorReason, message: impl Into<String>) -> Self {
         Refusal { code, reason, field: "", message: message.into() }
+    }
+
+    /// The reason as one lower-case word, for span attributes.
+    pub fn outcome(&self) -> &'static str {
+        match self.reason {
+            ErrorReason::Unspecified => "refused",
+            ErrorReason::Contention => "contention",
+            ErrorReason::Leak => "leak",
+            ErrorReason::Sealed => "sealed",
+            ErrorReason::SessionNotFound => "session_not_found",
+            ErrorReason::InvalidArgument => "invalid_argument",
+            ErrorReason::Unauthenticated => "unauthenticated",
+            ErrorReason::Denied => "denied",
+            ErrorReason::Unavailable => "unavailable",
+        }
     }
 
     pub fn invalid(field: &'static str, message: impl std::fmt::Display) -> Self {

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use holdfast_arbiter::config::{ArbiterConfig, DEFAULT_PATH};
+use holdfast_arbiter::telemetry::Telemetry;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,11 +41,6 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
-    match args.log_format {
-        LogFormat::Plain => tracing_subscriber::fmt().with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_env_filter(filter).with_writer(std::io::stderr).init(),
-        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init(),
-    }
     let config = match ArbiterConfig::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
@@ -63,11 +59,43 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(holdfast_arbiter::server::run(config)) {
+    // The exporter's connections live on the runtime: build it there.
+    let telemetry = match runtime.block_on(async { Telemetry::start(&config.tracing, &config.cluster_name) }) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("holdfast-arbiter: {e:#}");
+            return ExitCode::from(78);
+        }
+    };
+    init_logging(args.log_format, telemetry.as_ref());
+    let outcome = runtime.block_on(holdfast_arbiter::server::run(config));
+    // Flush queued spans while the runtime that sends them still runs.
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("holdfast-arbiter: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr (level from `HOLDFAST_LOG`) and, when tracing export is
+/// on, this crate's spans to the OTLP exporter (its own filter: the log
+/// level does not decide what is exported).
+fn init_logging(format: LogFormat, telemetry: Option<&Telemetry>) {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
+    let log = match format {
+        LogFormat::Plain => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).with_filter(filter).boxed(),
+    };
+    let spans = telemetry.map(|t| t.layer().boxed());
+    tracing_subscriber::registry().with(log).with(spans).init();
 }

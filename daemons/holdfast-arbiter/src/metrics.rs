@@ -54,6 +54,7 @@ pub struct Metrics {
     pub grant_attempts: Counters,
     pub renewal_failures: Counters,
     pub unconfirmed_keepalives: Counters,
+    pub expiries_without_release: Counters,
     pub waiters: Family<Labels, Gauge>,
     pub sealed: Family<Labels, Gauge>,
 }
@@ -77,6 +78,7 @@ impl Metrics {
             grant_attempts: Default::default(),
             renewal_failures: Default::default(),
             unconfirmed_keepalives: Default::default(),
+            expiries_without_release: Default::default(),
             waiters: Default::default(),
             sealed: Default::default(),
         };
@@ -91,6 +93,15 @@ impl Metrics {
         registry.register("grant_attempts", "Grant transactions sent to etcd", m.grant_attempts.clone());
         registry.register("renewal_failures", "Keepalives that failed or were not confirmed", m.renewal_failures.clone());
         registry.register("unconfirmed_keepalives", "Keepalives acknowledged in a Raft term a quorum read did not confirm", m.unconfirmed_keepalives.clone());
+        registry.register(
+            "expiries_without_release",
+            "Holds granted by this arbiter that ended because their session lease expired, not by Release or CloseSession \
+             (counted only by the granting arbiter; stays 0 when [waiters] watch = false, which opens no watches)",
+            m.expiries_without_release.clone(),
+        );
+        // Present (at 0) from the start, so its help text is visible and a
+        // rate can be taken before the first expiry.
+        let _ = m.expiries_without_release.get_or_create(&m.labels);
         registry.register("waiters", "Waiters queued in this arbiter", m.waiters.clone());
         registry.register("sealed", "1 while the arbiter grants nothing (sealed or not yet verified)", m.sealed.clone());
         Metrics { registry, ..m }
@@ -142,4 +153,14 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
         }
     });
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_expiry_counter_says_when_it_stays_zero() {
+        let text = super::Metrics::new("unit").encode();
+        let help = text.lines().find(|l| l.starts_with("# HELP holdfast_arbiter_expiries_without_release")).expect(&text);
+        assert!(help.contains("[waiters] watch = false"), "{help}");
+    }
 }

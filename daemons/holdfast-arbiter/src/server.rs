@@ -88,7 +88,17 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let confirmer = crate::confirm::Confirmer::start(etcd.clone());
     let committer = crate::commit::Committer::new(etcd.clone(), config.grants.group_commit);
-    let service = LockService { confirmer, etcd, guard: guard.clone(), sessions: Default::default(), waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)), stopping };
+    let expiries = Arc::new(crate::expiry::Expiries::new(config.waiters.watch));
+    tokio::spawn(crate::expiry::run(etcd.clone(), expiries.clone()));
+    let service = LockService {
+        confirmer,
+        etcd,
+        guard: guard.clone(),
+        sessions: Default::default(),
+        waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)),
+        stopping,
+        expiries,
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = Server::builder()

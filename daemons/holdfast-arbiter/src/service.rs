@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, Span};
 
 /// Longest wait a single Acquire may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
@@ -33,6 +34,8 @@ pub struct LockService {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// Confirms the leader term of keepalive acknowledgements.
     pub confirmer: crate::confirm::Confirmer,
+    /// Holds this arbiter granted, for counting the ones that expire.
+    pub expiries: Arc<crate::expiry::Expiries>,
 }
 
 impl LockService {
@@ -73,21 +76,77 @@ fn session_id(id: u64) -> Result<i64, Refusal> {
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
 
+/// The span of one lock.v1 call, exported over OTLP when tracing is on
+/// (see [`crate::telemetry`]). Fields are filled in once the request has been
+/// checked: validated namespace and key, the session once it is known to
+/// exist, and the outcome. Never a token, a revision or a request message.
+macro_rules! rpc_span {
+    ($method:literal) => {
+        tracing::info_span!(
+            concat!("lock.v1.Lock/", $method),
+            otel.kind = "server",
+            rpc.system = "grpc",
+            namespace = tracing::field::Empty,
+            key = tracing::field::Empty,
+            session = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    };
+}
+
+/// Records a call's outcome on its span: a fixed word on success, the
+/// refusal's reason otherwise (only an unavailable etcd marks it an error).
+fn finish<T>(span: &Span, r: &Result<T, Refusal>, ok: impl FnOnce(&T) -> &'static str) {
+    match r {
+        Ok(v) => span.record("outcome", ok(v)),
+        Err(e) => {
+            if e.reason == holdfast_proto::ErrorReason::Unavailable {
+                span.record("otel.status_code", "error");
+            }
+            span.record("outcome", e.outcome())
+        }
+    };
+}
+
+fn record_key(span: &Span, key: &LockKey) {
+    span.record("namespace", key.namespace());
+    span.record("key", key.key());
+}
+
+fn record_session(span: &Span, lease: i64) {
+    span.record("session", format!("{lease:x}"));
+}
+
 #[tonic::async_trait]
 impl holdfast_proto::Lock for LockService {
     async fn open_session(&self, req: Request<OpenSessionRequest>) -> Result<Response<OpenSessionResponse>, Status> {
-        let who = caller(&req)?;
-        let requested = Duration::from_millis(req.get_ref().ttl_millis);
-        let ttl = ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?;
-        let (lease, granted) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
-        tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
-        Ok(Response::new(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 }))
+        let span = rpc_span!("OpenSession");
+        let r = async {
+            let who = caller(&req)?;
+            let requested = Duration::from_millis(req.get_ref().ttl_millis);
+            let ttl = ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?;
+            let (lease, granted) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
+            record_session(&span, lease);
+            tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
+            Ok(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 })
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, &r, |_| "opened");
+        Ok(Response::new(r?))
     }
 
     type KeepAliveStream = KeepAliveStream;
 
     async fn keep_alive(&self, req: Request<Streaming<KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let who = caller(&req)?;
+        let who = match caller(&req) {
+            Ok(who) => who,
+            Err(e) => {
+                finish(&rpc_span!("KeepAlive"), &Err::<(), _>(e.clone()), |_| "");
+                return Err(e.into());
+            }
+        };
         let mut incoming = req.into_inner();
         let svc = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -99,8 +158,12 @@ impl holdfast_proto::Lock for LockService {
                     _ = svc.until_stopping() => None,
                 };
                 let Some(Ok(msg)) = msg else { break };
-                let reply = svc.renew(&who, msg.session_id, &mut keepers).await;
+                // One span per renewal: the stream itself lives as long as the session.
+                let span = rpc_span!("KeepAlive");
+                let reply = svc.renew(&who, msg.session_id, &mut keepers, &span).instrument(span.clone()).await;
                 let reply = svc.seen(reply);
+                finish(&span, &reply, |r| if r.ttl_millis > 0 { "renewed" } else { "expired" });
+                drop(span);
                 if tx.send(reply.map_err(Status::from)).await.is_err() {
                     break;
                 }
@@ -110,75 +173,77 @@ impl holdfast_proto::Lock for LockService {
     }
 
     async fn close_session(&self, req: Request<CloseSessionRequest>) -> Result<Response<CloseSessionResponse>, Status> {
-        let who = caller(&req)?;
-        let lease = session_id(req.get_ref().session_id)?;
-        self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
-        self.seen(self.sessions.close(&self.etcd, lease).await)?;
-        Ok(Response::new(CloseSessionResponse {}))
+        let span = rpc_span!("CloseSession");
+        let r = async {
+            let who = caller(&req)?;
+            let lease = session_id(req.get_ref().session_id)?;
+            self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
+            record_session(&span, lease);
+            self.seen(self.sessions.close(&self.etcd, lease).await)?;
+            Ok(CloseSessionResponse {})
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, &r, |_| "closed");
+        Ok(Response::new(r?))
     }
 
     async fn acquire(&self, req: Request<AcquireRequest>) -> Result<Response<AcquireResponse>, Status> {
-        let who = caller(&req)?;
-        let r = req.get_ref();
-        let key = lock_key(&r.namespace, &r.key)?;
-        let lease = session_id(r.session_id)?;
-        let wait = Duration::from_millis(r.wait_millis);
-        if wait > MAX_WAIT {
-            return Err(Refusal::invalid("wait_millis", "is over one hour; wait in shorter steps").into());
-        }
-        let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
-        let deadline = tokio::time::Instant::now() + wait;
-        let wait = async {
-            if r.durable {
-                crate::waiting::acquire_durable(self.waiters.committer(), &self.etcd, &self.guard, &session, &key, deadline).await
-            } else {
-                self.waiters.acquire(&self.etcd, &self.guard, &session, &key, deadline).await
-            }
-        };
-        let token = tokio::select! {
-            r = wait => {
-                let r = self.seen(r);
-                count_outcome(&r);
-                r?
-            }
-            _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another").into()),
-        };
-        Ok(Response::new(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() }))
+        let span = rpc_span!("Acquire");
+        let r = self.acquire_call(req, &span).instrument(span.clone()).await;
+        finish(&span, &r, |_| "granted");
+        Ok(Response::new(r?))
     }
 
     async fn release(&self, req: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
-        let who = caller(&req)?;
-        let r = req.get_ref();
-        let key = lock_key(&r.namespace, &r.key)?;
-        let lease = session_id(r.session_id)?;
-        let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
-        let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
-        let released = self.seen(grant::release(&self.etcd, &self.guard, &session, &key, token).await)?;
-        Ok(Response::new(ReleaseResponse { released }))
+        let span = rpc_span!("Release");
+        let r = async {
+            let who = caller(&req)?;
+            let r = req.get_ref();
+            let key = lock_key(&r.namespace, &r.key)?;
+            record_key(&span, &key);
+            let lease = session_id(r.session_id)?;
+            let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
+            let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
+            record_session(&span, lease);
+            let released = self.seen(grant::release(&self.etcd, &self.guard, &session, &key, token).await)?;
+            Ok(ReleaseResponse { released })
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, &r, |r| if r.released { "released" } else { "not_held" });
+        Ok(Response::new(r?))
     }
 
     async fn inspect(&self, req: Request<InspectRequest>) -> Result<Response<InspectResponse>, Status> {
-        caller(&req)?;
-        let r = req.get_ref();
-        let key = lock_key(&r.namespace, &r.key)?;
-        let waiters = self.waiters.count(&holdfast_model::layout::hold_key(&key));
-        let epoch = match self.guard.state() {
-            Serve::Serving(c) => c.record.epoch,
-            _ => 0,
-        };
-        let resp = match self.seen(grant::inspect(&self.etcd, &key).await)? {
-            Some((hold, lease, since)) => InspectResponse {
-                held: true,
-                holder_identity: hold.spiffe_id,
-                session_id: lease as u64,
-                since_revision: since as u64,
-                waiters,
-                epoch: hold.epoch,
-                since_unix_ms: hold.granted_unix_ms,
-            },
-            None => InspectResponse { held: false, waiters, epoch, ..Default::default() },
-        };
-        Ok(Response::new(resp))
+        let span = rpc_span!("Inspect");
+        let r = async {
+            caller(&req)?;
+            let r = req.get_ref();
+            let key = lock_key(&r.namespace, &r.key)?;
+            record_key(&span, &key);
+            let waiters = self.waiters.count(&holdfast_model::layout::hold_key(&key));
+            let epoch = match self.guard.state() {
+                Serve::Serving(c) => c.record.epoch,
+                _ => 0,
+            };
+            Ok(match self.seen(grant::inspect(&self.etcd, &key).await)? {
+                Some((hold, lease, since)) => InspectResponse {
+                    held: true,
+                    holder_identity: hold.spiffe_id,
+                    session_id: lease as u64,
+                    since_revision: since as u64,
+                    waiters,
+                    epoch: hold.epoch,
+                    since_unix_ms: hold.granted_unix_ms,
+                },
+                None => InspectResponse { held: false, waiters, epoch, ..Default::default() },
+            })
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, &r, |r| if r.held { "held" } else { "free" });
+        Ok(Response::new(r?))
     }
 
     async fn server_status(&self, req: Request<ServerStatusRequest>) -> Result<Response<ServerStatusResponse>, Status> {
@@ -201,6 +266,40 @@ impl holdfast_proto::Lock for LockService {
     }
 }
 
+impl LockService {
+    async fn acquire_call(&self, req: Request<AcquireRequest>, span: &Span) -> Result<AcquireResponse, Refusal> {
+        let who = caller(&req)?;
+        let r = req.get_ref();
+        let key = lock_key(&r.namespace, &r.key)?;
+        record_key(span, &key);
+        let lease = session_id(r.session_id)?;
+        let wait = Duration::from_millis(r.wait_millis);
+        if wait > MAX_WAIT {
+            return Err(Refusal::invalid("wait_millis", "is over one hour; wait in shorter steps"));
+        }
+        let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
+        record_session(span, lease);
+        let deadline = tokio::time::Instant::now() + wait;
+        let wait = async {
+            if r.durable {
+                crate::waiting::acquire_durable(self.waiters.committer(), &self.etcd, &self.guard, &session, &key, deadline).await
+            } else {
+                self.waiters.acquire(&self.etcd, &self.guard, &session, &key, deadline).await
+            }
+        };
+        let token = tokio::select! {
+            r = wait => {
+                let r = self.seen(r);
+                count_outcome(&r);
+                r?
+            }
+            _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another")),
+        };
+        self.expiries.granted(&holdfast_model::layout::hold_key(&key), token);
+        Ok(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() })
+    }
+}
+
 /// One counter per acquire outcome (outcomes are metric names, not labels).
 fn count_outcome<T>(r: &Result<T, Refusal>) {
     use holdfast_proto::ErrorReason as R;
@@ -219,7 +318,7 @@ type Keepers = std::collections::HashMap<i64, (etcd_client::LeaseKeeper, etcd_cl
 
 impl LockService {
     /// Renews one session through a per-stream etcd keepalive stream.
-    async fn renew(&self, who: &str, id: u64, keepers: &mut Keepers) -> Result<KeepAliveResponse, Refusal> {
+    async fn renew(&self, who: &str, id: u64, keepers: &mut Keepers, span: &Span) -> Result<KeepAliveResponse, Refusal> {
         let lease = session_id(id)?;
         if !keepers.contains_key(&lease) {
             if keepers.len() >= MAX_SESSIONS_PER_STREAM {
@@ -239,6 +338,8 @@ impl LockService {
                 Err(e) => return Err(Refusal::etcd(e)),
             }
         }
+        // Known to this stream: checked as the caller's own session, now or before.
+        record_session(span, lease);
         let outcome = async {
             let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;
             let sent_at = tokio::time::Instant::now();

@@ -86,10 +86,16 @@ impl Sessions {
         Ok(Owned { lease, record, bytes })
     }
 
-    /// Ends a session and every hold on it, in one committed entry.
+    /// Ends a session and every hold on it. The record `/s/<lease>` goes
+    /// first, in a revision of its own (no grant can use the session after
+    /// it); the lease revoke then deletes every hold in one committed entry.
+    /// An *expiring* lease deletes its record and holds in one revision: that
+    /// is how an expiry is told from a close ([`crate::expiry`]).
     pub async fn close(&self, etcd: &Etcd, lease: i64) -> Result<(), Refusal> {
         self.forget(lease);
-        match etcd.client.clone().lease_revoke(lease).await {
+        let mut client = etcd.client.clone();
+        client.delete(layout::session_key(lease), None).await.map_err(Refusal::etcd)?;
+        match client.lease_revoke(lease).await {
             Ok(_) => Ok(()),
             Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
             Err(e) => Err(Refusal::etcd(e)),
