@@ -2,13 +2,14 @@
 //! revision: the ground truth of the correctness gate's checkers.
 
 use holdfast_checkers::history::{EtcdEvent, EtcdEventKind};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Events under `/l/<prefix>` from revision `from`, with the deleted values.
-/// A delete is marked `expired` when etcd deleted a session record (`/s/…`)
-/// in the same revision: the hold ended with its lease, not by a release
-/// (a release transaction deletes only the hold).
+/// A delete is marked `expired` when the hold's session ended with it: etcd
+/// deleted the session record (`/s/<lease>`) in the same revision (lease
+/// expiry), or earlier (CloseSession deletes the record first, then revokes
+/// the lease). A release transaction deletes only the hold.
 ///
 /// History is replayed in one burst; the watch is read until it has been
 /// quiet for two seconds (progress notifications are not relied on: etcd 3.4
@@ -19,7 +20,7 @@ pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyh
     let mut stream = c.watch("/", Some(opts)).await?;
     let lock_prefix = format!("/l/{prefix}");
     let mut events = Vec::new();
-    let mut session_ends = HashSet::new();
+    let mut session_ends: HashMap<i64, u64> = HashMap::new();
     loop {
         let next = tokio::time::timeout(Duration::from_secs(2), stream.message()).await;
         let Ok(Ok(Some(resp))) = next else { break };
@@ -27,8 +28,10 @@ pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyh
             let Some(kv) = e.kv() else { continue };
             let key = kv.key_str().unwrap_or_default().to_string();
             let revision = kv.mod_revision() as u64;
-            if key.starts_with("/s/") && e.event_type() == etcd_client::EventType::Delete {
-                session_ends.insert(revision);
+            if let (Some(hex), etcd_client::EventType::Delete) = (key.strip_prefix("/s/"), e.event_type()) {
+                if let Ok(lease) = u64::from_str_radix(hex, 16) {
+                    session_ends.entry(lease as i64).or_insert(revision);
+                }
             }
             if !key.starts_with(&lock_prefix) {
                 continue;
@@ -58,7 +61,7 @@ pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyh
     }
     for e in &mut events {
         if e.kind == EtcdEventKind::Delete {
-            e.expired = Some(session_ends.contains(&e.revision));
+            e.expired = Some(session_ends.get(&e.lease).is_some_and(|end| *end <= e.revision));
         }
     }
     Ok(events)
