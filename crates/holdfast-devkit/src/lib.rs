@@ -5,3 +5,5 @@ pub mod etcd;
 pub mod notify;
 pub mod pki;
 pub mod ports;
+pub mod postgres;
+pub mod s3;
