@@ -419,6 +419,72 @@ impl Appliance {
     }
 }
 
+/// A throwaway PostgreSQL cluster (Debian's packages) on loopback for this
+/// test; prints its log if the test fails.
+pub struct Postgres(pub holdfast_devkit::postgres::PgCluster);
+
+impl Postgres {
+    pub fn start(dir: &Path) -> Self {
+        let log = dir.join("postgres.log");
+        match holdfast_devkit::postgres::PgCluster::start(&log) {
+            Ok(pg) => Postgres(pg),
+            Err(e) => {
+                print_tail("postgres", &log);
+                panic!("{e:#}");
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.0.url()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            print_tail("postgres", &self.0.log);
+        }
+    }
+}
+
+/// A real S3-compatible server (versitygw) on loopback with the given
+/// buckets; prints its log if the test fails.
+pub struct S3(pub holdfast_devkit::s3::S3Server);
+
+impl S3 {
+    pub fn start(dir: &Path, buckets: &[&str]) -> Self {
+        let log = dir.join("versitygw.log");
+        match holdfast_devkit::s3::S3Server::start(&dir.join("s3"), &log, buckets) {
+            Ok(s) => S3(s),
+            Err(e) => {
+                print_tail("versitygw", &log);
+                panic!("{e:#}");
+            }
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        self.0.endpoint()
+    }
+
+    /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` for a client process.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID".into(), self.0.access_key_id.clone()),
+            ("AWS_SECRET_ACCESS_KEY".into(), self.0.secret_access_key.clone()),
+        ]
+    }
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            print_tail("versitygw", &self.0.log);
+        }
+    }
+}
+
 pub fn sigstop(pid: u32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGSTOP);
 }

@@ -6,3 +6,5 @@ pub mod etcdlog;
 pub mod notify;
 pub mod pki;
 pub mod ports;
+pub mod postgres;
+pub mod s3;

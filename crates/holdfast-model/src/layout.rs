@@ -13,6 +13,13 @@ pub const WATERMARK_KEY: &str = "/sys/watermark";
 /// Scratch key used by `epoch init` to move a new cluster's revision forward.
 pub const INIT_PAD_KEY: &str = "/sys/init-pad";
 
+/// Pause-test results: `/sys/pausetest/<class>/<resource>` (see
+/// [`pausetest_key`]). Nothing else lives under this prefix; an epoch
+/// advance leaves it alone (results are about resources, not grants).
+pub const PAUSETEST_PREFIX: &str = "/sys/pausetest/";
+/// How long a pause-test result counts.
+pub const PAUSETEST_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 pub const SESSION_PREFIX: &str = "/s/";
 pub const HOLD_PREFIX: &str = "/l/";
 pub const WAITER_PREFIX: &str = "/q/";
@@ -25,6 +32,36 @@ pub fn session_key(lease: i64) -> String {
 /// `/l/<ns>/<key>`; the key must already be validated.
 pub fn hold_key(key: &crate::LockKey) -> String {
     format!("{HOLD_PREFIX}{}/{}", key.namespace(), key.key())
+}
+
+/// `/sys/pausetest/<class>/<resource>`: the class is validated (see
+/// [`validate_class`]); the resource description is percent-encoded into one
+/// segment, so `/` in it cannot make two results collide.
+pub fn pausetest_key(class: &str, resource: &str) -> String {
+    let mut key = format!("{PAUSETEST_PREFIX}{class}/");
+    for b in resource.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            key.push(b as char);
+        } else {
+            key.push_str(&format!("%{b:02X}"));
+        }
+    }
+    key
+}
+
+/// Class names, as in `[class.<name>]`: 1..=63 of `a-z 0-9 -`, not starting
+/// or ending with `-`.
+pub fn validate_class(class: &str) -> Result<(), crate::key::FieldError> {
+    let ok = !class.is_empty()
+        && class.len() <= 63
+        && class.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !class.starts_with('-')
+        && !class.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::key::FieldError::new("class", format!("{class:?} is not a class name; use 1..=63 of a-z, 0-9 and '-', not starting or ending with '-'")))
+    }
 }
 
 /// The record at [`EPOCH_KEY`].
@@ -76,6 +113,60 @@ pub struct HoldRecord {
     pub granted_unix_ms: u64,
 }
 
+/// Whether the fence held in a pause test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseTestOutcome {
+    /// The frozen holder's writes were rejected after its lock passed on.
+    Pass,
+    /// A stale write was accepted (or a valid one refused).
+    Fail,
+}
+
+/// The record at [`pausetest_key`]: one run of `holdfast-pausetest`. It is
+/// also put on an etcd lease of [`PAUSETEST_VALIDITY`], but etcd restarts a
+/// lease's TTL after a leader change, so readers decide expiry from
+/// `expires_unix_ms` ([`PauseTestRecord::invalid_because`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseTestRecord {
+    /// The lock class the result is for.
+    pub class: String,
+    /// The resource, without credentials (e.g. `postgresql://db:5432/app?table=t`).
+    pub resource: String,
+    /// The resource's schema version when the test ran.
+    pub schema_version: u32,
+    /// When the test ran (milliseconds since the Unix epoch).
+    pub time_unix_ms: u64,
+    /// When the result stops counting.
+    pub expires_unix_ms: u64,
+    /// The etcd server version the lock service ran on.
+    pub etcd_version: String,
+    pub outcome: PauseTestOutcome,
+    /// Why, in words: which write was accepted or rejected.
+    pub reason: String,
+    /// The fence implementation exercised (`correct`, or a deliberately
+    /// wrong one shown failing).
+    pub fence_mode: String,
+}
+
+impl PauseTestRecord {
+    /// `None` if the result still counts; otherwise why it is treated as
+    /// absent (expired, or the resource's schema changed since).
+    pub fn invalid_because(&self, now_unix_ms: u64, current_schema_version: u32) -> Option<String> {
+        if now_unix_ms >= self.expires_unix_ms {
+            return Some(format!("the result expired (it was recorded at {} ms, valid until {} ms)", self.time_unix_ms, self.expires_unix_ms));
+        }
+        if self.schema_version != current_schema_version {
+            return Some(format!(
+                "the result is for schema version {}, and the resource is now at schema version {current_schema_version}",
+                self.schema_version
+            ));
+        }
+        None
+    }
+}
+
 /// Serialises a record. Records are plain structs of strings and integers,
 /// for which serde_json cannot fail.
 pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
@@ -98,5 +189,37 @@ mod tests {
         let r = EpochRecord { epoch: 2, cluster_id: u64::MAX, log_floor: -3 };
         assert_eq!(decode::<EpochRecord>(EPOCH_KEY, &encode(&r)).unwrap(), r);
         assert!(decode::<EpochRecord>(EPOCH_KEY, b"{\"epoch\":1}").is_err());
+    }
+
+    #[test]
+    fn pausetest_keys_are_one_segment_per_resource() {
+        assert_eq!(pausetest_key("ledger", "s3://b/p?endpoint=http://h:1"), "/sys/pausetest/ledger/s3%3A%2F%2Fb%2Fp%3Fendpoint%3Dhttp%3A%2F%2Fh%3A1");
+        assert_ne!(pausetest_key("a", "x/y"), pausetest_key("a/x", "y"));
+        assert!(pausetest_key("c", "r").starts_with(PAUSETEST_PREFIX));
+        assert!(validate_class("payments-ledger").is_ok());
+        for bad in ["", "-a", "a-", "A", "a/b", "a b"] {
+            assert_eq!(validate_class(bad).unwrap_err().field, "class", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pausetest_results_lapse_by_time_and_by_schema_version() {
+        let r = PauseTestRecord {
+            class: "c".into(),
+            resource: "r".into(),
+            schema_version: 1,
+            time_unix_ms: 1_000,
+            expires_unix_ms: 1_000 + PAUSETEST_VALIDITY.as_millis() as u64,
+            etcd_version: "3.6.16".into(),
+            outcome: PauseTestOutcome::Pass,
+            reason: "ok".into(),
+            fence_mode: "correct".into(),
+        };
+        assert_eq!(r.invalid_because(2_000, 1), None);
+        assert!(r.invalid_because(r.expires_unix_ms, 1).unwrap().contains("expired"));
+        assert!(r.invalid_because(2_000, 2).unwrap().contains("schema version 2"));
+        let json = String::from_utf8(encode(&r)).unwrap();
+        assert!(json.contains("\"outcome\":\"pass\""), "{json}");
+        assert_eq!(decode::<PauseTestRecord>("k", json.as_bytes()).unwrap(), r);
     }
 }

@@ -1,8 +1,20 @@
-//! Connection flags shared by every command that talks to an arbiter.
+//! Connection flags shared by every command that talks to an arbiter or to
+//! etcd, in holdfastctl and in holdfast-pausetest.
 
 use crate::exit;
+use holdfast_arbiter::config::EtcdConfig;
 use holdfast_client::{Client, ClientConfig, Error, ErrorReason};
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// The running program's name (`holdfastctl`, `holdfast-pausetest`), which
+/// starts every message.
+pub fn program() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "holdfastctl".into())
+}
 
 #[derive(clap::Args, Clone)]
 pub struct ConnArgs {
@@ -37,10 +49,12 @@ impl ConnArgs {
         Client::connect(&cfg).await.map_err(|e| report(&e))
     }
 
-    fn config(&self) -> Result<ClientConfig, u8> {
+    /// The settings, or (after printing which flag is missing) the exit status.
+    pub fn config(&self) -> Result<ClientConfig, u8> {
         let missing = |flag: &str, env: &str| {
             eprintln!(
-                "holdfastctl: {flag} is not set. Pass {flag} or set {env}; with a dev appliance, `source DIR/env` (see `holdfastctl dev --help`)."
+                "{}: {flag} is not set. Pass {flag} or set {env}; with a dev appliance, `source DIR/env` (see `holdfastctl dev --help`).",
+                program()
             );
             exit::USAGE
         };
@@ -70,6 +84,35 @@ pub fn report(e: &Error) -> u8 {
             _ => ("", exit::SOFTWARE),
         },
     };
-    eprintln!("holdfastctl: {e}.{hint}");
+    eprintln!("{}: {e}.{hint}", program());
     code
+}
+
+/// Flags for talking to etcd directly (epoch init, pause-test records).
+#[derive(clap::Args, Clone)]
+pub struct EtcdArgs {
+    /// etcd client URLs, comma-separated: list every member.
+    #[arg(long, env = "HOLDFAST_ETCD_ENDPOINT", value_delimiter = ',', required = true)]
+    pub etcd_endpoint: Vec<String>,
+    /// CA of the etcd server certificates (https endpoints).
+    #[arg(long, env = "HOLDFAST_ETCD_CA")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long, env = "HOLDFAST_ETCD_CERT")]
+    pub etcd_cert: Option<PathBuf>,
+    /// Key of --etcd-cert.
+    #[arg(long, env = "HOLDFAST_ETCD_KEY")]
+    pub etcd_key: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    pub fn config(&self) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: self.etcd_endpoint.clone(),
+            request_timeout: Duration::from_secs(5),
+            ca_file: self.etcd_ca.clone(),
+            cert_file: self.etcd_cert.clone(),
+            key_file: self.etcd_key.clone(),
+        }
+    }
 }

@@ -1,10 +1,7 @@
-use crate::conn::{self, ConnArgs};
+use crate::conn::{self, ConnArgs, EtcdArgs};
 use crate::exit;
-use holdfast_arbiter::config::EtcdConfig;
 use holdfast_arbiter::epoch::{self, EpochError};
 use holdfast_arbiter::etcd::Etcd;
-use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct EpochArgs {
@@ -19,7 +16,7 @@ enum EpochAction {
     /// Run once per cluster, before the first arbiter serves. Refuses if the
     /// epoch already exists. Moves a fresh cluster's revision to 1024 first,
     /// so that a later restore from any snapshot is detectable.
-    Init(EtcdArgs),
+    Init(InitArgs),
     /// Show the epoch the arbiter serves, and whether it is sealed.
     Status {
         /// Print one JSON object.
@@ -29,19 +26,9 @@ enum EpochAction {
 }
 
 #[derive(clap::Args)]
-struct EtcdArgs {
-    /// etcd client URLs, comma-separated: list every member.
-    #[arg(long, env = "HOLDFAST_ETCD_ENDPOINT", value_delimiter = ',', required = true)]
-    etcd_endpoint: Vec<String>,
-    /// CA of the etcd server certificates (https endpoints).
-    #[arg(long, env = "HOLDFAST_ETCD_CA")]
-    etcd_ca: Option<PathBuf>,
-    /// Client certificate for etcd.
-    #[arg(long, env = "HOLDFAST_ETCD_CERT")]
-    etcd_cert: Option<PathBuf>,
-    /// Key of --etcd-cert.
-    #[arg(long, env = "HOLDFAST_ETCD_KEY")]
-    etcd_key: Option<PathBuf>,
+struct InitArgs {
+    #[command(flatten)]
+    etcd: EtcdArgs,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -54,14 +41,8 @@ pub async fn run(conn: &ConnArgs, args: EpochArgs) -> u8 {
     }
 }
 
-async fn init(args: EtcdArgs) -> u8 {
-    let cfg = EtcdConfig {
-        endpoints: args.etcd_endpoint.clone(),
-        request_timeout: Duration::from_secs(5),
-        ca_file: args.etcd_ca,
-        cert_file: args.etcd_cert,
-        key_file: args.etcd_key,
-    };
+async fn init(args: InitArgs) -> u8 {
+    let cfg = args.etcd.config();
     let etcd = match Etcd::connect(&cfg).await {
         Ok(e) => e,
         Err(e) => {

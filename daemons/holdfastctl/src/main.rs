@@ -1,13 +1,13 @@
 //! holdfastctl: the operator and developer CLI.
 
 mod bench;
-mod conn;
 mod dev;
 mod epoch;
-mod exit;
 mod gate;
 mod inspect;
 mod lock;
+
+use holdfastctl::{conn, exit};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

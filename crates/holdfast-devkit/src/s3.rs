@@ -1,0 +1,97 @@
+//! A real S3-compatible server for tests: versitygw (Apache-2.0) with its
+//! posix backend, on 127.0.0.1 with a free port.
+//!
+//! versitygw honours `If-Match` and `If-None-Match` on `PutObject`, checked
+//! again under a per-key publish lock, so a conditional put is atomic —
+//! what the S3 reference fence needs. `scripts/install-deps` builds it from
+//! the Go module proxy into `/opt/holdfast/versitygw-<version>`.
+//!
+//! The posix backend treats every directory under its root as a bucket, so
+//! buckets are made by creating directories before the server starts.
+
+use crate::ports::free_port;
+use anyhow::{bail, Context};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `HOLDFAST_VERSITYGW_BIN`, else `versitygw` on PATH.
+pub fn locate() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("HOLDFAST_VERSITYGW_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("versitygw")).find(|p| p.is_file()))
+        .context("versitygw (the S3-compatible test server) not found: run scripts/install-deps, or set HOLDFAST_VERSITYGW_BIN")
+}
+
+/// A running versitygw. Dropping it stops the server.
+pub struct S3Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub root: PathBuf,
+    pub log: PathBuf,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl S3Server {
+    /// Starts a server whose data lives in `root` (created) with the given
+    /// buckets, and waits until it accepts connections.
+    pub fn start(root: &Path, log: &Path, buckets: &[&str]) -> anyhow::Result<Self> {
+        let bin = locate()?;
+        for b in buckets {
+            std::fs::create_dir_all(root.join(b)).with_context(|| format!("creating bucket directory {b}"))?;
+        }
+        let port = free_port();
+        // Throwaway credentials, passed in the environment rather than argv.
+        let access_key_id = format!("holdfast{port}");
+        let secret_access_key = format!("holdfast-test-secret-{port}-{}", std::process::id());
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
+        let child = Command::new(&bin)
+            .env("ROOT_ACCESS_KEY_ID", &access_key_id)
+            .env("ROOT_SECRET_ACCESS_KEY", &secret_access_key)
+            .args(["--port", &format!("127.0.0.1:{port}"), "--quiet", "posix"])
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut server = S3Server { child: Some(child), port, root: root.to_path_buf(), log: log.to_path_buf(), access_key_id, secret_access_key };
+        server.wait_ready(Duration::from_secs(30))?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                bail!("versitygw exited during startup ({status}); see {}", self.log.display());
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("versitygw did not listen on 127.0.0.1:{} within {timeout:?}; see {}", self.port, self.log.display())
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            crate::etcd::terminate(&mut c, Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
