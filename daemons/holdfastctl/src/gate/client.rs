@@ -189,7 +189,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let record = key.to_string();
+        let record = super::resource::record_of(&key.to_string());
         if raw_monotonic_ns() >= next_abandon {
             // Vanish: stop renewing, keep the token, write after the expiry.
             next_abandon = raw_monotonic_ns() + rng.random_range(3_000_000_000..9_000_000_000u64);

@@ -38,17 +38,18 @@ Needs root (network namespaces, iptables), strace and libfaketime
 or etcd on PATH). Nothing outside the namespaces it creates is touched:
 members live on 10.213.N.0/24 behind a bridge of its own.
 
-The resource: --resource postgres://... points the clients at a PostgreSQL
-database; each lock key has a counter row guarded by the reference fence
-(--fence correct), or by none at all (--fence unfenced: the gate then shows
-the lost updates). Without --resource, clients only take locks (C2 is skipped
+The resource: --resource postgres-local starts a throwaway PostgreSQL cluster
+from Debian's packages; --resource postgres://... uses the database given.
+Each lock key has a counter row guarded by the reference fence (--fence
+correct), by a deliberately wrong one (less-or-equal, two-statements), or by
+none at all (--fence unfenced: the gate then shows the lost updates). Without --resource, clients only take locks (C2 is skipped
 and nothing is counted as a stale write).
 
 Exit status: 0 no violation; 1 a checker found a violation (the history is
 kept, and a timeline of the offending key printed); 2 the gate could not run.
 
 Examples:
-  sudo holdfastctl gate --profile short --resource postgres://gate@127.0.0.1:5432/gate
+  sudo holdfastctl gate --profile short --resource postgres-local
   sudo holdfastctl gate --profile long --duration 60s --json")]
 pub struct GateArgs {
     #[command(subcommand)]
@@ -74,10 +75,12 @@ pub struct GateArgs {
     /// Only these fault kinds (comma-separated); default: all.
     #[arg(long, value_enum, value_delimiter = ',')]
     faults: Vec<FaultKind>,
-    /// The fenced resource the clients write to (postgres://...).
+    /// The fenced resource the clients write to: postgres-local (a
+    /// throwaway cluster) or postgres://USER@HOST:PORT/DB.
     #[arg(long)]
     resource: Option<String>,
-    /// The fence at the resource: correct, or unfenced (shows lost updates).
+    /// The fence at the resource: correct, less-or-equal, two-statements or
+    /// unfenced (the wrong ones exist to be caught).
     #[arg(long, default_value = "correct")]
     fence: String,
     /// Keep logs, histories and etcd data here (default: a temporary
@@ -196,6 +199,22 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         })
     };
 
+    // The resource: a throwaway PostgreSQL cluster, or the one given.
+    let mut _pg = None;
+    let resource_url = match args.resource.as_deref() {
+        Some("postgres-local") => {
+            let pg = holdfast_devkit::postgres::PgCluster::start(&dir.join("postgres.log")).context("starting a throwaway PostgreSQL cluster")?;
+            let url = pg.url();
+            _pg = Some(pg);
+            Some(url)
+        }
+        other => other.map(str::to_string),
+    };
+    if let Some(url) = &resource_url {
+        resource::setup(url, &args.fence).await.context("preparing the resource")?;
+        say(&format!("resource {} with fence {}", redact_url(url), args.fence));
+    }
+
     let t0 = Instant::now();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let kinds = if args.faults.is_empty() { FaultKind::all() } else { args.faults.clone() };
@@ -228,7 +247,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         std::fs::create_dir_all(&ep.dir)?;
         let start_rev = cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
         let ep_start = Instant::now();
-        let mut procs = spawn_clients(&ep, &cluster, &args, ep_seed)?;
+        let mut procs = spawn_clients(&ep, &cluster, &args, resource_url.as_deref(), ep_seed)?;
         let views: Vec<ClientProc> = procs.iter().map(|p| p.view()).collect();
         tokio::time::sleep(Duration::from_secs(2)).await;
         let ep_end = Instant::now() + if args.profile == Profile::Short { Duration::from_secs(3600) } else { args.duration };
@@ -286,7 +305,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         }
 
         // The history.
-        let history = collect(&ep, &cluster, start_rev, args.resource.as_deref(), &args.fence).await?;
+        let history = collect(&ep, &cluster, start_rev, resource_url.as_deref(), &args.fence).await?;
         let stats = history.stats();
         summary.ops += stats.ops;
         summary.lock_ops += stats.lock_ops;
@@ -296,7 +315,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         summary.stale_rejected += stats.stale_rejected;
         summary.accepted_writes += stats.accepted_writes;
         let mut reports = vec![c1::check(&history), c3::check(&history, &c3::Config::default())];
-        if args.resource.is_some() {
+        if resource_url.is_some() {
             reports.push(c2::check(&history));
         }
         let file = ep.dir.join("history.json");
@@ -392,7 +411,7 @@ impl ClientChild {
 }
 
 /// Starts the client processes; the first two run under libfaketime.
-fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, seed: u64) -> anyhow::Result<Vec<ClientChild>> {
+fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, resource: Option<&str>, seed: u64) -> anyhow::Result<Vec<ClientChild>> {
     let exe = std::env::current_exe()?;
     let mut out = Vec::new();
     for p in 0..args.clients {
@@ -418,7 +437,7 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, seed
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(ep.dir.join(format!("client{p}.log")))?);
-        if let Some(r) = &args.resource {
+        if let Some(r) = resource {
             cmd.args(["--resource", r]);
         }
         if let (Some(f), Some(r)) = (&clock_file, &clock_report) {
@@ -519,7 +538,7 @@ async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, resou
         let rejected: Vec<&ClientOp> = history.ops.iter().filter(|o| matches!(o.kind, OpKind::Write { .. }) && o.outcome == Outcome::Fail).collect();
         let mut fence_log = Vec::new();
         for k in 0..ep.keys {
-            let record = format!("{}{k}", ep.prefix);
+            let record = resource::record_of(&format!("{}{k}", ep.prefix));
             for token in res.accepted_log(&record).await? {
                 fence_log.push(FenceEntry { record: record.clone(), token, accepted: true, at_ns: 0, op: None });
             }
