@@ -32,7 +32,7 @@ fn gate(args: &[&str]) -> GateRun {
 
 #[test]
 fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
-    let run = gate(&["--profile", "short"]);
+    let run = gate(&["--profile", "short", "--resource", "postgres-local"]);
     eprintln!("{}", run.output);
     let s = &run.summary;
     assert_eq!(run.code, 0, "the gate failed");
@@ -43,6 +43,7 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert!(s["lock_ops"].as_u64().unwrap() >= 5000, "lock ops {}", s["lock_ops"]);
     assert!(s["expiries"].as_u64().unwrap() >= 50, "expiries {}", s["expiries"]);
     assert!(s["leader_changes"].as_u64().unwrap() >= 3, "leader changes {}", s["leader_changes"]);
+    assert!(s["stale_rejected"].as_u64().unwrap() >= 20, "stale writes rejected {}", s["stale_rejected"]);
     assert_eq!(s["liveness_failures"], 0, "every key grantable within TTL + election timeout + 5 s of healing");
 }
 
@@ -62,4 +63,21 @@ fn an_arbiter_minting_tokens_from_a_counter_fails_the_gate() {
     assert_eq!(run.code, 1, "the gate must fail:\n{}", run.output);
     let rules = run.summary["violation_rules"].to_string();
     assert!(rules.contains("C1/GrantWithoutEtcdEvent"), "caught by C1: {rules}");
+}
+
+/// The same workload and client pauses (same seed) against an unfenced
+/// resource and against the reference PostgreSQL fence: the unfenced one
+/// loses updates and the gate reports it; the fence rejects the stale writes.
+#[test]
+fn an_unfenced_resource_loses_updates_under_client_pauses_and_the_postgresql_fence_rejects_them() {
+    let common = ["--faults", "client-pause", "--resource", "postgres-local", "--seed", "4242"];
+    let unfenced = gate(&[&common[..], &["--fence", "unfenced"]].concat());
+    let rules = &unfenced.summary["violations_by_rule"];
+    assert_eq!(unfenced.code, 1, "the gate must fail on an unfenced resource:\n{}", unfenced.output);
+    assert!(rules["C2/LostUpdate"].as_u64().unwrap_or(0) >= 1, "C2 reports lost updates: {rules}");
+    eprintln!("unfenced: {rules}");
+    let fenced = gate(&[&common[..], &["--fence", "correct"]].concat());
+    assert_eq!(fenced.code, 0, "{}", fenced.output);
+    assert_eq!(fenced.summary["violations"], 0);
+    assert!(fenced.summary["stale_rejected"].as_u64().unwrap() > 0, "the fence rejected the zombies' writes: {}", fenced.summary);
 }

@@ -195,11 +195,12 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             next_abandon = raw_monotonic_ns() + rng.random_range(3_000_000_000..9_000_000_000u64);
             drop(session.take());
             let late = args.ttl + Duration::from_millis(rng.random_range(300..2500));
+            let think = Duration::from_millis(rng.random_range(0..40));
             let (log, resource, record) = (log.clone(), resource.clone(), record.clone());
             zombies.push(tokio::spawn(async move {
                 tokio::time::sleep(late).await;
                 if let Some(res) = resource {
-                    write(&log, &*res, &key, &record, sid, token, Duration::ZERO).await;
+                    write(&log, &*res, &key, &record, sid, token, think).await;
                 }
             }));
             continue;

@@ -133,6 +133,9 @@ struct Summary {
     faults: BTreeMap<String, usize>,
     faults_unconfirmed: Vec<String>,
     violations: usize,
+    /// Violations counted by checker/rule, e.g. "C2/LostUpdate".
+    violations_by_rule: BTreeMap<String, usize>,
+    /// The first 20 violations, with their keys.
     violation_rules: Vec<String>,
     inconclusive: usize,
     liveness_max_ms: u64,
@@ -324,6 +327,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
             summary.inconclusive += r.inconclusive.len();
             for v in &r.violations {
                 summary.violations += 1;
+                *summary.violations_by_rule.entry(format!("{:?}/{:?}", v.checker, v.rule)).or_default() += 1;
                 if summary.violation_rules.len() < 20 {
                     summary.violation_rules.push(format!("{:?}/{:?} on {}", v.checker, v.rule, v.key));
                 }
