@@ -14,7 +14,12 @@ struct GateRun {
     output: String,
 }
 
+/// One gate at a time: each runs five namespaces and a PostgreSQL cluster,
+/// and the machine has two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn gate(args: &[&str]) -> GateRun {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TestDir::new("gate-run");
     let out = Command::new(bin("holdfastctl"))
         .args(["gate", "--json", "--dir"])

@@ -44,15 +44,31 @@ pub fn preflight() -> anyhow::Result<()> {
 }
 
 impl Net {
-    /// Creates the bridge `hfg<id>` on 10.213.<id % 250>.0/24 and one
-    /// namespace per name; host i gets .(i+1).
-    pub fn create(id: u32, names: &[&str]) -> anyhow::Result<Self> {
-        let bridge = format!("hfg{id}");
-        let subnet = format!("10.213.{}", id % 250);
+    /// Creates a bridge `hfg<id>` on 10.213.<id>.0/24, with the first id
+    /// from `start` (mod 250) that no other run uses, and one namespace per
+    /// name; host i gets .(i+1).
+    pub fn create(start: u32, names: &[&str]) -> anyhow::Result<Self> {
+        let mut id = start % 250;
+        let bridge = loop {
+            let bridge = format!("hfg{id}");
+            // `ip link add` fails if another run (or a crashed one) has it.
+            if run(&["ip", "link", "add", &bridge, "type", "bridge"]).is_ok() {
+                break bridge;
+            }
+            id = (id + 1) % 250;
+            if id == start % 250 {
+                bail!("no free gate network: every bridge hfg0..hfg249 exists (remove stale ones with `ip link del hfgN` and `ip netns del hfgN-…`)");
+            }
+        };
+        let subnet = format!("10.213.{id}");
         let gateway = format!("{subnet}.254");
         let mut net = Net { bridge: bridge.clone(), gateway: gateway.clone(), hosts: Vec::new() };
-        net.cleanup_stale();
-        run(&["ip", "link", "add", &bridge, "type", "bridge"])?;
+        for ns in run(&["ip", "netns", "list"]).unwrap_or_default().lines().filter_map(|l| l.split_whitespace().next()) {
+            // Namespaces a crashed run left under this (now ours) name.
+            if ns.starts_with(&format!("{bridge}-")) {
+                let _ = run(&["ip", "netns", "del", ns]);
+            }
+        }
         run(&["ip", "addr", "add", &format!("{gateway}/24"), "dev", &bridge])?;
         run(&["ip", "link", "set", &bridge, "up"])?;
         for (i, name) in names.iter().enumerate() {
@@ -68,18 +84,6 @@ impl Net {
             run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
         }
         Ok(net)
-    }
-
-    /// Removes namespaces and the bridge left by a crashed run with the same id.
-    fn cleanup_stale(&self) {
-        if let Ok(list) = run(&["ip", "netns", "list"]) {
-            for ns in list.lines().filter_map(|l| l.split_whitespace().next()) {
-                if ns.starts_with(&format!("{}-", self.bridge)) {
-                    let _ = run(&["ip", "netns", "del", ns]);
-                }
-            }
-        }
-        let _ = run(&["ip", "link", "del", &self.bridge]);
     }
 
     /// `ip netns exec NS` as a command prefix (it execs in place: the
