@@ -59,6 +59,9 @@ pub struct ClientArgs {
     /// 200 ms, so the gate can confirm that a clock fault took effect.
     #[arg(long)]
     clock_report: Option<PathBuf>,
+    /// Reads `w` while a write is at its pause point, `-` otherwise.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
     /// The fenced resource (see `holdfastctl gate --help`); none: locks only.
     #[arg(long)]
     resource: Option<String>,
@@ -196,19 +199,19 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             drop(session.take());
             let late = args.ttl + Duration::from_millis(rng.random_range(300..2500));
             let think = Duration::from_millis(rng.random_range(0..40));
-            let (log, resource, record) = (log.clone(), resource.clone(), record.clone());
+            let (log, resource, record, state) = (log.clone(), resource.clone(), record.clone(), args.state_file.clone());
             zombies.push(tokio::spawn(async move {
                 tokio::time::sleep(late).await;
                 if let Some(res) = resource {
-                    write(&log, &*res, &key, &record, sid, token, think).await;
+                    write(&log, &*res, &key, &record, sid, token, think, state.as_deref()).await;
                 }
             }));
             continue;
         }
         if let Some(res) = &resource {
             if s.can_start() {
-                let think = Duration::from_millis(rng.random_range(0..40));
-                write(&log, &**res, &key, &record, sid, token, think).await;
+                let think = Duration::from_millis(rng.random_range(5..40));
+                write(&log, &**res, &key, &record, sid, token, think, args.state_file.as_deref()).await;
             }
         } else {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..15))).await;
@@ -238,9 +241,10 @@ async fn release(log: &Log, client: &Client, key: &LockKey, sid: u64, token: u64
     log.push(OpKind::Release { key: key.to_string() }, Some(sid), Some(token), invoke, outcome);
 }
 
-async fn write(log: &Log, res: &dyn Resource, key: &LockKey, record: &str, sid: u64, token: u64, think: Duration) {
+#[allow(clippy::too_many_arguments)]
+async fn write(log: &Log, res: &dyn Resource, key: &LockKey, record: &str, sid: u64, token: u64, think: Duration, state: Option<&std::path::Path>) {
     let invoke = raw_monotonic_ns();
-    let outcome = match res.increment(record, token, think).await {
+    let outcome = match res.increment(record, token, think, state).await {
         Ok(true) => Outcome::Ok,
         Ok(false) => Outcome::Fail,
         Err(_) => Outcome::Unknown,

@@ -62,6 +62,8 @@ pub struct ClientProc {
     pub pid: u32,
     pub clock_file: Option<PathBuf>,
     pub clock_report: Option<PathBuf>,
+    /// Reads `w` while the client is in the middle of a write.
+    pub state_file: PathBuf,
     pub ttl: Duration,
 }
 
@@ -155,7 +157,22 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             (format!("kill -9 leader e{i}, restart after {hold:?}"), "the member was gone, then answered again".into())
         }
         FaultKind::ClientPause => {
-            let p = clients.choose(rng).context("no clients")?;
+            // Preferably a client in the middle of a write (it read the
+            // record and is about to write it back): the zombie write that
+            // an unfenced resource would lose an update to.
+            let writing = |p: &&ClientProc| std::fs::read(&p.state_file).is_ok_and(|s| s == b"w");
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let mut mid_write = None;
+            while mid_write.is_none() && Instant::now() < deadline {
+                mid_write = clients.iter().find(writing);
+                if mid_write.is_none() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            let p = match mid_write {
+                Some(p) => p,
+                None => clients.choose(rng).context("no clients")?,
+            };
             let pause = ttl * 2 + Duration::from_millis(rng.random_range(0..ttl.as_millis() as u64));
             signal(p.pid, Signal::SIGSTOP);
             let ok = wait_for(Duration::from_secs(2), || async { stopped(p.pid) }).await;
@@ -164,7 +181,8 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             if !ok {
                 bail!("client pid {} did not stop", p.pid);
             }
-            (format!("SIGSTOP client pid {} for {pause:?}", p.pid), "the process was in state T".into())
+            let when = if mid_write.is_some() { "in the middle of a write" } else { "between operations" };
+            (format!("SIGSTOP client pid {} {when} for {pause:?}", p.pid), "the process was in state T".into())
         }
         FaultKind::ArbiterPause => {
             let a = rng.random_range(0..c.arbiters.len());

@@ -404,13 +404,14 @@ struct Episode {
 
 struct ClientChild {
     child: Child,
+    state_file: PathBuf,
     clock_file: Option<PathBuf>,
     clock_report: Option<PathBuf>,
 }
 
 impl ClientChild {
     fn view(&self) -> ClientProc {
-        ClientProc { pid: self.child.id(), clock_file: self.clock_file.clone(), clock_report: self.clock_report.clone(), ttl: CLIENT_TTL }
+        ClientProc { pid: self.child.id(), clock_file: self.clock_file.clone(), clock_report: self.clock_report.clone(), state_file: self.state_file.clone(), ttl: CLIENT_TTL }
     }
 }
 
@@ -438,6 +439,8 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, reso
             .arg("--out")
             .arg(ep.dir.join(format!("client{p}.jsonl")))
             .args(["--fence", &args.fence])
+            .arg("--state-file")
+            .arg(ep.dir.join(format!("client{p}.state")))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(ep.dir.join(format!("client{p}.log")))?);
@@ -449,7 +452,7 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, reso
             cmd.arg("--clock-report").arg(r);
             cmd.env("LD_PRELOAD", cluster::LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
         }
-        out.push(ClientChild { child: cmd.spawn().context("starting a gate client")?, clock_file, clock_report });
+        out.push(ClientChild { child: cmd.spawn().context("starting a gate client")?, state_file: ep.dir.join(format!("client{p}.state")), clock_file, clock_report });
     }
     Ok(out)
 }

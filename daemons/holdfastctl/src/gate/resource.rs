@@ -13,7 +13,9 @@ pub trait Resource: Send + Sync {
     /// Increments `record` under `token`, pausing `think` inside the write
     /// (between read and write where the fence has two steps). Ok(true):
     /// accepted; Ok(false): rejected as stale.
-    async fn increment(&self, record: &str, token: u64, think: Duration) -> anyhow::Result<bool>;
+    /// `state`, if given, reads `w` while the write is at its pause point
+    /// (the gate's client-pause fault looks for it).
+    async fn increment(&self, record: &str, token: u64, think: Duration, state: Option<&std::path::Path>) -> anyhow::Result<bool>;
     /// Tokens of the accepted writes to `record`, in the resource's order.
     async fn accepted_log(&self, record: &str) -> anyhow::Result<Vec<u64>>;
     /// The record's counter.
@@ -32,16 +34,21 @@ struct Fenced(SharedFence);
 
 #[async_trait::async_trait]
 impl Resource for Fenced {
-    async fn increment(&self, record: &str, token: u64, think: Duration) -> anyhow::Result<bool> {
+    async fn increment(&self, record: &str, token: u64, think: Duration, state: Option<&std::path::Path>) -> anyhow::Result<bool> {
         let token = Token::from_wire(token).map_err(|e| anyhow::anyhow!("malformed token: {e}"))?;
         // A blocking pause: the fence calls it synchronously at its pause
         // point; the client's runtime has other workers for keepalives.
         let mut pause = move || {
-            if !think.is_zero() {
-                std::thread::sleep(think);
+            if let Some(s) = state {
+                let _ = std::fs::write(s, "w");
             }
+            std::thread::sleep(think);
         };
-        Ok(self.0.increment(record, token, &mut pause).await?.is_accepted())
+        let r = self.0.increment(record, token, &mut pause).await;
+        if let Some(s) = state {
+            let _ = std::fs::write(s, "-");
+        }
+        Ok(r?.is_accepted())
     }
     async fn accepted_log(&self, record: &str) -> anyhow::Result<Vec<u64>> {
         Ok(self.0.accepted_log(record).await?)
