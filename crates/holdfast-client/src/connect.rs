@@ -83,16 +83,21 @@ impl Client {
 
     /// Opens a session with the given TTL (zero: the 15 s default).
     pub async fn open_session(&self, ttl: Duration) -> Result<Session, Error> {
-        self.open_session_with(ttl, Vec::new()).await
+        self.open_session_with(ttl, Vec::new(), None).await
+    }
+
+    /// Opens a session whose every keepalive `observer` sees (recorders).
+    pub async fn open_session_observed(&self, ttl: Duration, observer: std::sync::Arc<dyn crate::KeepaliveObserver>) -> Result<Session, Error> {
+        self.open_session_with(ttl, Vec::new(), Some(observer)).await
     }
 
     /// Opens a session here whose keepalives fail over to `others`.
-    pub(crate) async fn open_session_with(&self, ttl: Duration, others: Vec<Client>) -> Result<Session, Error> {
+    pub(crate) async fn open_session_with(&self, ttl: Duration, others: Vec<Client>, observer: Option<std::sync::Arc<dyn crate::KeepaliveObserver>>) -> Result<Session, Error> {
         let opened_at = tokio::time::Instant::now();
         let resp = self.rpc.clone().open_session(OpenSessionRequest { ttl_millis: ttl.as_millis() as u64 }).await?.into_inner();
         let mut clients = vec![self.clone()];
         clients.extend(others);
-        Ok(Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at))
+        Ok(Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at, observer))
     }
 
     pub async fn inspect(&self, key: &LockKey) -> Result<InspectResponse, Error> {

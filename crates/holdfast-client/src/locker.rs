@@ -152,7 +152,7 @@ impl Locker {
         let mut last = None;
         for (n, i) in order.iter().enumerate() {
             let others: Vec<Client> = order.iter().skip(n + 1).chain(order.iter().take(n)).map(|j| self.inner.clients[*j].clone()).collect();
-            match self.inner.clients[*i].open_session_with(ttl, others).await {
+            match self.inner.clients[*i].open_session_with(ttl, others, None).await {
                 Ok(session) => {
                     let slot = Arc::new(Slot { session, holds: Default::default(), key_locks: Default::default() });
                     slots.insert(ttl, slot.clone());

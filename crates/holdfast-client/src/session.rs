@@ -23,6 +23,29 @@ pub enum Health {
     Lost,
 }
 
+/// What became of one keepalive, for a [`KeepaliveObserver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepaliveOutcome {
+    /// Renewed, in a confirmed Raft term: the local deadline moved.
+    Renewed,
+    /// The server says the session is gone: the keepalive renewed nothing.
+    Gone,
+    /// No usable answer (timeout, lost stream, or renewed in an unconfirmed
+    /// term): it may or may not have renewed the lease.
+    Unknown,
+}
+
+/// Sees every keepalive a session sends (recorders such as the correctness
+/// gate use it; applications do not need it).
+pub trait KeepaliveObserver: Send + Sync {
+    /// A keepalive of `session` is about to be sent; the value returned is
+    /// handed back with its outcome.
+    fn sent(&self, session: u64) -> u64;
+    /// The outcome of the keepalive `sent` returned `mark` for. Not called
+    /// when the keepalive was abandoned because the local deadline passed.
+    fn answered(&self, session: u64, mark: u64, outcome: KeepaliveOutcome);
+}
+
 struct Clock {
     /// Monotonic send time of the last acknowledged keepalive + TTL − margin.
     deadline: Instant,
@@ -43,11 +66,11 @@ impl Session {
     /// `opened_at` is when the open call was sent: the lease cannot have
     /// started earlier, so the first deadline counts from there.
     /// Keepalives go to `clients[0]` and fail over to the others in turn.
-    pub(crate) fn start(clients: Vec<Client>, id: u64, ttl: Duration, opened_at: Instant) -> Self {
+    pub(crate) fn start(clients: Vec<Client>, id: u64, ttl: Duration, opened_at: Instant, observer: Option<Arc<dyn KeepaliveObserver>>) -> Self {
         let (tx, rx) = watch::channel(Health::Healthy);
         let clock = Arc::new(Mutex::new(Clock { deadline: opened_at + ttl.saturating_sub(FENCE_MARGIN) }));
         let client = clients[0].clone();
-        let task = tokio::spawn(keepalive_loop(clients, id, ttl, tx, clock.clone()));
+        let task = tokio::spawn(keepalive_loop(clients, id, ttl, tx, clock.clone(), observer));
         Session { client, id, ttl, health: rx, clock, task }
     }
 
@@ -182,7 +205,21 @@ enum Round {
 }
 
 /// Opens the stream if needed, sends one keepalive and waits for its answer.
-async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, period: Duration) -> Round {
+async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, period: Duration, observer: Option<&dyn KeepaliveObserver>) -> Round {
+    let mark = observer.map(|o| o.sent(id));
+    let r = round_inner(client, id, stream, period).await;
+    if let (Some(o), Some(mark)) = (observer, mark) {
+        let outcome = match r {
+            Round::Acked(_) => KeepaliveOutcome::Renewed,
+            Round::Gone => KeepaliveOutcome::Gone,
+            Round::Failed => KeepaliveOutcome::Unknown,
+        };
+        o.answered(id, mark, outcome);
+    }
+    r
+}
+
+async fn round_inner(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, period: Duration) -> Round {
     if stream.is_none() {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let mut rpc = client.rpc.clone();
@@ -217,7 +254,7 @@ async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, p
 /// the server cannot have extended the lease before that keepalive was sent,
 /// so the deadline always falls before the server's expiry. When it passes,
 /// the session is [`Health::Lost`] at once, whatever call is in flight.
-async fn keepalive_loop(clients: Vec<Client>, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>) {
+async fn keepalive_loop(clients: Vec<Client>, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>, observer: Option<Arc<dyn KeepaliveObserver>>) {
     let period = (ttl / 3).max(Duration::from_millis(500));
     let mut stream = None;
     let mut current = 0;
@@ -225,7 +262,7 @@ async fn keepalive_loop(clients: Vec<Client>, id: u64, ttl: Duration, health: wa
         let deadline = clock.lock().unwrap_or_else(|e| e.into_inner()).deadline;
         let outcome = tokio::select! {
             _ = tokio::time::sleep_until(deadline) => Round::Gone,
-            r = round(&clients[current], id, &mut stream, period) => r,
+            r = round(&clients[current], id, &mut stream, period, observer.as_deref()) => r,
         };
         match outcome {
             Round::Acked(sent_at) => {

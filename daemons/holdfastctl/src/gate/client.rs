@@ -104,6 +104,21 @@ impl Log {
     }
 }
 
+/// Every keepalive the session sends is recorded too.
+impl holdfast_client::KeepaliveObserver for Log {
+    fn sent(&self, _session: u64) -> u64 {
+        raw_monotonic_ns()
+    }
+    fn answered(&self, session: u64, mark: u64, outcome: holdfast_client::KeepaliveOutcome) {
+        let outcome = match outcome {
+            holdfast_client::KeepaliveOutcome::Renewed => Outcome::Ok,
+            holdfast_client::KeepaliveOutcome::Gone => Outcome::Fail,
+            holdfast_client::KeepaliveOutcome::Unknown => Outcome::Unknown,
+        };
+        self.push(OpKind::Keepalive, Some(session), None, mark, outcome);
+    }
+}
+
 /// Refusals that prove the call had no effect are failures; anything else
 /// (timeouts, lost connections, a session lost while the call was in
 /// flight) leaves the outcome unknown.
@@ -157,7 +172,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             _ => {
                 session = None;
                 let invoke = raw_monotonic_ns();
-                match clients[preferred].open_session(args.ttl).await {
+                match clients[preferred].open_session_observed(args.ttl, log.clone()).await {
                     Ok(s) => {
                         log.push(OpKind::OpenSession { ttl_ms: args.ttl.as_millis() as u64 }, Some(s.id()), None, invoke, Outcome::Ok);
                         session.insert(s)
