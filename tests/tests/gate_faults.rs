@@ -86,3 +86,15 @@ fn an_unfenced_resource_loses_updates_under_client_pauses_and_the_postgresql_fen
     assert_eq!(fenced.summary["violations"], 0);
     assert!(fenced.summary["stale_rejected"].as_u64().unwrap() > 0, "the fence rejected the zombies' writes: {}", fenced.summary);
 }
+
+/// Group commit must not weaken any checker: the gate with it on, under the
+/// faults that cut grants short (arbiter killed mid-Txn, leader changes,
+/// zombies), writing to the reference fence.
+#[test]
+fn the_gate_passes_with_group_commit_on() {
+    let run = gate(&["--group-commit", "--faults", "arbiter-kill,leader-pause,client-pause,asymmetric-arbiter-etcd", "--resource", "postgres-local"]);
+    assert_eq!(run.code, 0, "{}", run.output);
+    assert_eq!(run.summary["group_commit"], true);
+    assert_eq!(run.summary["violations"], 0);
+    assert!(run.summary["ok_grants"].as_u64().unwrap() > 500, "{}", run.summary);
+}

@@ -10,8 +10,12 @@
 //! grants of one key never share a batch (etcd refuses a transaction that
 //! writes a key twice); the second waits for the next batch.
 //!
-//! Batching is opportunistic: a batch is whatever is queued when the
-//! previous one returns, so a lone grant pays no delay.
+//! Batching is opportunistic and pipelined: up to [`MAX_IN_FLIGHT`] batches
+//! are in etcd at once, and a batch is whatever is queued when a slot frees,
+//! so a lone grant pays no delay and a busy arbiter sends fewer, larger
+//! transactions. Batches in flight together may hold grants of the same key:
+//! each sub-transaction's compares decide, exactly as for grants sent one by
+//! one.
 
 use crate::etcd::Etcd;
 use etcd_client::{ResponseHeader, Txn, TxnOp, TxnOpResponse};
@@ -21,6 +25,9 @@ use tokio::sync::{mpsc, oneshot};
 /// At most this many sub-transactions per batch (etcd's default
 /// `--max-txn-ops` is 128).
 pub const MAX_BATCH: usize = 64;
+
+/// Batches in etcd at once.
+pub const MAX_IN_FLIGHT: usize = 4;
 
 /// The outcome of one (sub-)transaction.
 pub struct Outcome {
@@ -73,7 +80,9 @@ async fn send_one(etcd: &Etcd, txn: Txn) -> Result<Outcome, String> {
 
 async fn run(etcd: Etcd, mut rx: mpsc::Receiver<Job>) {
     let mut deferred: VecDeque<Job> = VecDeque::new();
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let first = match deferred.pop_front() {
             Some(j) => j,
             None => match rx.recv().await {
@@ -105,35 +114,41 @@ async fn run(etcd: Etcd, mut rx: mpsc::Receiver<Job>) {
             }
         }
         deferred = still_deferred;
-        if batch.len() == 1 {
-            let job = batch.pop().into_iter().next();
-            if let Some(job) = job {
-                let r = send_one(&etcd, job.txn).await;
-                let _ = job.reply.send(r);
-            }
-            continue;
+        let etcd = etcd.clone();
+        tokio::spawn(async move {
+            send_batch(&etcd, batch).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Sends one batch (a lone grant as itself) and answers every job in it.
+async fn send_batch(etcd: &Etcd, mut batch: Vec<Job>) {
+    if batch.len() == 1 {
+        if let Some(job) = batch.pop() {
+            let r = send_one(etcd, job.txn).await;
+            let _ = job.reply.send(r);
         }
-        let (txns, replies): (Vec<Txn>, Vec<_>) = batch.into_iter().map(|j| (j.txn, j.reply)).unzip();
-        let parent = Txn::new().and_then(txns.into_iter().map(TxnOp::txn).collect::<Vec<_>>());
-        match etcd.client.clone().txn(parent).await {
-            Ok(resp) => {
-                let header = resp.header().cloned();
-                let subs = resp.op_responses();
-                for (reply, op) in replies.into_iter().zip(subs.into_iter().map(Some).chain(std::iter::repeat_with(|| None))) {
-                    let outcome = match op {
-                        Some(TxnOpResponse::Txn(sub)) => {
-                            Ok(Outcome { succeeded: sub.succeeded(), header: header.clone(), ops: sub.op_responses() })
-                        }
-                        _ => Err("etcd answered a grouped transaction without the sub-transaction".to_string()),
-                    };
-                    let _ = reply.send(outcome);
-                }
+        return;
+    }
+    let (txns, replies): (Vec<Txn>, Vec<_>) = batch.into_iter().map(|j| (j.txn, j.reply)).unzip();
+    let parent = Txn::new().and_then(txns.into_iter().map(TxnOp::txn).collect::<Vec<_>>());
+    match etcd.client.clone().txn(parent).await {
+        Ok(resp) => {
+            let header = resp.header().cloned();
+            let subs = resp.op_responses();
+            for (reply, op) in replies.into_iter().zip(subs.into_iter().map(Some).chain(std::iter::repeat_with(|| None))) {
+                let outcome = match op {
+                    Some(TxnOpResponse::Txn(sub)) => Ok(Outcome { succeeded: sub.succeeded(), header: header.clone(), ops: sub.op_responses() }),
+                    _ => Err("etcd answered a grouped transaction without the sub-transaction".to_string()),
+                };
+                let _ = reply.send(outcome);
             }
-            Err(e) => {
-                let msg = e.to_string();
-                for reply in replies {
-                    let _ = reply.send(Err(msg.clone()));
-                }
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            for reply in replies {
+                let _ = reply.send(Err(msg.clone()));
             }
         }
     }

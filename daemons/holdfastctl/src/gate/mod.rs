@@ -90,6 +90,9 @@ pub struct GateArgs {
     /// Print the summary as one JSON object on the last line.
     #[arg(long)]
     json: bool,
+    /// Run the arbiters with group commit on (`[grants] group_commit`).
+    #[arg(long)]
+    group_commit: bool,
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare) to show that the gate catches it.
@@ -144,6 +147,7 @@ struct Summary {
     fence: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     mutation: Option<String>,
+    group_commit: bool,
     dir: String,
 }
 
@@ -179,7 +183,10 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let say = |m: &str| eprintln!("gate: {m}");
     say(&format!("seed {seed}; etcd {} ({}); state in {}", bin.version_string(), bin.etcd.display(), dir.display()));
     let net = net::Net::create(now_tag(), &["e0", "e1", "e2", "a0", "a1"])?;
-    let extra = args.mutation.as_ref().map(|m| format!("[mutation]\n{m} = true\n")).unwrap_or_default();
+    let mut extra = args.mutation.as_ref().map(|m| format!("[mutation]\n{m} = true\n")).unwrap_or_default();
+    if args.group_commit {
+        extra.push_str("[grants]\ngroup_commit = true\n");
+    }
     let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &extra, &say).await?;
     say(&format!("cluster up: members {:?}, arbiters {:?}", cluster.spec.client_urls(), cluster.arbiter_endpoints()));
 
@@ -229,6 +236,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         episodes,
         resource: args.resource.as_deref().map(redact_url).unwrap_or_else(|| "none".into()),
         mutation: args.mutation.clone(),
+        group_commit: args.group_commit,
         fence: args.fence.clone(),
         dir: dir.display().to_string(),
         ..Summary::default()
