@@ -350,6 +350,9 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
         FaultKind::ClockJump => {
             let jump: i64 = if rng.random_bool(0.5) { 1 } else { -1 } * rng.random_range(5..30);
             let faked: Vec<&ClientProc> = clients.iter().filter(|p| p.clock_file.is_some()).collect();
+            // A client just started may not have reported its clock yet.
+            let reported = |p: &&ClientProc| p.clock_report.as_ref().and_then(clock_offset_ms).is_some();
+            wait_for(Duration::from_secs(5), || async { faked.iter().any(reported) }).await;
             let before: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
             let spec = format!("{jump:+}s\n");
             for f in faked.iter().filter_map(|p| p.clock_file.as_ref()).chain(c.arbiters.iter().filter_map(|a| a.clock_file.as_ref())) {
@@ -360,6 +363,9 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             for f in faked.iter().filter_map(|p| p.clock_file.as_ref()).chain(c.arbiters.iter().filter_map(|a| a.clock_file.as_ref())) {
                 std::fs::write(f, "+0\n")?;
             }
+            // libfaketime re-reads its file once a second: let the clocks
+            // come back before the next fault measures anything.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
             let moved = before.iter().zip(&after).filter(|(b, a)| matches!((b, a), (Some(b), Some(a)) if (a - b - jump * 1000).abs() < 2000)).count();
             if moved == 0 {
                 bail!("no clock-faulted client saw its clock jump by {jump}s");
