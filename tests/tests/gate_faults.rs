@@ -50,6 +50,7 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert!(s["leader_changes"].as_u64().unwrap() >= 3, "leader changes {}", s["leader_changes"]);
     assert!(s["stale_rejected"].as_u64().unwrap() >= 20, "stale writes rejected {}", s["stale_rejected"]);
     assert_eq!(s["liveness_failures"], 0, "every key grantable within TTL + election timeout + 5 s of healing");
+    assert_eq!(s["false_seals"], 0, "no arbiter sealed itself: nothing was restored");
 }
 
 /// Deliberately broken arbiters (test builds only) fail the whole gate, not

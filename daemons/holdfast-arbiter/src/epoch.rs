@@ -81,7 +81,8 @@ pub async fn read_sys(etcd: &Etcd) -> Result<SysState, EpochError> {
     })
 }
 
-/// The lowest log offset over all members; every member must answer.
+/// A lower bound of the lowest log offset over all members (see
+/// [`Etcd::offset_lower_bounds`]); every member must answer.
 pub async fn measured_floor(etcd: &Etcd) -> Result<(i64, Vec<MemberStatus>), EpochError> {
     let answers = etcd.member_status().await;
     let errors: Vec<String> = answers.iter().filter_map(|a| a.as_ref().err().cloned()).collect();
@@ -89,7 +90,8 @@ pub async fn measured_floor(etcd: &Etcd) -> Result<(i64, Vec<MemberStatus>), Epo
         return Err(EpochError::Members(errors.join("; ")));
     }
     let members: Vec<MemberStatus> = answers.into_iter().filter_map(Result::ok).collect();
-    let floor = members.iter().map(|m| m.position.offset()).min().ok_or_else(|| EpochError::Members("none configured".into()))?;
+    let bounds = etcd.offset_lower_bounds().await.map_err(EpochError::Members)?;
+    let floor = bounds.into_iter().min().ok_or_else(|| EpochError::Members("none configured".into()))?;
     Ok((floor, members))
 }
 

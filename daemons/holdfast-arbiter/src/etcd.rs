@@ -70,6 +70,27 @@ impl Etcd {
         });
         futures::future::join_all(calls).await
     }
+
+    /// A lower bound of every member's log offset, or why there is none.
+    ///
+    /// One Status answer reads the revision and the applied index at two
+    /// moments (etcd 3.6 reads the revision first), so its offset can exceed
+    /// the true one by the writes applied in between: a floor raised to such
+    /// a reading would later make an intact cluster look rewound. Two rounds
+    /// bound it: the revision of the second round is at least the revision
+    /// at the moment the first round read the applied index, so
+    /// `applied(first) − revision(second)` never exceeds the member's true
+    /// offset at that moment — and offsets never decrease.
+    pub async fn offset_lower_bounds(&self) -> Result<Vec<i64>, String> {
+        let first = self.member_status().await;
+        let second = self.member_status().await;
+        let mut bounds = Vec::new();
+        for (a, b) in first.into_iter().zip(second) {
+            let (a, b) = (a?, b?);
+            bounds.push(a.position.applied_index as i64 - b.position.revision);
+        }
+        Ok(bounds)
+    }
 }
 
 fn connect_options(cfg: &EtcdConfig) -> anyhow::Result<ConnectOptions> {

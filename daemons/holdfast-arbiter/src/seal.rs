@@ -234,7 +234,9 @@ impl WatermarkPacer {
             return;
         }
         self.last = Some(Instant::now());
-        let Some(lowest) = members.iter().map(|m| m.position.offset()).min() else { return };
+        // Not the offsets just measured: those can run ahead of the truth.
+        let Ok(bounds) = etcd.offset_lower_bounds().await else { return };
+        let Some(lowest) = bounds.into_iter().min() else { return };
         let current_floor = sys.watermark.0.as_ref().map(|w| w.log_floor).unwrap_or(current.record.log_floor);
         if lowest > current_floor {
             if let Err(e) = epoch::raise_watermark(etcd, &current.bytes, sys.watermark.1, lowest).await {

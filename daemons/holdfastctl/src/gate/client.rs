@@ -199,10 +199,16 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             }
             Err(e) => {
                 log.push(OpKind::Acquire { key: key.to_string() }, Some(sid), None, invoke, outcome_of(&e));
-                if matches!(e.reason(), Some(ErrorReason::Unavailable | ErrorReason::SessionNotFound) | None) {
-                    preferred = (preferred + 1) % clients.len();
-                    session = None;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                match e.reason() {
+                    Some(ErrorReason::Unavailable | ErrorReason::SessionNotFound) | None => {
+                        preferred = (preferred + 1) % clients.len();
+                        session = None;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    // Waited out, or refused for a reason retrying at once
+                    // would not change (sealed, denied): back off a little.
+                    Some(ErrorReason::Contention) => {}
+                    Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
                 continue;
             }

@@ -142,6 +142,8 @@ struct Summary {
     violation_rules: Vec<String>,
     inconclusive: usize,
     liveness_max_ms: u64,
+    /// Arbiters that sealed themselves (nothing is restored in the gate).
+    false_seals: usize,
     liveness_failures: usize,
     resource: String,
     fence: String,
@@ -353,6 +355,16 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         }
     }
     monitor.abort();
+    // No restore happens in the gate: an arbiter that sealed itself judged
+    // an intact cluster rewound (a false seal), which the gate fails.
+    for a in &cluster.arbiters {
+        let log = std::fs::read_to_string(&a.log).unwrap_or_default();
+        if let Some(line) = log.lines().find(|l| l.contains("state=sealed")) {
+            say(&format!("FALSE SEAL: an arbiter sealed itself although nothing was restored: {line}"));
+            summary.false_seals += 1;
+            passed = false;
+        }
+    }
     summary.leader_changes = leader_changes.load(Ordering::Relaxed);
     summary.duration_s = t0.elapsed().as_secs_f64();
     std::fs::write(dir.join("faults.json"), serde_json::to_vec_pretty(&all_faults)?)?;
@@ -600,6 +612,7 @@ fn print_table(s: &Summary) {
     }
     println!("  liveness            worst {} ms after healing, {} keys late", s.liveness_max_ms, s.liveness_failures);
     println!("  violations          {:>8}   {}", s.violations, s.violation_rules.join("; "));
+    println!("  false seals         {:>8}", s.false_seals);
     if s.inconclusive > 0 {
         println!("  inconclusive keys   {:>8}", s.inconclusive);
     }
