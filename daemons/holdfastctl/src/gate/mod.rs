@@ -159,7 +159,21 @@ pub async fn run(args: GateArgs) -> u8 {
         Some(GateAction::Check { history }) => return check_file(&history),
         None => {}
     }
-    match gate(args).await {
+    // Interrupted: dropping the run's future removes the namespaces and
+    // stops every process it started.
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("holdfastctl gate: cannot watch for SIGTERM: {e}");
+            return 2;
+        }
+    };
+    let result = tokio::select! {
+        r = gate(args) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; cleaned up")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated; cleaned up")),
+    };
+    match result {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
@@ -429,6 +443,16 @@ struct ClientChild {
     state_file: PathBuf,
     clock_file: Option<PathBuf>,
     clock_report: Option<PathBuf>,
+}
+
+impl Drop for ClientChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl ClientChild {
