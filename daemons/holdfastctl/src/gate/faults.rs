@@ -44,7 +44,7 @@ pub enum FaultKind {
     ProxyStall,
     /// Delay fdatasync on the leader (strace fault injection).
     FsyncDelay,
-    /// Jump the clocks of arbiter 1 and the clock-faulted clients (libfaketime).
+    /// Jump the clocks of arbiter 1 and the clock-faulted clients forward (libfaketime).
     ClockJump,
 }
 
@@ -348,29 +348,29 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             (format!("delay fdatasync/fsync on leader e{l} by {}ms for {hold:?}", delay_us / 1000), format!("{injected} delayed syncs"))
         }
         FaultKind::ClockJump => {
-            let jump: i64 = if rng.random_bool(0.5) { 1 } else { -1 } * rng.random_range(5..30);
+            // Forward only, and cumulative (never set back): CLOCK_MONOTONIC
+            // never goes back on Linux, so a backward jump of the faked
+            // monotonic clock would test a clock that cannot exist (and
+            // stall tokio's timers). A forward jump of both clocks is what a
+            // VM suspend/resume or a stopped-then-stepped host does.
+            let jump: i64 = rng.random_range(5..30);
             let faked: Vec<&ClientProc> = clients.iter().filter(|p| p.clock_file.is_some()).collect();
             // A client just started may not have reported its clock yet.
             let reported = |p: &&ClientProc| p.clock_report.as_ref().and_then(clock_offset_ms).is_some();
             wait_for(Duration::from_secs(5), || async { faked.iter().any(reported) }).await;
             let before: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
-            let spec = format!("{jump:+}s\n");
             for f in faked.iter().filter_map(|p| p.clock_file.as_ref()).chain(c.arbiters.iter().filter_map(|a| a.clock_file.as_ref())) {
-                std::fs::write(f, &spec)?;
+                let now: i64 = std::fs::read_to_string(f).ok().and_then(|t| t.trim().trim_end_matches('s').parse().ok()).unwrap_or(0);
+                std::fs::write(f, format!("{:+}s\n", now + jump))?;
             }
-            tokio::time::sleep(hold).await;
+            // libfaketime re-reads its file once a second.
+            tokio::time::sleep(hold.max(Duration::from_millis(2500))).await;
             let after: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
-            for f in faked.iter().filter_map(|p| p.clock_file.as_ref()).chain(c.arbiters.iter().filter_map(|a| a.clock_file.as_ref())) {
-                std::fs::write(f, "+0\n")?;
-            }
-            // libfaketime re-reads its file once a second: let the clocks
-            // come back before the next fault measures anything.
-            tokio::time::sleep(Duration::from_millis(1500)).await;
             let moved = before.iter().zip(&after).filter(|(b, a)| matches!((b, a), (Some(b), Some(a)) if (a - b - jump * 1000).abs() < 2000)).count();
             if moved == 0 {
                 bail!("no clock-faulted client saw its clock jump by {jump}s");
             }
-            (format!("jump the clocks of arbiter 1 and {} clients by {jump:+}s for {hold:?}", faked.len()), format!("{moved} clients saw the jump"))
+            (format!("jump the clocks of arbiter 1 and {} clients forward by {jump}s", faked.len()), format!("{moved} clients saw the jump"))
         }
     };
     // Healed: etcd has a leader again and both arbiters run.
