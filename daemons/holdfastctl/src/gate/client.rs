@@ -251,7 +251,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn release(log: &Log, client: &Client, key: &LockKey, sid: u64, token: u64) {
+pub async fn release(log: &Log, client: &Client, key: &LockKey, sid: u64, token: u64) {
     let invoke = raw_monotonic_ns();
     let req = ReleaseRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), token };
     let outcome = match client.rpc().release(req).await.map_err(Error::from) {

@@ -537,7 +537,7 @@ async fn liveness(cluster: &cluster::Cluster, ep: &Episode, healed: Instant, bud
     let mut failures = 0;
     let waits = keys.iter().map(|k| {
         let session = &session;
-        let log = &log;
+        let (log, client_ref) = (&log, &client);
         async move {
             // Retried until the budget is spent: "grantable" means a client
             // that keeps asking gets it in time.
@@ -554,13 +554,7 @@ async fn liveness(cluster: &cluster::Cluster, ep: &Episode, healed: Instant, bud
                     Ok(h) => {
                         let token = h.token().expose();
                         log.push(acquire, Some(session.id()), Some(token), invoke, Outcome::Ok);
-                        let invoke = client::raw_monotonic_ns();
-                        let outcome = match h.release().await {
-                            Ok(true) => Outcome::Ok,
-                            Ok(false) => Outcome::Fail,
-                            Err(e) => client::outcome_of(&e),
-                        };
-                        log.push(OpKind::Release { key: k.to_string() }, Some(session.id()), Some(token), invoke, outcome);
+                        client::release(log, client_ref, k, session.id(), token).await;
                         return (true, at);
                     }
                     Err(e) => {
