@@ -1,7 +1,7 @@
 //! Records client operations and etcd's own log of the lock key space as a
 //! `holdfast_checkers::History`, the input of the correctness gate.
 
-use holdfast_checkers::history::{ClientOp, EtcdEvent, EtcdLog, History, OpKind, Outcome};
+use holdfast_checkers::history::{ClientOp, EtcdLog, History, OpKind, Outcome};
 use holdfast_client::{Error, ErrorReason, Hold, Session};
 use holdfast_model::LockKey;
 use std::sync::Mutex;
@@ -78,13 +78,14 @@ impl Recorder {
         matches!(r, Ok(true))
     }
 
-    pub fn history(&self, epoch: u64, events: Vec<EtcdEvent>) -> History {
-        History { ops: self.ops.lock().unwrap().clone(), etcd: EtcdLog { epoch, events }, ..Default::default() }
+    pub fn history(&self, etcd: EtcdLog) -> History {
+        History { ops: self.ops.lock().unwrap().clone(), etcd, ..Default::default() }
     }
 }
 
-/// etcd's log of `/l/` from revision 1 (with the deleted values, and
-/// expiries marked).
-pub async fn etcd_lock_log(client: &etcd_client::Client) -> Vec<EtcdEvent> {
-    holdfast_devkit::etcdlog::read(client, "", 1).await.expect("watch etcd's log")
+/// etcd's log of `/l/` from revision 1 (with the deleted values, expiries
+/// marked, session-record deletes and epoch advances); the epoch at the
+/// start is 1 (`epoch init`).
+pub async fn etcd_lock_log(client: &etcd_client::Client) -> EtcdLog {
+    holdfast_devkit::etcdlog::read_log(client, "", 1, 1).await.expect("watch etcd's log")
 }

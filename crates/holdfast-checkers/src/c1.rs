@@ -16,8 +16,14 @@
 //! - **Every ok grant is in etcd** ([`Rule::GrantWithoutEtcdEvent`],
 //!   [`Rule::GrantEventMismatch`], [`Rule::GrantWrongEpoch`]): its token's
 //!   revision (`token & (2^48-1)`) is the revision of a put creating its
-//!   key, on its session's lease; its epoch (`token >> 48`) is the current
-//!   epoch.
+//!   key, on its session's lease; its epoch (`token >> 48`) is the epoch
+//!   in force at that revision (epoch advances are in etcd's log).
+//! - **Holds only on live sessions** ([`Rule::GrantOnEndedSession`]): no
+//!   put in etcd's log creates a hold on a lease whose session record
+//!   `/s/<lease>` was deleted at an earlier revision (expired, closed, or
+//!   ended by an epoch advance). etcd itself refuses a put on a revoked
+//!   lease; between a record's delete and its lease's revoke only the
+//!   grant's compare on the session record stands in the way.
 //! - **No token is reused** ([`Rule::TokenReused`]): no two ok grants carry
 //!   the same token — except (a) a session's retried acquire of a key it
 //!   holds, which returns the same hold (same key, session, token) and is
@@ -78,6 +84,12 @@ type Creations<'a> = HashMap<(&'a str, u64), (usize, i64)>;
 /// Checks log order and interval overlap; returns the creation puts.
 fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
     let mut creations = Creations::new();
+    // The first revision at which each session record was deleted.
+    let mut ended: HashMap<i64, u64> = HashMap::new();
+    for e in &history.etcd.session_ends {
+        let r = ended.entry(e.lease).or_insert(e.revision);
+        *r = (*r).min(e.revision);
+    }
     // Per key: the current hold (create revision, event index), if any.
     let mut open: HashMap<&str, (u64, usize)> = HashMap::new();
     let mut last: Option<(usize, u64)> = None;
@@ -109,6 +121,20 @@ fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
                         format!(
                             "hold created at revision {} while the hold created at {held} was never deleted",
                             ev.revision
+                        ),
+                    );
+                }
+                if let Some(&end) = ended.get(&ev.lease)
+                    && ev.lease != 0
+                    && end < ev.revision
+                {
+                    report.push(
+                        Rule::GrantOnEndedSession,
+                        key,
+                        vec![etcd_ref(history, i)],
+                        format!(
+                            "hold created at revision {} on lease {:x}, whose session record was deleted at revision {end}",
+                            ev.revision, ev.lease
                         ),
                     );
                 }
@@ -194,18 +220,19 @@ fn check_grants_in_log(
 ) {
     for g in grants {
         let epoch = token_epoch(g.token);
-        if epoch != history.etcd.epoch {
+        let revision = token_revision(g.token);
+        let current = history.etcd.epoch_at(revision);
+        if epoch != current {
             report.push(
                 Rule::GrantWrongEpoch,
                 g.key,
                 vec![client_ref(history, g.index)],
                 format!(
-                    "grant token {} has epoch {epoch}, current epoch is {}",
-                    g.token, history.etcd.epoch
+                    "grant token {} has epoch {epoch}; the epoch at its revision {revision} is {current}",
+                    g.token
                 ),
             );
         }
-        let revision = token_revision(g.token);
         match creations.get(&(g.key, revision)) {
             None => report.push(
                 Rule::GrantWithoutEtcdEvent,

@@ -236,7 +236,6 @@ type Delete = (u64, u64, i64, Option<bool>, usize);
 /// Splits the history into per-key model operations.
 fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str, Vec<Entry>> {
     let mut keys: BTreeMap<&str, Vec<Entry>> = BTreeMap::new();
-    let epoch = history.etcd.epoch;
 
     // etcd facts per key: creation puts (revision → lease, event) and
     // deletes (create revision → delete revision, lease, expired, event).
@@ -357,7 +356,7 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
                             Entry {
                                 action: Action::Acquire {
                                     session,
-                                    token: Some(make_token(epoch, rev)),
+                                    token: Some(make_token(history.etcd.epoch_at(rev), rev)),
                                 },
                                 invoke: op.invoke_ns,
                                 complete,

@@ -160,13 +160,51 @@ pub struct EtcdEvent {
     pub expired: Option<bool>,
 }
 
-/// etcd's log of the lock key space plus the epoch the run was in.
+/// An epoch advance seen in etcd's log: `/sys/epoch` was set to `epoch` at
+/// `revision` (the advance transaction, which also deleted every hold and
+/// session record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochChange {
+    pub revision: u64,
+    pub epoch: u64,
+}
+
+/// The end of a session record in etcd's log: `/s/<lease>` was deleted at
+/// `revision` (lease expiry, CloseSession, or an epoch advance). No hold
+/// may be created on `lease` after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEnd {
+    pub lease: i64,
+    pub revision: u64,
+}
+
+/// etcd's log of the lock key space plus the epoch(s) the run was in.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdLog {
-    /// The epoch in `/sys/epoch` during the run; every grant must carry it.
+    /// The epoch in `/sys/epoch` when the log starts; every grant must carry
+    /// the epoch in force at its revision (this one, or the latest of
+    /// `epoch_changes` at or before it).
     pub epoch: u64,
+    /// Epoch advances during the run, in revision order.
+    #[serde(default)]
+    pub epoch_changes: Vec<EpochChange>,
+    /// Session records deleted during the run.
+    #[serde(default)]
+    pub session_ends: Vec<SessionEnd>,
     /// Watch events in revision order, from revision 1.
     pub events: Vec<EtcdEvent>,
+}
+
+impl EtcdLog {
+    /// The epoch in force at `revision`.
+    pub fn epoch_at(&self, revision: u64) -> u64 {
+        self.epoch_changes.iter().filter(|c| c.revision <= revision).map(|c| c.epoch).next_back().unwrap_or(self.epoch)
+    }
+
+    /// True if an epoch advance committed at exactly `revision`.
+    pub fn is_advance(&self, revision: u64) -> bool {
+        self.epoch_changes.iter().any(|c| c.revision == revision)
+    }
 }
 
 /// A whole recorded history.
@@ -193,7 +231,8 @@ pub struct Stats {
     pub ok_grants: usize,
     /// Client operations with outcome unknown.
     pub unknown_ops: usize,
-    /// etcd deletes in the lock key space marked as lease expiry.
+    /// etcd deletes in the lock key space marked as lease expiry (not
+    /// counting the holds an epoch advance deleted).
     pub expiries: usize,
     /// Writes the fence rejected.
     pub stale_rejected: usize,
@@ -231,6 +270,7 @@ impl History {
                 e.kind == EtcdEventKind::Delete
                     && e.expired == Some(true)
                     && lock_key_of(&e.key).is_some()
+                    && !self.etcd.is_advance(e.revision)
             })
             .count();
         s.accepted_writes = self.fence.iter().filter(|f| f.accepted).count();

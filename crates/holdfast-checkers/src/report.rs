@@ -27,8 +27,11 @@ pub enum Rule {
     GrantWithoutEtcdEvent,
     /// C1: the etcd put at the grant's revision belongs to another lease.
     GrantEventMismatch,
-    /// C1: the grant's epoch is not the current epoch.
+    /// C1: the grant's epoch is not the epoch in force at its revision.
     GrantWrongEpoch,
+    /// C1: etcd's log shows a hold created on a lease after that session's
+    /// record was deleted.
+    GrantOnEndedSession,
     /// C1: two ok grants carry the same token.
     TokenReused,
     /// C1: a grant that completed before another was invoked (same key) has

@@ -53,6 +53,54 @@ fn c1_catches_grant_in_a_stale_epoch() {
     assert!(r.has(Rule::GrantWrongEpoch), "{:?}", r.violations);
 }
 
+/// An epoch advance at revision 10 deletes the hold and the session; the
+/// next grant carries epoch 2. Holds of the old epoch end like expiries.
+fn across_an_advance(new_grant_epoch: u64) -> B {
+    use holdfast_checkers::history::{EpochChange, SessionEnd, make_token};
+    let mut b = B::new();
+    b.ok_acq("ns/a", 1, 0, 10, 5);
+    b.put("ns/a", 5, 1);
+    b.h.etcd.epoch_changes.push(EpochChange { revision: 10, epoch: 2 });
+    b.h.etcd.session_ends.push(SessionEnd { lease: 1, revision: 10 });
+    b.del("ns/a", 10, 5, 1, true);
+    let i = b.ok_acq("ns/a", 2, 100, 110, 12);
+    b.h.ops[i].token = Some(make_token(new_grant_epoch, 12));
+    b.put("ns/a", 12, 2);
+    b
+}
+
+#[test]
+fn grants_across_an_epoch_advance_pass_every_checker() {
+    let b = across_an_advance(2);
+    let r = c1::check(&b.h);
+    assert!(r.passed(), "{:?}", r.violations);
+    let r = c3_default(&b.h);
+    assert!(r.passed(), "{:?}", r.violations);
+    assert_eq!(b.h.stats().expiries, 0, "the advance's deletes are not expiries");
+}
+
+#[test]
+fn c1_catches_a_grant_in_the_old_epoch_after_an_advance() {
+    let r = c1::check(&across_an_advance(1).h);
+    assert!(r.has(Rule::GrantWrongEpoch), "{:?}", r.violations);
+}
+
+#[test]
+fn c1_catches_a_hold_created_on_a_session_whose_record_was_deleted() {
+    use holdfast_checkers::history::SessionEnd;
+    let mut b = B::new();
+    b.hold("ns/a", 1, 0, 5);
+    b.del("ns/a", 6, 5, 1, false);
+    b.h.etcd.session_ends.push(SessionEnd { lease: 1, revision: 7 });
+    b.hold("ns/a", 1, 100, 8);
+    let r = c1::check(&b.h);
+    assert!(r.has(Rule::GrantOnEndedSession), "{:?}", r.violations);
+    // The same history with the record deleted after the grant is fine.
+    b.h.etcd.session_ends[0].revision = 9;
+    let r = c1::check(&b.h);
+    assert!(r.passed(), "{:?}", r.violations);
+}
+
 #[test]
 fn c1_catches_grant_whose_etcd_put_is_on_another_lease() {
     let mut b = B::new();

@@ -1,9 +1,21 @@
 //! etcd's own log of the lock key space, read through a watch from a given
 //! revision: the ground truth of the correctness gate's checkers.
 
-use holdfast_checkers::history::{EtcdEvent, EtcdEventKind};
+use holdfast_checkers::history::{EpochChange, EtcdEvent, EtcdEventKind, EtcdLog, SessionEnd};
+use holdfast_model::layout::{self, EpochRecord};
 use std::collections::HashMap;
 use std::time::Duration;
+
+/// etcd's log as the checkers read it: events under `/l/<prefix>` from
+/// revision `from`, with the deleted values; every session record's delete;
+/// every epoch advance (a put of `/sys/epoch`). `start_epoch` is the epoch in
+/// force at `from`.
+pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, start_epoch: u64) -> anyhow::Result<EtcdLog> {
+    let mut session_ends = Vec::new();
+    let mut epoch_changes = Vec::new();
+    let events = read_with(client, prefix, from, &mut session_ends, &mut epoch_changes).await?;
+    Ok(EtcdLog { epoch: start_epoch, epoch_changes, session_ends, events })
+}
 
 /// Events under `/l/<prefix>` from revision `from`, with the deleted values.
 /// A delete is marked `expired` when the hold's session ended with it: etcd
@@ -15,6 +27,16 @@ use std::time::Duration;
 /// quiet for two seconds (progress notifications are not relied on: etcd 3.4
 /// answers them before an unsynced watcher has caught up).
 pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyhow::Result<Vec<EtcdEvent>> {
+    read_with(client, prefix, from, &mut Vec::new(), &mut Vec::new()).await
+}
+
+async fn read_with(
+    client: &etcd_client::Client,
+    prefix: &str,
+    from: i64,
+    ends: &mut Vec<SessionEnd>,
+    epochs: &mut Vec<EpochChange>,
+) -> anyhow::Result<Vec<EtcdEvent>> {
     let mut c = client.clone();
     let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(from.max(1)).with_prev_key();
     let mut stream = c.watch("/", Some(opts)).await?;
@@ -31,6 +53,12 @@ pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyh
             if let (Some(hex), etcd_client::EventType::Delete) = (key.strip_prefix("/s/"), e.event_type()) {
                 if let Ok(lease) = u64::from_str_radix(hex, 16) {
                     session_ends.entry(lease as i64).or_insert(revision);
+                    ends.push(SessionEnd { lease: lease as i64, revision });
+                }
+            }
+            if key == layout::EPOCH_KEY && e.event_type() == etcd_client::EventType::Put {
+                if let Ok(r) = layout::decode::<EpochRecord>(&key, kv.value()) {
+                    epochs.push(EpochChange { revision, epoch: r.epoch as u64 });
                 }
             }
             if !key.starts_with(&lock_prefix) {

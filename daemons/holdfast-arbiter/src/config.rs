@@ -162,6 +162,11 @@ pub struct MutationConfig {
     /// The grant transaction does not compare `/sys/epoch`.
     #[serde(default)]
     pub no_epoch_compare: bool,
+    /// The grant transaction does not compare the session record
+    /// `/s/<lease>`: a session whose record is gone (closed, or ended by an
+    /// epoch advance) but whose lease still lives can receive grants.
+    #[serde(default)]
+    pub no_session_compare: bool,
     /// Tokens come from a local counter instead of the commit revision.
     #[serde(default)]
     pub token_from_counter: bool,

@@ -139,6 +139,26 @@ pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRe
 /// seal and the watermark. Every token minted afterwards carries E+1 in its
 /// top bits, so it is greater than every token of any earlier epoch.
 pub async fn advance(etcd: &Etcd, expected: u32) -> Result<EpochRecord, EpochError> {
+    let advanced = advance_txn(etcd, expected).await?;
+    revoke_sessions(etcd, &advanced.old_leases).await;
+    Ok(advanced.record)
+}
+
+/// An advance whose transaction committed; the old epoch's session leases
+/// are not revoked yet.
+pub struct Advanced {
+    pub record: EpochRecord,
+    /// The revision of the advance transaction.
+    pub revision: i64,
+    /// The leases of the sessions the transaction ended.
+    pub old_leases: Vec<i64>,
+}
+
+/// The advance transaction alone (see [`advance`]). Until
+/// [`revoke_sessions`] runs, the old sessions' leases live on without their
+/// records: only the grant's compare on the session record keeps them from
+/// receiving grants. (The correctness gate delays the revokes on purpose.)
+pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochError> {
     let sys = read_sys(etcd).await?;
     let (current, bytes) = sys.epoch.ok_or(EpochError::NotInitialised)?;
     if current.epoch != expected {
@@ -177,15 +197,20 @@ pub async fn advance(etcd: &Etcd, expected: u32) -> Result<EpochRecord, EpochErr
     if !resp.succeeded() {
         return Err(EpochError::Raced);
     }
-    // End every session of the old epoch, so that no holder keeps renewing
-    // (and believing in) a hold the advance deleted. Best effort: a lease
-    // that survives expires on its own TTL, and its record is already gone.
-    let revokes = leases.into_iter().map(|lease| {
+    let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+    Ok(Advanced { record, revision, old_leases: leases })
+}
+
+/// Ends every session of the old epoch, so that no holder keeps renewing
+/// (and believing in) a hold the advance deleted. Best effort: a lease that
+/// survives expires on its own TTL, and its record is already gone. Returns
+/// how many leases were revoked (the others had already ended).
+pub async fn revoke_sessions(etcd: &Etcd, leases: &[i64]) -> usize {
+    let revokes = leases.iter().map(|&lease| {
         let mut c = etcd.client.clone();
         async move { c.lease_revoke(lease).await }
     });
-    futures::future::join_all(revokes).await;
-    Ok(record)
+    futures::future::join_all(revokes).await.iter().filter(|r| r.is_ok()).count()
 }
 
 /// Writes the durable seal (unless one is there already).

@@ -49,8 +49,13 @@ pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: 
         Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
     ];
     #[cfg(debug_assertions)]
-    if mutated(&MUTATION_NO_EPOCH_COMPARE) {
-        compares.remove(1);
+    {
+        if mutated(&MUTATION_NO_SESSION_COMPARE) {
+            compares.remove(2);
+        }
+        if mutated(&MUTATION_NO_EPOCH_COMPARE) {
+            compares.remove(1);
+        }
     }
     let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
     if let Some(w) = waiter_key {
@@ -257,6 +262,8 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
 pub static MUTATION_RELEASE_UNGUARDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 #[cfg(debug_assertions)]
 pub static MUTATION_NO_EPOCH_COMPARE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[cfg(debug_assertions)]
+pub static MUTATION_NO_SESSION_COMPARE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 #[cfg(debug_assertions)]
 pub static MUTATION_TOKEN_FROM_COUNTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 #[cfg(debug_assertions)]

@@ -42,6 +42,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     for (on, flag, name) in [
         (config.mutation.release_unguarded, &crate::grant::MUTATION_RELEASE_UNGUARDED, "release_unguarded"),
         (config.mutation.no_epoch_compare, &crate::grant::MUTATION_NO_EPOCH_COMPARE, "no_epoch_compare"),
+        (config.mutation.no_session_compare, &crate::grant::MUTATION_NO_SESSION_COMPARE, "no_session_compare"),
         (config.mutation.token_from_counter, &crate::grant::MUTATION_TOKEN_FROM_COUNTER, "token_from_counter"),
     ] {
         if on {

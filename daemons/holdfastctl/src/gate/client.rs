@@ -200,7 +200,13 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             Err(e) => {
                 log.push(OpKind::Acquire { key: key.to_string() }, Some(sid), None, invoke, outcome_of(&e));
                 match e.reason() {
-                    Some(ErrorReason::Unavailable | ErrorReason::SessionNotFound) | None => {
+                    // The session is gone (expired, or ended by an epoch
+                    // advance): open a new one at once, as a library would.
+                    Some(ErrorReason::SessionNotFound) => {
+                        session = None;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Some(ErrorReason::Unavailable) | None => {
                         preferred = (preferred + 1) % clients.len();
                         session = None;
                         tokio::time::sleep(Duration::from_millis(100)).await;

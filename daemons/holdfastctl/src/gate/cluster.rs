@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const ARBITER_PORT: u16 = 7443;
+/// Arbiter 1's clock runs slow by this factor (libfaketime), from its start.
+pub const ARBITER1_CLOCK_RATE: f64 = 0.9;
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 /// etcd's election timeout in the gate (heartbeat 50 ms).
 pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
@@ -75,14 +77,7 @@ impl Cluster {
         }
         let urls = cluster.spec.client_urls();
         holdfast_devkit::etcd::wait_ready(&urls, Duration::from_secs(60)).await.context("the gate's etcd cluster did not start; see etcd-e*.log")?;
-        let etcd = holdfast_arbiter::etcd::Etcd::connect(&holdfast_arbiter::config::EtcdConfig {
-            endpoints: urls.clone(),
-            request_timeout: Duration::from_secs(5),
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-        })
-        .await?;
+        let etcd = cluster.holdfast_etcd().await?;
         holdfast_arbiter::epoch::init(&etcd, |m| say(m)).await.context("initialising the epoch")?;
 
         // Proxies for arbiter 1: gateway:23790+i -> member i.
@@ -111,7 +106,7 @@ impl Cluster {
             )?;
             let clock_file = (a == 1).then(|| dir.join("arbiter1.faketime"));
             if let Some(f) = &clock_file {
-                std::fs::write(f, "+0\n")?;
+                std::fs::write(f, super::faults::clock_spec(0, ARBITER1_CLOCK_RATE))?;
             }
             cluster.arbiters.push(ArbiterProc { host, config, log: dir.join(format!("arbiter{a}.log")), child: None, clock_file });
         }
@@ -196,6 +191,25 @@ impl Cluster {
             out.push(status(&url).await.map(|s| s.raft_applied_index()));
         }
         out
+    }
+
+    /// The arbiter's etcd handle over every member (for the epoch
+    /// procedures).
+    pub async fn holdfast_etcd(&self) -> anyhow::Result<holdfast_arbiter::etcd::Etcd> {
+        Ok(holdfast_arbiter::etcd::Etcd::connect(&holdfast_arbiter::config::EtcdConfig {
+            endpoints: self.spec.client_urls(),
+            request_timeout: Duration::from_secs(5),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+        })
+        .await?)
+    }
+
+    /// The epoch in `/sys/epoch` now.
+    pub async fn epoch(&self) -> anyhow::Result<u32> {
+        let sys = holdfast_arbiter::epoch::read_sys(&self.holdfast_etcd().await?).await?;
+        Ok(sys.epoch.context("the epoch is not initialised")?.0.epoch)
     }
 
     /// An etcd client over every member (from the host namespace).

@@ -46,6 +46,12 @@ pub enum FaultKind {
     FsyncDelay,
     /// Jump the clocks of arbiter 1 and the clock-faulted clients forward (libfaketime).
     ClockJump,
+    /// Advance the epoch under load; the old sessions' leases are revoked
+    /// 1–3 s after the advance transaction (as when the advancing tool is
+    /// cut off after its transaction), so they live on without records.
+    /// The clients race the arbiters' switch to the new epoch, or (every
+    /// other advance) are frozen until both arbiters serve it.
+    EpochAdvance,
 }
 
 impl FaultKind {
@@ -117,11 +123,35 @@ async fn leader_among(c: &Cluster, among: &[usize]) -> Option<usize> {
     cluster::leader_of(&sub).await.map(|j| among[j])
 }
 
-/// How far a process's clock is from the real one, in ms.
-fn clock_offset_ms(report: &PathBuf) -> Option<i64> {
+/// A libfaketime timestamp file: an offset from the real clock, and the
+/// rate the faked clock runs at. The rate is set when the process starts
+/// and never changed: libfaketime 0.9.10 computes a faked clock as
+/// `start + elapsed × rate + offset`, so a rate changed at run time moves
+/// the clock by `elapsed × Δrate` at once (backwards when slowing down,
+/// even with FAKETIME_XRESET). Offsets only ever grow (see `ClockJump`).
+pub fn clock_spec(offset_s: i64, rate: f64) -> String {
+    format!("{offset_s:+}s x{rate:.2}\n")
+}
+
+/// Reads a timestamp file written by [`clock_spec`].
+pub fn read_clock_spec(path: &std::path::Path) -> (i64, f64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut it = text.split_whitespace();
+    let offset = it.next().and_then(|o| o.trim_end_matches('s').parse().ok()).unwrap_or(0);
+    let rate = it.next().and_then(|r| r.strip_prefix('x')?.parse().ok()).unwrap_or(1.0);
+    (offset, rate)
+}
+
+/// A process's clock report: (its own CLOCK_MONOTONIC, the raw one), in ns.
+pub fn clock_report(report: &std::path::Path) -> Option<(i128, i128)> {
     let text = std::fs::read_to_string(report).ok()?;
     let mut it = text.split_whitespace().map(|v| v.parse::<i128>().ok());
-    let (own, raw) = (it.next()??, it.next()??);
+    Some((it.next()??, it.next()??))
+}
+
+/// How far a process's clock is from the real one, in ms.
+fn clock_offset_ms(report: &PathBuf) -> Option<i64> {
+    let (own, raw) = clock_report(report)?;
     Some(((own - raw) / 1_000_000) as i64)
 }
 
@@ -360,17 +390,64 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             wait_for(Duration::from_secs(5), || async { faked.iter().any(reported) }).await;
             let before: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
             for f in faked.iter().filter_map(|p| p.clock_file.as_ref()).chain(c.arbiters.iter().filter_map(|a| a.clock_file.as_ref())) {
-                let now: i64 = std::fs::read_to_string(f).ok().and_then(|t| t.trim().trim_end_matches('s').parse().ok()).unwrap_or(0);
-                std::fs::write(f, format!("{:+}s\n", now + jump))?;
+                let (now, rate) = read_clock_spec(f);
+                std::fs::write(f, clock_spec(now + jump, rate))?;
             }
             // libfaketime re-reads its file once a second.
             tokio::time::sleep(hold.max(Duration::from_millis(2500))).await;
             let after: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
+            // The clients' clocks also run at their own rates (±15 % over
+            // the hold: well inside the tolerance).
             let moved = before.iter().zip(&after).filter(|(b, a)| matches!((b, a), (Some(b), Some(a)) if (a - b - jump * 1000).abs() < 2000)).count();
             if moved == 0 {
                 bail!("no clock-faulted client saw its clock jump by {jump}s");
             }
             (format!("jump the clocks of arbiter 1 and {} clients forward by {jump}s", faked.len()), format!("{moved} clients saw the jump"))
+        }
+        FaultKind::EpochAdvance => {
+            // Two orders, alternating by epoch: the clients race the
+            // arbiters' switch to the new epoch (a grant in the old epoch
+            // after the advance is what the epoch compare prevents), or the
+            // clients are frozen across the switch and come back to an
+            // arbiter serving the new epoch with sessions whose records the
+            // advance deleted but whose leases still live (a grant on them
+            // is what the session-record compare prevents). In production
+            // the second is the common case: an arbiter re-checks within a
+            // second, and most clients' next call comes later.
+            let etcd = c.holdfast_etcd().await?;
+            let from = c.epoch().await?;
+            let to = from + 1;
+            let frozen = to % 2 == 1;
+            let late = Duration::from_millis(rng.random_range(1000..3000));
+            let serving = format!("state=serving epoch {to}");
+            let logs: Vec<PathBuf> = c.arbiters.iter().map(|a| a.log.clone()).collect();
+            let both_serve = || {
+                let (logs, serving) = (&logs, &serving);
+                async move { logs.iter().all(|l| std::fs::read_to_string(l).is_ok_and(|t| t.contains(serving.as_str()))) }
+            };
+            if frozen {
+                for p in clients {
+                    signal(p.pid, Signal::SIGSTOP);
+                }
+            }
+            let advanced = holdfast_arbiter::epoch::advance_txn(&etcd, from).await;
+            let switched = wait_for(Duration::from_secs(10), both_serve).await;
+            if frozen {
+                for p in clients {
+                    signal(p.pid, Signal::SIGCONT);
+                }
+            }
+            let advanced = advanced.context("the advance transaction")?;
+            tokio::time::sleep(late).await;
+            let revoked = holdfast_arbiter::epoch::revoke_sessions(&etcd, &advanced.old_leases).await;
+            if !switched {
+                bail!("epoch {to} committed but not every arbiter serves it within 10 s");
+            }
+            let order = if frozen { "clients frozen until both arbiters served it" } else { "clients racing the arbiters' switch" };
+            (
+                format!("advance epoch {from} -> {to} ({order}); the {} old sessions' leases revoked {late:?} later", advanced.old_leases.len()),
+                format!("both arbiters serve epoch {to}; {revoked} old leases were still alive at the revoke"),
+            )
         }
     };
     // Healed: etcd has a leader again and both arbiters run.

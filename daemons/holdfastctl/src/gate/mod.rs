@@ -13,7 +13,7 @@ pub mod resource;
 
 use anyhow::Context;
 use faults::{ClientProc, FaultKind, FaultRecord};
-use holdfast_checkers::history::{ClientOp, EtcdLog, FenceEntry, History, OpKind, Outcome};
+use holdfast_checkers::history::{ClientOp, FenceEntry, History, OpKind, Outcome};
 use holdfast_checkers::{c1, c2, c3};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -32,6 +32,11 @@ Profiles:
           runs in the default test suite
   long    20 episodes of --duration (default 60s) with faults drawn at random;
           for releases
+
+Clocks: arbiter 1 runs with its clock 10% slow, client 0 15% slow and
+client 1 15% fast (libfaketime, from their start); the clock-jump fault
+moves those clocks forward. The epoch-advance fault advances the epoch under
+load and revokes the old sessions' leases 1-3 s late.
 
 Needs root (network namespaces, iptables), strace and libfaketime
 (scripts/install-deps installs them), and an etcd binary (HOLDFAST_ETCD_BIN,
@@ -95,7 +100,7 @@ pub struct GateArgs {
     group_commit: bool,
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
-    /// no_epoch_compare) to show that the gate catches it.
+    /// no_epoch_compare, no_session_compare) to show that the gate catches it.
     #[arg(long, hide = true)]
     mutation: Option<String>,
 }
@@ -142,6 +147,11 @@ struct Summary {
     violation_rules: Vec<String>,
     inconclusive: usize,
     liveness_max_ms: u64,
+    /// Clock rates set with libfaketime, by process ("client0", "arbiter1").
+    clock_rates_set: BTreeMap<String, f64>,
+    /// The rates the clients' clocks were seen running at (their own
+    /// CLOCK_MONOTONIC against the raw one, jumps taken out), last episode.
+    clock_rates_measured: BTreeMap<String, f64>,
     /// Arbiters that sealed themselves (nothing is restored in the gate).
     false_seals: usize,
     liveness_failures: usize,
@@ -255,6 +265,10 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         group_commit: args.group_commit,
         fence: args.fence.clone(),
         dir: dir.display().to_string(),
+        clock_rates_set: (0..args.clients.min(CLIENT_CLOCK_RATES.len() as u64) as usize)
+            .map(|p| (format!("client{p}"), CLIENT_CLOCK_RATES[p]))
+            .chain([("arbiter1".to_string(), cluster::ARBITER1_CLOCK_RATE)])
+            .collect(),
         ..Summary::default()
     };
     let mut all_faults: Vec<FaultRecord> = Vec::new();
@@ -273,10 +287,12 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         let ep = Episode { dir: dir.join(format!("episode-{episode}")), keys: args.keys, prefix: format!("gate/e{episode}k") };
         std::fs::create_dir_all(&ep.dir)?;
         let start_rev = cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
+        let start_epoch = cluster.epoch().await?;
         let ep_start = Instant::now();
         let mut procs = spawn_clients(&ep, &cluster, &args, resource_url.as_deref(), ep_seed)?;
         let views: Vec<ClientProc> = procs.iter().map(|p| p.view()).collect();
         tokio::time::sleep(Duration::from_secs(2)).await;
+        let clocks_at_start = clock_samples(&procs);
         let ep_end = Instant::now() + if args.profile == Profile::Short { Duration::from_secs(3600) } else { args.duration };
         for kind in plan {
             if args.profile == Profile::Long && Instant::now() + Duration::from_secs(12) > ep_end {
@@ -315,6 +331,9 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         if args.profile == Profile::Short && args.faults.is_empty() {
             tokio::time::sleep(SHORT_MIN.saturating_sub(ep_start.elapsed())).await;
         }
+        for (p, rate) in measured_rates(&clocks_at_start, &clock_samples(&procs)) {
+            summary.clock_rates_measured.insert(format!("client{p}"), rate);
+        }
         // From here on no fault and no new work: the clock of the liveness check.
         let healed = Instant::now();
         std::fs::write(ep.dir.join("stop"), "")?;
@@ -334,7 +353,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         }
 
         // The history.
-        let history = collect(&ep, &cluster, start_rev, resource_url.as_deref(), &args.fence).await?;
+        let history = collect(&ep, &cluster, start_rev, start_epoch, resource_url.as_deref(), &args.fence).await?;
         let stats = history.stats();
         summary.ops += stats.ops;
         summary.lock_ops += stats.lock_ops;
@@ -429,6 +448,9 @@ fn redact_url(url: &str) -> String {
 }
 
 pub const CLIENT_TTL: Duration = Duration::from_secs(5);
+/// The first clients run under libfaketime with clocks this much slow and
+/// fast, from their start (and take the clock jumps).
+const CLIENT_CLOCK_RATES: [f64; 2] = [0.85, 1.15];
 /// The short profile's least length of workload.
 const SHORT_MIN: Duration = Duration::from_secs(120);
 
@@ -461,12 +483,41 @@ impl ClientChild {
     }
 }
 
+/// Per faked client: its clock report (own, raw ns) and its offset now.
+type ClockSample = Option<((i128, i128), i64)>;
+
+fn clock_samples(procs: &[ClientChild]) -> Vec<ClockSample> {
+    procs
+        .iter()
+        .map(|p| {
+            let report = faults::clock_report(p.clock_report.as_ref()?)?;
+            Some((report, faults::read_clock_spec(p.clock_file.as_ref()?).0))
+        })
+        .collect()
+}
+
+/// The rate each faked client's clock ran at between two samples, with the
+/// jumps (offset changes) in between taken out.
+fn measured_rates(before: &[ClockSample], after: &[ClockSample]) -> Vec<(usize, f64)> {
+    let mut out = Vec::new();
+    for (p, (b, a)) in before.iter().zip(after).enumerate() {
+        if let (Some(((own0, raw0), off0)), Some(((own1, raw1), off1))) = (b, a) {
+            let raw = (raw1 - raw0) as f64;
+            if raw > 1e9 {
+                let own = (own1 - own0) as f64 - (off1 - off0) as f64 * 1e9;
+                out.push((p, (own / raw * 1000.0).round() / 1000.0));
+            }
+        }
+    }
+    out
+}
+
 /// Starts the client processes; the first two run under libfaketime.
 fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, resource: Option<&str>, seed: u64) -> anyhow::Result<Vec<ClientChild>> {
     let exe = std::env::current_exe()?;
     let mut out = Vec::new();
     for p in 0..args.clients {
-        let faked = p < 2;
+        let faked = (p as usize) < CLIENT_CLOCK_RATES.len();
         let clock_file = faked.then(|| ep.dir.join(format!("client{p}.faketime")));
         let clock_report = faked.then(|| ep.dir.join(format!("client{p}.clock")));
         let mut cmd = Command::new(&exe);
@@ -494,7 +545,7 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, reso
             cmd.args(["--resource", r]);
         }
         if let (Some(f), Some(r)) = (&clock_file, &clock_report) {
-            std::fs::write(f, "+0\n")?;
+            std::fs::write(f, faults::clock_spec(0, CLIENT_CLOCK_RATES[p as usize]))?;
             cmd.arg("--clock-report").arg(r);
             cmd.env("LD_PRELOAD", cluster::LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
         }
@@ -576,7 +627,7 @@ async fn liveness(cluster: &cluster::Cluster, ep: &Episode, healed: Instant, bud
 }
 
 /// Reads the clients' operation logs, etcd's log and the fence log.
-async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, resource: Option<&str>, fence: &str) -> anyhow::Result<History> {
+async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, start_epoch: u32, resource: Option<&str>, fence: &str) -> anyhow::Result<History> {
     let mut ops: Vec<ClientOp> = Vec::new();
     for entry in std::fs::read_dir(&ep.dir)? {
         let path = entry?.path();
@@ -587,8 +638,8 @@ async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, resou
         }
     }
     ops.sort_by_key(|o| o.invoke_ns);
-    let events = holdfast_devkit::etcdlog::read(&cluster.etcd().await?, &ep.prefix, start_rev).await?;
-    let mut history = History { ops, etcd: EtcdLog { epoch: 1, events }, ..Default::default() };
+    let etcd = holdfast_devkit::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, start_rev, start_epoch as u64).await?;
+    let mut history = History { ops, etcd, ..Default::default() };
     if let Some(url) = resource {
         let res = resource::open(url, fence).await?;
         let rejected: Vec<&ClientOp> = history.ops.iter().filter(|o| matches!(o.kind, OpKind::Write { .. }) && o.outcome == Outcome::Fail).collect();
@@ -640,6 +691,15 @@ fn print_table(s: &Summary) {
         println!("  fault NOT CONFIRMED: {u}");
     }
     println!("  liveness            worst {} ms after healing, {} keys late", s.liveness_max_ms, s.liveness_failures);
+    let rates: Vec<String> = s
+        .clock_rates_set
+        .iter()
+        .map(|(p, set)| match s.clock_rates_measured.get(p) {
+            Some(m) => format!("{p} x{set:.2} (seen x{m:.3})"),
+            None => format!("{p} x{set:.2}"),
+        })
+        .collect();
+    println!("  clock rates         {}", rates.join(", "));
     println!("  violations          {:>8}   {}", s.violations, s.violation_rules.join("; "));
     println!("  false seals         {:>8}", s.false_seals);
     if s.inconclusive > 0 {
