@@ -106,7 +106,7 @@ impl Cluster {
             )?;
             let clock_file = (a == 1).then(|| dir.join("arbiter1.faketime"));
             if let Some(f) = &clock_file {
-                std::fs::write(f, super::faults::clock_spec(0, ARBITER1_CLOCK_RATE))?;
+                super::faults::write_clock_spec(f, 0, ARBITER1_CLOCK_RATE)?;
             }
             cluster.arbiters.push(ArbiterProc { host, config, log: dir.join(format!("arbiter{a}.log")), child: None, clock_file });
         }

@@ -129,8 +129,17 @@ async fn leader_among(c: &Cluster, among: &[usize]) -> Option<usize> {
 /// `start + elapsed × rate + offset`, so a rate changed at run time moves
 /// the clock by `elapsed × Δrate` at once (backwards when slowing down,
 /// even with FAKETIME_XRESET). Offsets only ever grow (see `ClockJump`).
-pub fn clock_spec(offset_s: i64, rate: f64) -> String {
+fn clock_spec(offset_s: i64, rate: f64) -> String {
     format!("{offset_s:+}s x{rate:.2}\n")
+}
+
+/// Writes a timestamp file atomically (aside, then renamed): libfaketime
+/// re-reads it every second and must never see half of it (a missing rate
+/// would move the clock by `elapsed × Δrate`).
+pub fn write_clock_spec(path: &std::path::Path, offset_s: i64, rate: f64) -> std::io::Result<()> {
+    let tmp = path.with_extension("faketime-new");
+    std::fs::write(&tmp, clock_spec(offset_s, rate))?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Reads a timestamp file written by [`clock_spec`].
@@ -391,7 +400,7 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             let before: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
             for f in faked.iter().filter_map(|p| p.clock_file.as_ref()).chain(c.arbiters.iter().filter_map(|a| a.clock_file.as_ref())) {
                 let (now, rate) = read_clock_spec(f);
-                std::fs::write(f, clock_spec(now + jump, rate))?;
+                write_clock_spec(f, now + jump, rate)?;
             }
             // libfaketime re-reads its file once a second.
             tokio::time::sleep(hold.max(Duration::from_millis(2500))).await;

@@ -545,7 +545,7 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, reso
             cmd.args(["--resource", r]);
         }
         if let (Some(f), Some(r)) = (&clock_file, &clock_report) {
-            std::fs::write(f, faults::clock_spec(0, CLIENT_CLOCK_RATES[p as usize]))?;
+            faults::write_clock_spec(f, 0, CLIENT_CLOCK_RATES[p as usize])?;
             cmd.arg("--clock-report").arg(r);
             cmd.env("LD_PRELOAD", cluster::LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
         }
