@@ -6,37 +6,23 @@ use holdfast_model::layout::{self, EpochRecord};
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// etcd's log as the checkers read it: events under `/l/<prefix>` from
-/// revision `from`, with the deleted values; every session record's delete;
+/// etcd's log as the checkers read it, from revision `from`: the events under
+/// `/l/<prefix>` with the deleted values; every session record's delete;
 /// every epoch advance (a put of `/sys/epoch`). `start_epoch` is the epoch in
 /// force at `from`.
-pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, start_epoch: u64) -> anyhow::Result<EtcdLog> {
-    let mut session_ends = Vec::new();
-    let mut epoch_changes = Vec::new();
-    let events = read_with(client, prefix, from, &mut session_ends, &mut epoch_changes).await?;
-    Ok(EtcdLog { epoch: start_epoch, epoch_changes, session_ends, events })
-}
-
-/// Events under `/l/<prefix>` from revision `from`, with the deleted values.
+///
 /// A delete is marked `expired` when the hold's session ended with it: etcd
 /// deleted the session record (`/s/<lease>`) in the same revision (lease
 /// expiry), or earlier (CloseSession deletes the record first, then revokes
-/// the lease). A release transaction deletes only the hold.
+/// the lease; an epoch advance deletes both at once). A release transaction
+/// deletes only the hold.
 ///
 /// History is replayed in one burst; the watch is read until it has been
 /// quiet for two seconds (progress notifications are not relied on: etcd 3.4
 /// answers them before an unsynced watcher has caught up).
-pub async fn read(client: &etcd_client::Client, prefix: &str, from: i64) -> anyhow::Result<Vec<EtcdEvent>> {
-    read_with(client, prefix, from, &mut Vec::new(), &mut Vec::new()).await
-}
-
-async fn read_with(
-    client: &etcd_client::Client,
-    prefix: &str,
-    from: i64,
-    ends: &mut Vec<SessionEnd>,
-    epochs: &mut Vec<EpochChange>,
-) -> anyhow::Result<Vec<EtcdEvent>> {
+pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, start_epoch: u64) -> anyhow::Result<EtcdLog> {
+    let mut ends = Vec::new();
+    let mut epochs = Vec::new();
     let mut c = client.clone();
     let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(from.max(1)).with_prev_key();
     let mut stream = c.watch("/", Some(opts)).await?;
@@ -92,5 +78,5 @@ async fn read_with(
             e.expired = Some(session_ends.get(&e.lease).is_some_and(|end| *end <= e.revision));
         }
     }
-    Ok(events)
+    Ok(EtcdLog { epoch: start_epoch, epoch_changes: epochs, session_ends: ends, events })
 }
