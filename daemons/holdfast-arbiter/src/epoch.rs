@@ -148,8 +148,6 @@ pub async fn advance(etcd: &Etcd, expected: u32) -> Result<EpochRecord, EpochErr
 /// are not revoked yet.
 pub struct Advanced {
     pub record: EpochRecord,
-    /// The revision of the advance transaction.
-    pub revision: i64,
     /// The leases of the sessions the transaction ended.
     pub old_leases: Vec<i64>,
 }
@@ -197,8 +195,7 @@ pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochEr
     if !resp.succeeded() {
         return Err(EpochError::Raced);
     }
-    let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
-    Ok(Advanced { record, revision, old_leases: leases })
+    Ok(Advanced { record, old_leases: leases })
 }
 
 /// Ends every session of the old epoch, so that no holder keeps renewing

@@ -153,11 +153,8 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     if let Some(path) = args.clock_report.clone() {
         // A thread, not a task: a backward clock jump stalls tokio's timers.
         // Written aside and renamed, so the gate never reads half a report.
-        let tmp = path.with_extension("tmp");
         std::thread::spawn(move || loop {
-            if std::fs::write(&tmp, format!("{} {}\n", libc_monotonic_ns(), raw_monotonic_ns())).is_ok() {
-                let _ = std::fs::rename(&tmp, &path);
-            }
+            let _ = super::faults::write_aside(&path, &format!("{} {}\n", libc_monotonic_ns(), raw_monotonic_ns()));
             std::thread::sleep(Duration::from_millis(200));
         });
     }

@@ -206,12 +206,6 @@ impl Cluster {
         .await?)
     }
 
-    /// The epoch in `/sys/epoch` now.
-    pub async fn epoch(&self) -> anyhow::Result<u32> {
-        let sys = holdfast_arbiter::epoch::read_sys(&self.holdfast_etcd().await?).await?;
-        Ok(sys.epoch.context("the epoch is not initialised")?.0.epoch)
-    }
-
     /// An etcd client over every member (from the host namespace).
     pub async fn etcd(&self) -> anyhow::Result<etcd_client::Client> {
         Ok(etcd_client::Client::connect(self.spec.client_urls(), None).await?)
@@ -233,6 +227,12 @@ impl Drop for Cluster {
             m.stop(Duration::from_secs(5));
         }
     }
+}
+
+/// The epoch in `/sys/epoch` now.
+pub async fn epoch_of(etcd: &holdfast_arbiter::etcd::Etcd) -> anyhow::Result<u32> {
+    let sys = holdfast_arbiter::epoch::read_sys(etcd).await?;
+    Ok(sys.epoch.context("the epoch is not initialised")?.0.epoch)
 }
 
 async fn status(url: &str) -> Option<etcd_client::StatusResponse> {

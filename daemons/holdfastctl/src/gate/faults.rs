@@ -137,8 +137,15 @@ fn clock_spec(offset_s: i64, rate: f64) -> String {
 /// re-reads it every second and must never see half of it (a missing rate
 /// would move the clock by `elapsed × Δrate`).
 pub fn write_clock_spec(path: &std::path::Path, offset_s: i64, rate: f64) -> std::io::Result<()> {
-    let tmp = path.with_extension("faketime-new");
-    std::fs::write(&tmp, clock_spec(offset_s, rate))?;
+    write_aside(path, &clock_spec(offset_s, rate))
+}
+
+/// Writes `path` whole or not at all: aside (`<path>.new`), then renamed
+/// over it, so that a reader in another process never sees half of it.
+pub fn write_aside(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    std::fs::write(&tmp, contents)?;
     std::fs::rename(&tmp, path)
 }
 
@@ -424,7 +431,7 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             // the second is the common case: an arbiter re-checks within a
             // second, and most clients' next call comes later.
             let etcd = c.holdfast_etcd().await?;
-            let from = c.epoch().await?;
+            let from = cluster::epoch_of(&etcd).await?;
             let to = from + 1;
             let frozen = to % 2 == 1;
             let late = Duration::from_millis(rng.random_range(1000..3000));

@@ -287,7 +287,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         let ep = Episode { dir: dir.join(format!("episode-{episode}")), keys: args.keys, prefix: format!("gate/e{episode}k") };
         std::fs::create_dir_all(&ep.dir)?;
         let start_rev = cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
-        let start_epoch = cluster.epoch().await?;
+        let start_epoch = cluster::epoch_of(&cluster.holdfast_etcd().await?).await?;
         let ep_start = Instant::now();
         let mut procs = spawn_clients(&ep, &cluster, &args, resource_url.as_deref(), ep_seed)?;
         let views: Vec<ClientProc> = procs.iter().map(|p| p.view()).collect();
