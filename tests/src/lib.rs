@@ -3,19 +3,18 @@
 //! Processes stop when their guard drops; when a test fails, the guards
 //! print the tail of every log.
 
-use anyhow::Context;
-use holdfast_arbiter::config::EtcdConfig;
 use holdfast_client::{Client, ClientConfig};
+use holdfast_config::arbiter::TlsConfig;
+use holdfast_config::EtcdConfig;
+use holdfast_devkit::arbiter::{ArbiterProcess, Launch};
 use holdfast_devkit::etcd::{self as devetcd, ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
-use holdfast_devkit::notify::NotifySocket;
 use holdfast_devkit::pki::{DevCa, Issued};
 use holdfast_devkit::ports::free_port;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Once;
 use std::time::Duration;
 
+pub use holdfast_config::arbiter::{ArbiterConfig, OtlpProtocol};
 pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
 pub mod otlp;
@@ -131,7 +130,7 @@ impl Etcd {
     }
 
     pub fn config(&self) -> EtcdConfig {
-        EtcdConfig { endpoints: self.endpoints(), request_timeout: Duration::from_secs(5), ca_file: None, cert_file: None, key_file: None }
+        EtcdConfig::plain(self.endpoints())
     }
 
     /// A plain etcd client, for looking behind the arbiter's back.
@@ -140,12 +139,12 @@ impl Etcd {
     }
 
     /// The arbiter's etcd handle (for epoch init and advance).
-    pub async fn holdfast(&self) -> holdfast_arbiter::etcd::Etcd {
-        holdfast_arbiter::etcd::Etcd::connect(&self.config()).await.expect("etcd connect")
+    pub async fn holdfast(&self) -> holdfast_store::Etcd {
+        holdfast_store::Etcd::connect(&self.config()).await.expect("etcd connect")
     }
 
     pub async fn init_epoch(&self) -> holdfast_model::layout::EpochRecord {
-        holdfast_arbiter::epoch::init(&self.holdfast().await, |_| {}).await.expect("epoch init")
+        holdfast_store::epoch::init(&self.holdfast().await, |_| {}).await.expect("epoch init")
     }
 
     pub async fn revision(&self) -> i64 {
@@ -230,73 +229,81 @@ impl Pki {
     }
 }
 
-/// A running holdfast-arbiter, started like systemd starts it.
+/// Changes to the arbiter config a test makes (see [`Arbiter::spawn_with`]).
+pub type Configure<'a> = &'a dyn Fn(&mut ArbiterConfig);
+
+/// No change to the test's arbiter config.
+pub fn defaults(_: &mut ArbiterConfig) {}
+
+/// A running holdfast-arbiter, started like systemd starts it (through the
+/// devkit's one launcher).
 pub struct Arbiter {
-    pub child: Option<Child>,
+    pub process: ArbiterProcess,
     pub port: u16,
     pub metrics_port: u16,
     pub log: PathBuf,
-    pub notify: NotifySocket,
     pub config: PathBuf,
 }
 
+impl std::ops::Deref for Arbiter {
+    type Target = ArbiterProcess;
+    fn deref(&self) -> &ArbiterProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Arbiter {
+    fn deref_mut(&mut self) -> &mut ArbiterProcess {
+        &mut self.process
+    }
+}
+
 impl Arbiter {
-    /// Writes a config and starts the binary; does not wait for READY.
-    pub fn spawn(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki) -> Self {
-        Self::spawn_with(dir, name, etcd_endpoints, pki, "")
+    /// The config a test arbiter starts from: loopback on free ports, the
+    /// test PKI, fast seal checks.
+    pub fn config(etcd_endpoints: &[String], pki: &Pki) -> ArbiterConfig {
+        let mut c = ArbiterConfig::new(
+            TlsConfig { cert_file: pki.server.cert.clone(), key_file: pki.server.key.clone(), client_ca_file: pki.ca.ca_path() },
+            EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(etcd_endpoints.to_vec()) },
+        );
+        c.listen = ([127, 0, 0, 1], free_port()).into();
+        c.metrics_listen = ([127, 0, 0, 1], free_port()).into();
+        c.cluster_name = "test".into();
+        c.drain_timeout = Duration::from_secs(3);
+        c.seal.check_interval = Duration::from_millis(200);
+        c.seal.watermark_interval = Duration::from_secs(1);
+        c
     }
 
-    /// Like [`Arbiter::spawn`], with extra TOML appended to the config.
-    pub fn spawn_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str) -> Self {
-        Self::spawn_logged(dir, name, etcd_endpoints, pki, extra, "info,holdfast_arbiter=debug")
+    /// Writes a config and starts the binary; does not wait for READY.
+    pub fn spawn(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki) -> Self {
+        Self::spawn_with(dir, name, etcd_endpoints, pki, &defaults)
+    }
+
+    /// Like [`Arbiter::spawn`], with the test's changes to the config.
+    pub fn spawn_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure) -> Self {
+        Self::spawn_logged(dir, name, etcd_endpoints, pki, configure, "info,holdfast_arbiter=debug")
     }
 
     /// Like [`Arbiter::spawn_with`], with the HOLDFAST_LOG filter given.
-    pub fn spawn_logged(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str, log_filter: &str) -> Self {
-        let port = free_port();
-        let metrics_port = free_port();
-        let config = dir.join(format!("{name}.toml"));
-        let endpoints = etcd_endpoints.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(", ");
-        std::fs::write(
-            &config,
-            format!(
-                "listen = \"127.0.0.1:{port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ncluster_name = \"test\"\ndrain_timeout = \"3s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{endpoints}]\nrequest_timeout = \"2s\"\n{seal}",
-                pki.server.cert.display().to_string(),
-                pki.server.key.display().to_string(),
-                pki.ca.ca_path().display().to_string(),
-                seal = if extra.contains("[seal]") { "" } else { "[seal]\ncheck_interval = \"200ms\"\nwatermark_interval = \"1s\"\n" },
-            ),
-        )
-        .expect("write arbiter config");
-        if !extra.is_empty() {
-            let mut text = std::fs::read_to_string(&config).expect("config");
-            text.push_str(extra);
-            std::fs::write(&config, text).expect("write arbiter config");
-        }
-        let log = dir.join(format!("{name}.log"));
-        let notify = NotifySocket::bind(&dir.join(format!("{name}.notify"))).expect("notify socket");
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(bin("holdfast-arbiter"))
-            .arg("--config")
-            .arg(&config)
-            .env("NOTIFY_SOCKET", notify.path())
-            .env("HOLDFAST_LOG", log_filter)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .expect("start holdfast-arbiter");
-        Arbiter { child: Some(child), port, metrics_port, log, notify, config }
+    pub fn spawn_logged(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure, log_filter: &str) -> Self {
+        let mut config = Self::config(etcd_endpoints, pki);
+        configure(&mut config);
+        let (port, metrics_port) = (config.listen.port(), config.metrics_listen.port());
+        let mut launch = Launch::new(bin("holdfast-arbiter"), config, dir, name);
+        launch.written_by = "Written by the end-to-end harness".into();
+        launch.env.push(("HOLDFAST_LOG".into(), log_filter.into()));
+        let process = ArbiterProcess::spawn(&launch).expect("start holdfast-arbiter");
+        Arbiter { process, port, metrics_port, log: launch.log, config: launch.config_path }
     }
 
     /// Starts the arbiter and waits for READY=1.
     pub fn start(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki) -> Self {
-        Self::start_with(dir, name, etcd_endpoints, pki, "")
+        Self::start_with(dir, name, etcd_endpoints, pki, &defaults)
     }
 
-    pub fn start_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, extra: &str) -> Self {
-        let mut a = Self::spawn_with(dir, name, etcd_endpoints, pki, extra);
+    pub fn start_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure) -> Self {
+        let mut a = Self::spawn_with(dir, name, etcd_endpoints, pki, configure);
         a.wait_ready(Duration::from_secs(30)).expect("arbiter READY=1");
         a
     }
@@ -304,15 +311,6 @@ impl Arbiter {
     /// Grant transactions this arbiter has sent.
     pub async fn grant_attempts(&self, client: &Client) -> u64 {
         client.server_status().await.expect("status").grant_attempts
-    }
-
-    pub fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
-        let child = self.child.as_mut().context("not running")?;
-        let r = self.notify.wait_ready(timeout, || matches!(child.try_wait(), Ok(None)));
-        if r.is_err() {
-            print_tail("arbiter", &self.log);
-        }
-        r
     }
 
     pub fn endpoint(&self) -> String {
@@ -323,14 +321,8 @@ impl Arbiter {
         Client::connect(&pki.client_config(&self.endpoint(), cert)).await.expect("connect to arbiter")
     }
 
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            devetcd::terminate(&mut c, Duration::from_secs(10));
-        }
+        self.process.stop(Duration::from_secs(10));
     }
 
     /// Waits until ServerStatus reports the wanted sealed state.
@@ -372,16 +364,16 @@ pub struct Appliance {
 
 impl Appliance {
     pub async fn start(name: &str, members: usize) -> Self {
-        Self::start_with(name, members, "").await
+        Self::start_with(name, members, &defaults).await
     }
 
-    /// Like [`Appliance::start`], with extra TOML appended to the arbiter's config.
-    pub async fn start_with(name: &str, members: usize, extra: &str) -> Self {
+    /// Like [`Appliance::start`], with the test's changes to the arbiter's config.
+    pub async fn start_with(name: &str, members: usize, configure: Configure<'_>) -> Self {
         let dir = TestDir::new(name);
         let etcd = Etcd::start(&dir.path, members).await;
         etcd.init_epoch().await;
         let pki = Pki::new(&dir.path);
-        let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, extra);
+        let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, configure);
         Appliance { arbiter, pki, etcd, dir }
     }
 
@@ -421,12 +413,12 @@ impl Appliance {
 
 /// A throwaway PostgreSQL cluster (Debian's packages) on loopback for this
 /// test; prints its log if the test fails.
-pub struct Postgres(pub holdfast_devkit::postgres::PgCluster);
+pub struct Postgres(pub holdfast_fixtures::postgres::PgCluster);
 
 impl Postgres {
     pub fn start(dir: &Path) -> Self {
         let log = dir.join("postgres.log");
-        match holdfast_devkit::postgres::PgCluster::start(&log) {
+        match holdfast_fixtures::postgres::PgCluster::start(&log) {
             Ok(pg) => Postgres(pg),
             Err(e) => {
                 print_tail("postgres", &log);
@@ -450,12 +442,12 @@ impl Drop for Postgres {
 
 /// A real S3-compatible server (versitygw) on loopback with the given
 /// buckets; prints its log if the test fails.
-pub struct S3(pub holdfast_devkit::s3::S3Server);
+pub struct S3(pub holdfast_fixtures::s3::S3Server);
 
 impl S3 {
     pub fn start(dir: &Path, buckets: &[&str]) -> Self {
         let log = dir.join("versitygw.log");
-        match holdfast_devkit::s3::S3Server::start(&dir.join("s3"), &log, buckets) {
+        match holdfast_fixtures::s3::S3Server::start(&dir.join("s3"), &log, buckets) {
             Ok(s) => S3(s),
             Err(e) => {
                 print_tail("versitygw", &log);

@@ -87,5 +87,5 @@ impl Recorder {
 /// marked, session-record deletes and epoch advances); the epoch at the
 /// start is 1 (`epoch init`).
 pub async fn etcd_lock_log(client: &etcd_client::Client) -> EtcdLog {
-    holdfast_devkit::etcdlog::read_log(client, "", 1, 1).await.expect("watch etcd's log")
+    holdfast_fixtures::etcdlog::read_log(client, "", 1, 1).await.expect("watch etcd's log")
 }

@@ -168,7 +168,7 @@ async fn waiters_are_granted_in_arrival_order_with_one_grant_per_release() {
 
 #[tokio::test]
 async fn without_watch_events_a_waiter_is_granted_within_about_a_second() {
-    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } = Appliance::start_with("poll", 1, "[waiters]\nwatch = false\n").await;
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } = Appliance::start_with("poll", 1, &|c| c.waiters.watch = false).await;
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
     let k = key("poll/key");

@@ -17,17 +17,17 @@ fn key(s: &str) -> LockKey {
 
 #[tokio::test]
 async fn a_contended_workload_with_expiries_passes_c1_and_c3() {
-    contended_workload("gate-ok", "").await;
+    contended_workload("gate-ok", &defaults).await;
 }
 
 /// Group commit must not weaken any checker: the same workload, grouped.
 #[tokio::test]
 async fn a_contended_workload_with_group_commit_passes_c1_and_c3() {
-    contended_workload("gate-grouped", "[grants]\ngroup_commit = true\n").await;
+    contended_workload("gate-grouped", &|c| c.grants.group_commit = true).await;
 }
 
-async fn contended_workload(name: &str, extra: &str) {
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with(name, 1, extra).await;
+async fn contended_workload(name: &str, configure: Configure<'_>) {
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with(name, 1, configure).await;
     let rec = Arc::new(Recorder::default());
     let mut tasks = Vec::new();
     for p in 0..6u64 {
@@ -73,7 +73,7 @@ async fn contended_workload(name: &str, extra: &str) {
 
 #[tokio::test]
 async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-mutant", 1, "[mutation]\nrelease_unguarded = true\n").await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-mutant", 1, &|c| c.mutation.release_unguarded = true).await;
     let rec = Recorder::default();
     let k = key("gate/stale");
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
@@ -102,7 +102,7 @@ async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
 
 #[tokio::test]
 async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-counter", 1, "[mutation]\ntoken_from_counter = true\n").await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-counter", 1, &|c| c.mutation.token_from_counter = true).await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
@@ -121,8 +121,11 @@ async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
 async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() {
     // A long check interval keeps the arbiter serving its cached epoch after
     // the advance, as it would between two checks.
-    let extra = "[seal]\ncheck_interval = \"30s\"\n[mutation]\nno_epoch_compare = true\n";
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-epoch", 1, extra).await;
+    let configure = |c: &mut ArbiterConfig| {
+        c.seal.check_interval = Duration::from_secs(30);
+        c.mutation.no_epoch_compare = true;
+    };
+    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-epoch", 1, &configure).await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let k = key("gate/epoch");
@@ -131,7 +134,7 @@ async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() 
     let (sid, t) = (h.session_id(), h.token().expose());
     rec.release(1, sid, &k, t, h.release()).await;
     // The advance: epoch 2. This arbiter still serves epoch 1 until its next check.
-    let record = holdfast_arbiter::epoch::advance(&etcd.holdfast().await, 1).await.unwrap();
+    let record = holdfast_store::epoch::advance(&etcd.holdfast().await, 1).await.unwrap();
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
     let stale = rec.acquire(1, &session, &k, Duration::ZERO).await;
     assert!(stale.is_some(), "the mutant granted after the advance");

@@ -1,4 +1,4 @@
-//! `holdfastctl gate`: the short profile (every fault kind once, on a
+//! `holdfast-gate`: the short profile (every fault kind once, on a
 //! 3-member etcd in network namespaces with two arbiters and eight client
 //! processes) passes all checkers with non-vacuous counts, against the etcd
 //! under test; an unfenced resource loses updates under client pauses and
@@ -21,13 +21,13 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn gate(args: &[&str]) -> GateRun {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TestDir::new("gate-run");
-    let out = Command::new(bin("holdfastctl"))
-        .args(["gate", "--json", "--dir"])
+    let out = Command::new(bin("holdfast-gate"))
+        .args(["--json", "--dir"])
         .arg(dir.path.join("state"))
         .args(args)
         .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
         .output()
-        .expect("run holdfastctl gate");
+        .expect("run holdfast-gate");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let last = stdout.lines().last().unwrap_or_default();

@@ -77,7 +77,7 @@ async fn issued_tokens_never_appear_in_any_output_at_debug_level() {
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
     let pki = Pki::new(&dir.path);
-    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, "", "debug");
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &defaults, "debug");
     arbiter.wait_ready(Duration::from_secs(30)).unwrap();
     let cert = pki.workload("svc", "svc/redact");
     let env = [
@@ -191,8 +191,11 @@ async fn rpc_spans_reach_an_otlp_http_collector_without_any_token() {
     etcd.init_epoch().await;
     let pki = Pki::new(&dir.path);
     let receiver = holdfast_tests::otlp::OtlpReceiver::http();
-    let extra = format!("[tracing]\notlp_endpoint = \"{}\"\nservice_name = \"arbiter-under-test\"\n", receiver.endpoint());
-    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &extra, "debug");
+    let configure = |c: &mut ArbiterConfig| {
+        c.tracing.otlp_endpoint = Some(receiver.endpoint());
+        c.tracing.service_name = "arbiter-under-test".into();
+    };
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &configure, "debug");
     arbiter.wait_ready(Duration::from_secs(30)).unwrap();
     let (tokens, session) = traced_workload(&arbiter, &pki, 5).await;
     assert_eq!(tokens.len(), 6);
@@ -259,8 +262,11 @@ async fn rpc_spans_reach_an_otlp_grpc_collector_without_any_token() {
     etcd.init_epoch().await;
     let pki = Pki::new(&dir.path);
     let receiver = holdfast_tests::otlp::OtlpReceiver::grpc();
-    let extra = format!("[tracing]\notlp_endpoint = \"{}\"\nprotocol = \"grpc\"\n", receiver.endpoint());
-    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &extra, "debug");
+    let configure = |c: &mut ArbiterConfig| {
+        c.tracing.otlp_endpoint = Some(receiver.endpoint());
+        c.tracing.protocol = OtlpProtocol::Grpc;
+    };
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &configure, "debug");
     arbiter.wait_ready(Duration::from_secs(30)).unwrap();
     let (tokens, _) = traced_workload(&arbiter, &pki, 2).await;
     arbiter.stop();
@@ -284,7 +290,7 @@ async fn without_an_otlp_endpoint_nothing_is_exported() {
     let http = holdfast_tests::otlp::OtlpReceiver::http();
     let grpc = holdfast_tests::otlp::OtlpReceiver::grpc();
     // A [tracing] table without an endpoint is still off.
-    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, "[tracing]\nservice_name = \"x\"\n", "debug");
+    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.tracing.service_name = "x".into(), "debug");
     arbiter.wait_ready(Duration::from_secs(30)).unwrap();
     traced_workload(&arbiter, &pki, 2).await;
     arbiter.stop();
@@ -333,7 +339,7 @@ async fn holds_ended_by_session_expiry_are_counted_once_by_their_granting_arbite
     // revision too; it is not an expiry.
     let last = one.open_session(Duration::from_secs(30)).await.unwrap();
     last.acquire(&key("advanced"), Duration::ZERO).await.unwrap();
-    holdfast_arbiter::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    holdfast_store::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(metric(app.arbiter.metrics_port, EXPIRED).await, 3.0, "exactly the vanished client's holds granted here");
     assert_eq!(metric(second.metrics_port, EXPIRED).await, 1.0, "the one hold the second arbiter granted, and no other");
@@ -341,7 +347,7 @@ async fn holds_ended_by_session_expiry_are_counted_once_by_their_granting_arbite
 
 #[tokio::test]
 async fn without_the_watch_expiries_are_not_counted() {
-    let app = Appliance::start_with("expiry-off", 1, "[waiters]\nwatch = false\n").await;
+    let app = Appliance::start_with("expiry-off", 1, &|c| c.waiters.watch = false).await;
     let c = app.client("svc/y").await;
     let s = c.open_session(Duration::from_secs(5)).await.unwrap();
     s.acquire(&LockKey::parse("expiry/off").unwrap(), Duration::ZERO).await.unwrap();

@@ -30,7 +30,7 @@ async fn positions(etcd: &Etcd) -> Vec<LogPosition> {
 }
 
 async fn hold_count(etcd: &Etcd) -> i64 {
-    holdfast_arbiter::epoch::count_prefix(&etcd.holdfast().await, layout::HOLD_PREFIX).await.unwrap()
+    holdfast_store::epoch::count_prefix(&etcd.holdfast().await, layout::HOLD_PREFIX).await.unwrap()
 }
 
 /// The drill: grant, snapshot, grant more, restore, and check the arbiter is
@@ -70,7 +70,7 @@ async fn drill(name: &str, members: usize, new_token: bool) {
     second.stop();
 
     // The advance (two-person approval comes later; here, the transaction).
-    let record = holdfast_arbiter::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    let record = holdfast_store::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
     assert_eq!(record.epoch, 2);
     arbiter.wait_sealed(&client, false, Duration::from_secs(10)).await;
     let after = grant_many(&client, 20).await;
@@ -153,7 +153,7 @@ async fn a_running_arbiter_seals_when_etcd_is_restored_under_it() {
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
     let err = session.acquire(&key(), Duration::ZERO).await.unwrap_err();
     assert_eq!(err.reason(), Some(ErrorReason::Sealed));
-    holdfast_arbiter::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    holdfast_store::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
     app.arbiter.wait_sealed(&client, false, Duration::from_secs(10)).await;
     let after = grant_many(&client, 5).await;
     assert!(after.iter().all(|t| t > issued.iter().max().unwrap()));

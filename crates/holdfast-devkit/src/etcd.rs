@@ -196,21 +196,7 @@ impl Drop for EtcdProcess {
     }
 }
 
-/// Sends SIGTERM and waits; SIGKILL after `grace`.
-pub fn terminate(child: &mut Child, grace: Duration) {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-    let end = Instant::now() + grace;
-    while Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
+pub use crate::process::terminate;
 
 /// Waits until every member answers Status and a leader is known.
 pub async fn wait_ready(endpoints: &[String], timeout: Duration) -> anyhow::Result<()> {

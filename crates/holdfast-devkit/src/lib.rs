@@ -1,10 +1,11 @@
-//! Building blocks for running holdfast locally: used by `holdfastctl dev`
-//! and by the test harness, never by a production daemon.
+//! Building blocks for running holdfast locally, shipped with `holdfastctl
+//! dev` and used by the test harness and the gate (never by a production
+//! daemon): a throwaway CA, etcd process control, the one arbiter launcher,
+//! free ports, a systemd notify listener.
 
+pub mod arbiter;
 pub mod etcd;
-pub mod etcdlog;
 pub mod notify;
 pub mod pki;
 pub mod ports;
-pub mod postgres;
-pub mod s3;
+pub mod process;

@@ -26,15 +26,14 @@ impl DevCa {
     pub fn open_or_create(dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let (cert_path, key_path) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+        // Reopening rebuilds the issuer from the key and the same subject:
+        // signing needs only those, so no X.509 parser ships in holdfastctl.
         let issuer = if cert_path.exists() && key_path.exists() {
             let key = KeyPair::from_pem(&std::fs::read_to_string(&key_path)?).context("reading the dev CA key")?;
-            Issuer::from_ca_cert_pem(&std::fs::read_to_string(&cert_path)?, key).context("reading the dev CA certificate")?
+            Issuer::new(ca_params()?, key)
         } else {
             let key = KeyPair::generate()?;
-            let mut params = CertificateParams::new(Vec::<String>::new())?;
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.distinguished_name.push(DnType::CommonName, "holdfast dev CA (throwaway)");
-            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+            let params = ca_params()?;
             let cert = params.self_signed(&key)?;
             std::fs::write(&cert_path, cert.pem())?;
             write_secret(&key_path, &key.serialize_pem())?;
@@ -72,6 +71,15 @@ impl DevCa {
     pub fn server(&self, name: &str) -> anyhow::Result<Issued> {
         self.issue(name, &["localhost", "127.0.0.1"], &[&format!("spiffe://{DEV_TRUST_DOMAIN}/holdfast/{name}")])
     }
+}
+
+/// The dev CA's subject and constraints (the same on every open).
+fn ca_params() -> anyhow::Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, "holdfast dev CA (throwaway)");
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    Ok(params)
 }
 
 fn write_secret(path: &Path, contents: &str) -> anyhow::Result<()> {

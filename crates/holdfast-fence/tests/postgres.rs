@@ -3,7 +3,7 @@
 
 mod common;
 
-use holdfast_devkit::postgres::PgCluster;
+use holdfast_fixtures::postgres::PgCluster;
 use holdfast_fence::{Fence, FenceMode, PgFence, SharedFence};
 use std::sync::Arc;
 

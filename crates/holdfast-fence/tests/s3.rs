@@ -3,7 +3,7 @@
 
 mod common;
 
-use holdfast_devkit::s3::S3Server;
+use holdfast_fixtures::s3::S3Server;
 use holdfast_fence::{Fence, FenceMode, S3Config, S3Fence, SharedFence};
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;

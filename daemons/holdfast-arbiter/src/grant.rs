@@ -17,11 +17,12 @@
 //!
 //! Waiting for a held key is in [`crate::waiting`].
 
-use crate::etcd::Etcd;
+use holdfast_store::etcd::Etcd;
+use holdfast_store::txn::{grant_txn, release_txn_for};
 use crate::seal::{Guard, Serve};
 use crate::session::Owned;
 use crate::Refusal;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::TxnOpResponse;
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
 use tracing::Instrument;
@@ -33,52 +34,6 @@ pub enum Attempt {
     /// identity (a hold of the caller's own identity under another session
     /// is a leak, if it persists).
     Held { watch_from: i64, holder: Option<String> },
-}
-
-/// The grant transaction (also used by `holdfastctl bench` to measure etcd
-/// without the arbiter): the hold is absent, the epoch record is exactly
-/// `epoch_bytes`, the session record is exactly `session_bytes`, no seal;
-/// then put the hold on the session's lease. On failure it reads back the
-/// hold, session, epoch and seal so the refusal can be classified.
-pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: &[u8], hold_bytes: &[u8], waiter_key: Option<&str>) -> Txn {
-    let session_key = layout::session_key(lease);
-    let mut compares = vec![
-        Compare::create_revision(hold_key, CompareOp::Equal, 0),
-        Compare::value(layout::EPOCH_KEY, CompareOp::Equal, epoch_bytes.to_vec()),
-        Compare::value(session_key.as_str(), CompareOp::Equal, session_bytes.to_vec()),
-        Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
-    ];
-    #[cfg(debug_assertions)]
-    {
-        if mutated(&MUTATION_NO_SESSION_COMPARE) {
-            compares.remove(2);
-        }
-        if mutated(&MUTATION_NO_EPOCH_COMPARE) {
-            compares.remove(1);
-        }
-    }
-    let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
-    if let Some(w) = waiter_key {
-        compares.push(Compare::version(w, CompareOp::Greater, 0));
-        then.push(TxnOp::delete(w, None));
-    }
-    Txn::new().when(compares).and_then(then).or_else([
-        TxnOp::get(hold_key, None),
-        TxnOp::get(session_key.as_str(), None),
-        TxnOp::get(layout::EPOCH_KEY, None),
-        TxnOp::get(layout::SEAL_KEY, None),
-    ])
-}
-
-/// The release transaction: delete the hold only if it is exactly the one
-/// granted at `create_revision` to `lease`.
-pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn {
-    Txn::new()
-        .when([
-            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
-            Compare::lease(hold_key, CompareOp::Equal, lease),
-        ])
-        .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
 }
 
 /// The span of one grant or release transaction.
@@ -186,12 +141,8 @@ async fn attempt_txn(
         guard.observe(epoch, revision);
         let m = &*crate::metrics::METRICS;
         m.grant_latency.get_or_create(m.labels()).observe(sent.elapsed().as_secs_f64());
-        #[cfg(debug_assertions)]
-        let revision = if mutated(&MUTATION_TOKEN_FROM_COUNTER) {
-            MUTATION_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64 + 1
-        } else {
-            revision
-        };
+        #[cfg(feature = "mutations")]
+        let revision = holdfast_store::mutation::token_revision(revision);
         let token = Token::new(epoch, revision as u64)
             .map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
         return Ok(Attempt::Granted(token));
@@ -257,23 +208,6 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
     })
 }
 
-/// Test builds only: see `config::MutationConfig`.
-#[cfg(debug_assertions)]
-pub static MUTATION_RELEASE_UNGUARDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-#[cfg(debug_assertions)]
-pub static MUTATION_NO_EPOCH_COMPARE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-#[cfg(debug_assertions)]
-pub static MUTATION_NO_SESSION_COMPARE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-#[cfg(debug_assertions)]
-pub static MUTATION_TOKEN_FROM_COUNTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-#[cfg(debug_assertions)]
-static MUTATION_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-#[cfg(debug_assertions)]
-fn mutated(flag: &std::sync::atomic::AtomicBool) -> bool {
-    flag.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// The release transaction, traced as a `release transaction` span (hold
 /// key, session, outcome; never the revision).
 async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
@@ -291,13 +225,6 @@ async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i
 }
 
 async fn release_txn_traced(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
-    #[cfg(debug_assertions)]
-    let txn = if MUTATION_RELEASE_UNGUARDED.load(std::sync::atomic::Ordering::Relaxed) {
-        Txn::new().when([Compare::version(hold_key, CompareOp::Greater, 0)]).and_then([TxnOp::delete(hold_key, None)])
-    } else {
-        release_txn_for(hold_key, lease, create_revision)
-    };
-    #[cfg(not(debug_assertions))]
     let txn = release_txn_for(hold_key, lease, create_revision);
     let resp = etcd.client.clone().txn(txn).await?;
     if resp.succeeded() {

@@ -4,17 +4,17 @@
 //! - [`waiting`]: waiting for a held key: in-memory FIFO queues, durable waiters.
 //! - [`session`]: sessions (an etcd lease and its owner record).
 //! - [`seal`]: whether the arbiter may grant; restore detection loop.
-//! - [`epoch`]: the epoch record, `epoch init` and the advance transaction.
+//!
+//! The config file's structs are `holdfast_config::arbiter`; the etcd
+//! connection and the grant, release and epoch transactions are
+//! `holdfast_store` (re-exported here as [`config`], [`etcd`], [`epoch`]).
 //! - [`service`]: the lock.v1 gRPC service; input checks at the boundary.
 //! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
 //! - [`metrics`], [`telemetry`]: Prometheus metrics; span export over OTLP.
 //! - [`expiry`]: counting holds that ended by lease expiry.
 
 pub mod commit;
-pub mod config;
 pub mod confirm;
-pub mod epoch;
-pub mod etcd;
 pub mod expiry;
 pub mod grant;
 pub mod identity;
@@ -25,6 +25,9 @@ pub mod service;
 pub mod session;
 pub mod telemetry;
 pub mod waiting;
+
+pub use holdfast_config::arbiter as config;
+pub use holdfast_store::{epoch, etcd};
 
 use holdfast_model::LockKey;
 use holdfast_proto::ErrorReason;

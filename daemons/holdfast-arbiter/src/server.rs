@@ -38,16 +38,17 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca));
 
     crate::metrics::init(&config.cluster_name);
-    #[cfg(debug_assertions)]
-    for (on, flag, name) in [
-        (config.mutation.release_unguarded, &crate::grant::MUTATION_RELEASE_UNGUARDED, "release_unguarded"),
-        (config.mutation.no_epoch_compare, &crate::grant::MUTATION_NO_EPOCH_COMPARE, "no_epoch_compare"),
-        (config.mutation.no_session_compare, &crate::grant::MUTATION_NO_SESSION_COMPARE, "no_session_compare"),
-        (config.mutation.token_from_counter, &crate::grant::MUTATION_TOKEN_FROM_COUNTER, "token_from_counter"),
-    ] {
-        if on {
+    let mutations = config.mutation.on();
+    if !mutations.is_empty() {
+        #[cfg(not(feature = "mutations"))]
+        anyhow::bail!(
+            "[mutation] turns on {} but this arbiter was built without the `mutations` feature \
+             (deliberate bugs exist only in the correctness gate's test builds); remove the [mutation] table",
+            mutations.join(", ")
+        );
+        #[cfg(feature = "mutations")]
+        for name in holdfast_store::mutation::enable(&config.mutation) {
             tracing::warn!(mutation = name, "MUTATION on: this arbiter is deliberately broken (test builds only)");
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;

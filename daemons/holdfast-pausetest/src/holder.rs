@@ -5,8 +5,8 @@
 
 use holdfast_fence::{FenceMode, Written};
 use holdfast_model::LockKey;
-use holdfastctl::conn::ConnArgs;
-use holdfastctl::exit;
+use holdfast_cli::conn::ConnArgs;
+use holdfast_cli::exit;
 use std::io::{BufRead, Write};
 use std::time::Duration;
 

@@ -5,8 +5,8 @@ mod record;
 mod run;
 
 use clap::{Parser, Subcommand};
-use holdfastctl::conn::{ConnArgs, EtcdArgs};
-use holdfastctl::exit;
+use holdfast_cli::conn::{ConnArgs, EtcdArgs};
+use holdfast_cli::exit;
 use std::process::ExitCode;
 
 /// Prove that a resource is fenced: freeze a lock holder past its TTL and

@@ -2,10 +2,10 @@
 //! [`PauseTestRecord`] on a one-year lease, and the `status` reader.
 
 use crate::Target;
-use holdfast_arbiter::etcd::Etcd;
+use holdfast_store::etcd::Etcd;
 use holdfast_fence::FenceMode;
 use holdfast_model::layout::{self, PauseTestOutcome, PauseTestRecord, PAUSETEST_VALIDITY};
-use holdfastctl::exit;
+use holdfast_cli::exit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn now_unix_ms() -> u64 {

@@ -5,17 +5,18 @@
 //! with server and client certificates, and the epoch initialised. Nothing
 //! listens beyond 127.0.0.1.
 
-use crate::exit;
+use holdfast_cli::exit;
 use anyhow::{bail, Context};
-use holdfast_arbiter::config::EtcdConfig;
-use holdfast_arbiter::etcd::Etcd;
+use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
+use holdfast_config::EtcdConfig;
+use holdfast_devkit::arbiter::{self, tail, ArbiterProcess, Launch};
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
-use holdfast_devkit::notify::NotifySocket;
 use holdfast_devkit::pki::DevCa;
 use holdfast_devkit::ports::free_port;
+use holdfast_store::etcd::Etcd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -138,35 +139,15 @@ fn detach(dir: Option<PathBuf>, group_commit: bool) -> anyhow::Result<()> {
     }
 }
 
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-pub(crate) fn locate_arbiter() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("HOLDFAST_ARBITER_BIN") {
-        return Ok(p.into());
-    }
-    let sibling = std::env::current_exe()?.with_file_name("holdfast-arbiter");
-    if sibling.exists() {
-        return Ok(sibling);
-    }
-    std::env::var_os("PATH")
-        .and_then(|p| p.to_str().map(|s| s.split(':').map(|d| Path::new(d).join("holdfast-arbiter")).find(|p| p.is_file())))
-        .flatten()
-        .context("holdfast-arbiter not found next to holdfastctl or on PATH; build it (`cargo build --release`) or set HOLDFAST_ARBITER_BIN")
-}
-
 struct Children {
-    arbiter: Option<Child>,
+    arbiter: Option<ArbiterProcess>,
     etcd: Option<EtcdProcess>,
 }
 
 impl Drop for Children {
     fn drop(&mut self) {
         if let Some(mut a) = self.arbiter.take() {
-            holdfast_devkit::etcd::terminate(&mut a, Duration::from_secs(15));
+            a.stop(Duration::from_secs(15));
         }
         if let Some(mut e) = self.etcd.take() {
             e.stop(Duration::from_secs(10));
@@ -236,54 +217,27 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         .with_context(|| format!("etcd did not start; see {}", dir.join("etcd.log").display()))?;
 
     // Epoch.
-    let etcd_cfg = EtcdConfig {
-        endpoints: cluster.client_urls(),
-        request_timeout: Duration::from_secs(5),
-        ca_file: None,
-        cert_file: None,
-        key_file: None,
-    };
-    let etcd = Etcd::connect(&etcd_cfg).await?;
-    match holdfast_arbiter::epoch::init(&etcd, |m| say(m)).await {
+    let etcd = Etcd::connect(&EtcdConfig::plain(cluster.client_urls())).await?;
+    match holdfast_store::epoch::init(&etcd, |m| say(m)).await {
         Ok(r) => say(&format!("initialised epoch {}", r.epoch)),
-        Err(holdfast_arbiter::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("epoch {n} already initialised")),
+        Err(holdfast_store::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("epoch {n} already initialised")),
         Err(e) => return Err(e).context("initialising the epoch"),
     }
 
     // Arbiter.
-    let config = dir.join("arbiter.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "# Written by `holdfastctl dev`.\nlisten = \"127.0.0.1:{arbiter_port}\"\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\ncluster_name = \"dev\"\n\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n\n[etcd]\nendpoints = [{:?}]\n",
-            server.cert.display().to_string(),
-            server.key.display().to_string(),
-            ca.ca_path().display().to_string(),
-            cluster.members[0].client_url(),
-        ) + if group_commit { "\n[grants]\ngroup_commit = true\n" } else { "" },
-    )?;
-    let arbiter_bin = locate_arbiter()?;
-    say(&format!("starting the arbiter ({})", arbiter_bin.display()));
-    let mut notify = NotifySocket::bind(&dir.join("notify.sock"))?;
-    let log = std::fs::File::create(dir.join("arbiter.log"))?;
-    children.arbiter = Some(
-        Command::new(&arbiter_bin)
-            .arg("--config")
-            .arg(&config)
-            .env("NOTIFY_SOCKET", notify.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .context("starting holdfast-arbiter")?,
+    let mut config = ArbiterConfig::new(
+        TlsConfig { cert_file: server.cert.clone(), key_file: server.key.clone(), client_ca_file: ca.ca_path() },
+        EtcdConfig::plain(vec![cluster.members[0].client_url()]),
     );
-    {
-        let arbiter = children.arbiter.as_mut().context("arbiter missing")?;
-        notify
-            .wait_ready(Duration::from_secs(60), || matches!(arbiter.try_wait(), Ok(None)))
-            .with_context(|| format!("the arbiter did not become ready:\n{}", tail(&dir.join("arbiter.log"), 20)))?;
-    }
+    config.listen = ([127, 0, 0, 1], arbiter_port).into();
+    config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
+    config.cluster_name = "dev".into();
+    config.grants.group_commit = group_commit;
+    let mut launch = Launch::new(arbiter::locate()?, config, &dir, "arbiter");
+    launch.notify_path = dir.join("notify.sock");
+    launch.written_by = "Written by `holdfastctl dev`".into();
+    say(&format!("starting the arbiter ({})", launch.bin.display()));
+    children.arbiter = Some(ArbiterProcess::start(&launch, Duration::from_secs(60))?);
 
     // Tell the user.
     let env = format!(
@@ -316,7 +270,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             _ = term.recv() => break "terminated".to_string(),
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
-        if let Some(Ok(Some(s))) = children.arbiter.as_mut().map(Child::try_wait) {
+        if let Some(s) = children.arbiter.as_mut().and_then(ArbiterProcess::exited) {
             break format!("the arbiter exited ({s}); see {}", dir.join("arbiter.log").display());
         }
         if let Some(e) = children.etcd.as_mut() {

@@ -1,7 +1,7 @@
-use crate::conn::{self, ConnArgs, EtcdArgs};
-use crate::exit;
-use holdfast_arbiter::epoch::{self, EpochError};
-use holdfast_arbiter::etcd::Etcd;
+use holdfast_cli::conn::{self, ConnArgs, EtcdArgs};
+use holdfast_cli::exit;
+use holdfast_store::epoch::{self, EpochError};
+use holdfast_store::etcd::Etcd;
 
 #[derive(clap::Args)]
 pub struct EpochArgs {

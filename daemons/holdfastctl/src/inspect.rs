@@ -1,5 +1,5 @@
-use crate::conn::{self, ConnArgs};
-use crate::exit;
+use holdfast_cli::conn::{self, ConnArgs};
+use holdfast_cli::exit;
 use holdfast_model::LockKey;
 
 #[derive(clap::Args)]

@@ -1,8 +1,8 @@
 //! `holdfastctl lock exec`: run a command while holding a lock, like
 //! `flock`, `etcdctl lock` and `consul lock`.
 
-use crate::conn::{self, ConnArgs};
-use crate::exit;
+use holdfast_cli::conn::{self, ConnArgs};
+use holdfast_cli::exit;
 use holdfast_client::{AcquireOptions, ErrorReason, Health};
 use holdfast_model::LockKey;
 use nix::sys::signal::{kill, Signal};

@@ -1,13 +1,11 @@
 //! holdfastctl: the operator and developer CLI.
 
-mod bench;
 mod dev;
 mod epoch;
-mod gate;
 mod inspect;
 mod lock;
 
-use holdfastctl::{conn, exit};
+use holdfast_cli::{conn, exit};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -39,12 +37,6 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// The epoch: initialise a new cluster, show what the arbiter serves.
     Epoch(epoch::EpochArgs),
-    /// Measure lock throughput, handoff and renewal cost against etcd's own
-    /// paths, in one run on the same etcd.
-    Bench(bench::BenchArgs),
-    /// The correctness gate: faults on a 3-member etcd cluster in network
-    /// namespaces, histories checked by C1, C2 and C3 (needs root).
-    Gate(gate::GateArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,8 +54,6 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::run(&cli.conn, args).await,
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
-            Command::Bench(args) => bench::run(&cli.conn, args).await,
-            Command::Gate(args) => gate::run(args).await,
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.

@@ -1,4 +1,4 @@
-//! `holdfastctl bench`: lock-specific figures, measured side by side against
+//! `holdfast-bench`: lock-specific figures, measured side by side against
 //! what a user would otherwise pick, on the same etcd in the same run.
 //!
 //! - **uncontended**: acquire+release pairs/s and p50/p99 per concurrency, on
@@ -14,9 +14,9 @@
 //! Figures are reported as ratios to the baselines measured in the same run;
 //! absolute numbers depend on the machine.
 
-use crate::conn::ConnArgs;
-use crate::exit;
-use holdfast_arbiter::etcd::Etcd;
+use holdfast_cli::conn::ConnArgs;
+use holdfast_cli::exit;
+use holdfast_store::etcd::Etcd;
 use holdfast_client::{Client, Session};
 use holdfast_model::layout::{self, HoldRecord, SessionRecord};
 use holdfast_model::LockKey;
@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 #[command(after_long_help = "\
 Example, against a dev appliance:
   holdfastctl dev --detach --dir /tmp/hf && source /tmp/hf/env
-  holdfastctl bench --plot /tmp/bench.svg
-  holdfastctl bench --only renewal --json | tail -n1")]
+  holdfast-bench --plot /tmp/bench.svg
+  holdfast-bench --only renewal --json | tail -n1")]
 pub struct BenchArgs {
     /// etcd client URLs (the same cluster the arbiter uses), comma-separated.
     #[arg(long, env = "HOLDFAST_ETCD_ENDPOINT", value_delimiter = ',', required = true)]
@@ -118,7 +118,7 @@ pub async fn run(conn: &ConnArgs, args: BenchArgs) -> u8 {
     match bench(conn, args).await {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("holdfastctl bench: {e:#}");
+            eprintln!("holdfast-bench: {e:#}");
             exit::UNAVAILABLE
         }
     }
@@ -135,7 +135,7 @@ struct Ctx {
 
 async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
     let client = conn.connect().await.map_err(|code| anyhow::anyhow!("cannot connect to the arbiter (exit {code})"))?;
-    let cfg = holdfast_arbiter::config::EtcdConfig {
+    let cfg = holdfast_config::EtcdConfig {
         endpoints: args.etcd_endpoint.clone(),
         request_timeout: Duration::from_secs(10),
         ca_file: None,
@@ -143,7 +143,7 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         key_file: None,
     };
     let etcd = Etcd::connect(&cfg).await?;
-    let sys = holdfast_arbiter::epoch::read_sys(&etcd).await?;
+    let sys = holdfast_store::epoch::read_sys(&etcd).await?;
     let (record, epoch_bytes) = sys.epoch.ok_or_else(|| anyhow::anyhow!("the epoch is not initialised"))?;
     let etcd_version = etcd.member_status().await.into_iter().find_map(Result::ok).map(|m| m.version).unwrap_or_default();
     let ctx = Arc::new(Ctx {
@@ -292,11 +292,11 @@ async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration:
                     let end = Instant::now() + duration;
                     while Instant::now() < end {
                         let t = Instant::now();
-                        let txn = holdfast_arbiter::grant::grant_txn(&hold_key, &ctx.epoch_bytes, lease, &session_bytes, &hold, None);
+                        let txn = holdfast_store::txn::grant_txn(&hold_key, &ctx.epoch_bytes, lease, &session_bytes, &hold, None);
                         match c.txn(txn).await {
                             Ok(r) if r.succeeded() => {
                                 let rev = r.header().map(|h| h.revision()).unwrap_or(0);
-                                match c.txn(holdfast_arbiter::grant::release_txn_for(&hold_key, lease, rev)).await {
+                                match c.txn(holdfast_store::txn::release_txn_for(&hold_key, lease, rev)).await {
                                     Ok(r) if r.succeeded() => lat.push(t.elapsed()),
                                     _ => errors += 1,
                                 }

@@ -9,7 +9,7 @@
 //! `holdfast`, no password. Durability is off (`fsync=off`): it is a test
 //! fixture.
 
-use crate::ports::free_port;
+use holdfast_devkit::ports::free_port;
 use anyhow::{bail, Context};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

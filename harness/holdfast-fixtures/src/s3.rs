@@ -9,7 +9,7 @@
 //! The posix backend treats every directory under its root as a bucket, so
 //! buckets are made by creating directories before the server starts.
 
-use crate::ports::free_port;
+use holdfast_devkit::ports::free_port;
 use anyhow::{bail, Context};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -85,7 +85,7 @@ impl S3Server {
 
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            crate::etcd::terminate(&mut c, Duration::from_secs(5));
+            holdfast_devkit::process::terminate(&mut c, Duration::from_secs(5));
         }
     }
 }

@@ -2,7 +2,7 @@
 //! etcd, in holdfastctl and in holdfast-pausetest.
 
 use crate::exit;
-use holdfast_arbiter::config::EtcdConfig;
+use holdfast_config::EtcdConfig;
 use holdfast_client::{Client, ClientConfig, Error, ErrorReason};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! One gate client process (`holdfastctl gate client`, started by the gate):
+//! One gate client process (`holdfast-gate client`, started by the gate):
 //! takes locks on a few shared keys, increments the key's record at the
 //! fenced resource while holding, releases, and now and then vanishes
 //! without releasing — its session expires while a "zombie" keeps the token
@@ -62,7 +62,7 @@ pub struct ClientArgs {
     /// Reads `w` while a write is at its pause point, `-` otherwise.
     #[arg(long)]
     state_file: Option<PathBuf>,
-    /// The fenced resource (see `holdfastctl gate --help`); none: locks only.
+    /// The fenced resource (see `holdfast-gate --help`); none: locks only.
     #[arg(long)]
     resource: Option<String>,
     /// Fence mode of the resource (correct, unfenced).

@@ -1,4 +1,4 @@
-//! `holdfastctl gate`: the correctness gate on one machine. A 3-member etcd
+//! `holdfast-gate`: the correctness gate on one machine. A 3-member etcd
 //! cluster and two arbiters in network namespaces, several client processes
 //! taking locks and writing to a fenced resource, faults injected and
 //! confirmed, and the recorded history checked by C1 (against etcd's log),
@@ -54,8 +54,8 @@ Exit status: 0 no violation; 1 a checker found a violation (the history is
 kept, and a timeline of the offending key printed); 2 the gate could not run.
 
 Examples:
-  sudo holdfastctl gate --profile short --resource postgres-local
-  sudo holdfastctl gate --profile long --duration 60s --json")]
+  sudo holdfast-gate --profile short --resource postgres-local
+  sudo holdfast-gate --profile long --duration 60s --json")]
 pub struct GateArgs {
     #[command(subcommand)]
     action: Option<GateAction>,
@@ -174,7 +174,7 @@ pub async fn run(args: GateArgs) -> u8 {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("holdfastctl gate: cannot watch for SIGTERM: {e}");
+            eprintln!("holdfast-gate: cannot watch for SIGTERM: {e}");
             return 2;
         }
     };
@@ -187,7 +187,7 @@ pub async fn run(args: GateArgs) -> u8 {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
-            eprintln!("holdfastctl gate: {e:#}");
+            eprintln!("holdfast-gate: {e:#}");
             2
         }
     }
@@ -209,11 +209,8 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let say = |m: &str| eprintln!("gate: {m}");
     say(&format!("seed {seed}; etcd {} ({}); state in {}", bin.version_string(), bin.etcd.display(), dir.display()));
     let net = net::Net::create(now_tag(), &["e0", "e1", "e2", "a0", "a1"])?;
-    let mut extra = args.mutation.as_ref().map(|m| format!("[mutation]\n{m} = true\n")).unwrap_or_default();
-    if args.group_commit {
-        extra.push_str("[grants]\ngroup_commit = true\n");
-    }
-    let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &extra, &say).await?;
+    let options = cluster::ArbiterOptions { group_commit: args.group_commit, mutation: args.mutation.clone() };
+    let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &options, &say).await?;
     say(&format!("cluster up: members {:?}, arbiters {:?}", cluster.spec.client_urls(), cluster.arbiter_endpoints()));
 
     // Leader changes, seen from outside.
@@ -239,7 +236,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let mut _pg = None;
     let resource_url = match args.resource.as_deref() {
         Some("postgres-local") => {
-            let pg = holdfast_devkit::postgres::PgCluster::start(&dir.join("postgres.log")).context("starting a throwaway PostgreSQL cluster")?;
+            let pg = holdfast_fixtures::postgres::PgCluster::start(&dir.join("postgres.log")).context("starting a throwaway PostgreSQL cluster")?;
             let url = pg.url();
             _pg = Some(pg);
             Some(url)
@@ -393,7 +390,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     // No restore happens in the gate: an arbiter that sealed itself judged
     // an intact cluster rewound (a false seal), which the gate fails.
     for a in &cluster.arbiters {
-        let log = std::fs::read_to_string(&a.log).unwrap_or_default();
+        let log = std::fs::read_to_string(&a.launch.log).unwrap_or_default();
         if let Some(line) = log.lines().find(|l| l.contains("state=sealed")) {
             say(&format!("FALSE SEAL: an arbiter sealed itself although nothing was restored: {line}"));
             summary.false_seals += 1;
@@ -419,7 +416,7 @@ fn check_file(path: &std::path::Path) -> u8 {
     let history: History = match std::fs::read(path).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?)) {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("holdfastctl gate check: cannot read {}: {e:#}", path.display());
+            eprintln!("holdfast-gate check: cannot read {}: {e:#}", path.display());
             return 2;
         }
     };
@@ -521,7 +518,7 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, reso
         let clock_file = faked.then(|| ep.dir.join(format!("client{p}.faketime")));
         let clock_report = faked.then(|| ep.dir.join(format!("client{p}.clock")));
         let mut cmd = Command::new(&exe);
-        cmd.args(["gate", "client", "--arbiters", &cluster.arbiter_endpoints().join(",")])
+        cmd.args(["client", "--arbiters", &cluster.arbiter_endpoints().join(",")])
             .arg("--client-ca")
             .arg(cluster.ca.ca_path())
             .arg("--client-cert")
@@ -638,7 +635,7 @@ async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, start
         }
     }
     ops.sort_by_key(|o| o.invoke_ns);
-    let etcd = holdfast_devkit::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, start_rev, start_epoch as u64).await?;
+    let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, start_rev, start_epoch as u64).await?;
     let mut history = History { ops, etcd, ..Default::default() };
     if let Some(url) = resource {
         let res = resource::open(url, fence).await?;

@@ -436,7 +436,7 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             let frozen = to % 2 == 1;
             let late = Duration::from_millis(rng.random_range(1000..3000));
             let serving = format!("state=serving epoch {to}");
-            let logs: Vec<PathBuf> = c.arbiters.iter().map(|a| a.log.clone()).collect();
+            let logs: Vec<PathBuf> = c.arbiters.iter().map(|a| a.launch.log.clone()).collect();
             let both_serve = || {
                 let (logs, serving) = (&logs, &serving);
                 async move { logs.iter().all(|l| std::fs::read_to_string(l).is_ok_and(|t| t.contains(serving.as_str()))) }
@@ -446,7 +446,7 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
                     signal(p.pid, Signal::SIGSTOP);
                 }
             }
-            let advanced = holdfast_arbiter::epoch::advance_txn(&etcd, from).await;
+            let advanced = holdfast_store::epoch::advance_txn(&etcd, from).await;
             let switched = wait_for(Duration::from_secs(10), both_serve).await;
             if frozen {
                 for p in clients {
@@ -455,7 +455,7 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             }
             let advanced = advanced.context("the advance transaction")?;
             tokio::time::sleep(late).await;
-            let revoked = holdfast_arbiter::epoch::revoke_sessions(&etcd, &advanced.old_leases).await;
+            let revoked = holdfast_store::epoch::revoke_sessions(&etcd, &advanced.old_leases).await;
             if !switched {
                 bail!("epoch {to} committed but not every arbiter serves it within 10 s");
             }

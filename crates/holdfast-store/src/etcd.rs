@@ -1,7 +1,7 @@
 //! Connecting to etcd: one balanced client for grants, and one client per
 //! member for the Status calls that restore detection needs.
 
-use crate::config::EtcdConfig;
+use holdfast_config::EtcdConfig;
 use anyhow::Context;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use holdfast_model::seal::LogPosition;

@@ -4,14 +4,15 @@
 //! example and is parsed by a test. Errors name the file, the key and the fix,
 //! and every error is reported in one pass.
 
-use serde::Deserialize;
+use crate::etcd::EtcdConfig;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const DEFAULT_PATH: &str = "/etc/holdfast/arbiter.toml";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArbiterConfig {
     /// Address the lock.v1 gRPC server listens on.
@@ -37,10 +38,10 @@ pub struct ArbiterConfig {
     #[serde(default)]
     pub grants: GrantsConfig,
     /// Deliberately broken behaviour, for proving that the correctness gate
-    /// catches it. Exists only in debug (test) builds: a release build
-    /// refuses the `[mutation]` table as an unknown key.
-    #[cfg(debug_assertions)]
-    #[serde(default)]
+    /// catches it. Only an arbiter built with the `mutations` cargo feature
+    /// (test builds) acts on it; any other arbiter refuses to start when a
+    /// flag here is on.
+    #[serde(default, skip_serializing_if = "MutationConfig::is_off")]
     pub mutation: MutationConfig,
     /// How long to let in-flight calls finish after SIGTERM.
     #[serde(default = "default_drain", with = "humantime_serde")]
@@ -50,14 +51,14 @@ pub struct ArbiterConfig {
     pub tracing: TracingConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TracingConfig {
     /// Base URL of an OpenTelemetry collector's OTLP receiver, plain `http://`
     /// (e.g. a collector agent on the same host, which forwards with TLS).
     /// For http/protobuf `/v1/traces` is appended unless the URL has a path.
     /// Absent: nothing is exported and no connection is made.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
     /// `http/protobuf` (OTLP/HTTP, port 4318 by convention) or `grpc`
     /// (OTLP/gRPC, port 4317).
@@ -75,7 +76,7 @@ pub struct TracingConfig {
 }
 
 /// The OTLP transport.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OtlpProtocol {
     #[default]
     #[serde(rename = "http/protobuf")]
@@ -96,7 +97,7 @@ impl Default for TracingConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM server certificate chain presented to clients.
@@ -108,27 +109,8 @@ pub struct TlsConfig {
     pub client_ca_file: PathBuf,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EtcdConfig {
-    /// Client URLs of every member (list all of them: restore detection asks
-    /// each member and needs a majority to answer).
-    pub endpoints: Vec<String>,
-    /// Time allowed for one etcd call before it counts as failed.
-    #[serde(default = "default_request_timeout", with = "humantime_serde")]
-    pub request_timeout: Duration,
-    /// PEM CA that signed the etcd server certificates (for https endpoints).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// PEM client certificate for etcd, if etcd requires one.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// Key of `cert_file`. Must not be world-readable.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-}
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SealConfig {
     /// How often the arbiter re-checks the epoch record and the etcd log
@@ -140,7 +122,7 @@ pub struct SealConfig {
     pub watermark_interval: Duration,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WaitersConfig {
     /// Watch a held key for its release (a hint; every grant is still a full
@@ -150,8 +132,7 @@ pub struct WaitersConfig {
 }
 
 /// Test-build-only mutations of the arbiter (see `[mutation]`).
-#[cfg(debug_assertions)]
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MutationConfig {
     /// Release deletes the hold key without checking its create revision
@@ -172,7 +153,44 @@ pub struct MutationConfig {
     pub token_from_counter: bool,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+impl MutationConfig {
+    /// No mutation is on (the config of every real arbiter).
+    pub fn is_off(&self) -> bool {
+        self.on().is_empty()
+    }
+
+    /// Turns one mutation on by its name (as in `[mutation]`).
+    pub fn set(&mut self, name: &str) -> Result<(), String> {
+        let flag = match name {
+            "release_unguarded" => &mut self.release_unguarded,
+            "no_epoch_compare" => &mut self.no_epoch_compare,
+            "no_session_compare" => &mut self.no_session_compare,
+            "token_from_counter" => &mut self.token_from_counter,
+            _ => {
+                return Err(format!(
+                    "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare and token_from_counter"
+                ));
+            }
+        };
+        *flag = true;
+        Ok(())
+    }
+
+    /// The names of the mutations that are on.
+    pub fn on(&self) -> Vec<&'static str> {
+        [
+            (self.release_unguarded, "release_unguarded"),
+            (self.no_epoch_compare, "no_epoch_compare"),
+            (self.no_session_compare, "no_session_compare"),
+            (self.token_from_counter, "token_from_counter"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GrantsConfig {
     /// Fold concurrent grants for different keys into one etcd transaction
@@ -219,9 +237,6 @@ fn default_export_timeout() -> Duration {
 fn default_drain() -> Duration {
     Duration::from_secs(10)
 }
-fn default_request_timeout() -> Duration {
-    Duration::from_secs(5)
-}
 fn default_check_interval() -> Duration {
     Duration::from_secs(1)
 }
@@ -238,6 +253,30 @@ pub struct ConfigError {
 }
 
 impl ArbiterConfig {
+    /// A config with every optional key at its default: what a launcher
+    /// starts from before setting what it needs.
+    pub fn new(tls: TlsConfig, etcd: EtcdConfig) -> Self {
+        ArbiterConfig {
+            listen: default_listen(),
+            metrics_listen: default_metrics_listen(),
+            cluster_name: default_cluster_name(),
+            tls,
+            etcd,
+            seal: SealConfig::default(),
+            waiters: WaitersConfig::default(),
+            grants: GrantsConfig::default(),
+            mutation: MutationConfig::default(),
+            drain_timeout: default_drain(),
+            tracing: TracingConfig::default(),
+        }
+    }
+
+    /// The config as `arbiter.toml` text; [`ArbiterConfig::load`] reads it
+    /// back unchanged.
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let err = |problems: Vec<String>| ConfigError { path: path.display().to_string(), problems };
@@ -315,7 +354,7 @@ impl TracingConfig {
 }
 
 fn otlp_endpoint_problem(endpoint: &str) -> Result<(), String> {
-    let uri: hyper::Uri = endpoint.parse().map_err(|e| format!("not a URL ({e}); write e.g. \"http://127.0.0.1:4318\""))?;
+    let uri: http::Uri = endpoint.parse().map_err(|e| format!("not a URL ({e}); write e.g. \"http://127.0.0.1:4318\""))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -351,6 +390,28 @@ pub fn secret_file_problem(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rendered_config_reads_back_the_same() {
+        let mut c = ArbiterConfig::new(
+            TlsConfig { cert_file: "/t/c.pem".into(), key_file: "/t/k.pem".into(), client_ca_file: "/t/ca.pem".into() },
+            EtcdConfig::plain(vec!["http://127.0.0.1:2379".into()]),
+        );
+        c.etcd.ca_file = Some("/t/etcd-ca.pem".into());
+        c.seal.check_interval = Duration::from_millis(200);
+        c.grants.group_commit = true;
+        c.tracing.otlp_endpoint = Some("http://127.0.0.1:4318".into());
+        let text = c.to_toml().unwrap();
+        assert!(!text.contains("[mutation]"), "a real arbiter's config has no [mutation] table:\n{text}");
+        let back: ArbiterConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.to_toml().unwrap(), text);
+        assert_eq!(back.seal.check_interval, Duration::from_millis(200));
+        assert_eq!(back.etcd, c.etcd);
+        c.mutation.no_epoch_compare = true;
+        let text = c.to_toml().unwrap();
+        let back: ArbiterConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.mutation.on(), vec!["no_epoch_compare"]);
+    }
 
     #[test]
     fn the_example_config_parses() {

@@ -6,11 +6,13 @@
 use super::net::{Host, Net};
 use super::proxy::{self, Controls};
 use anyhow::Context;
+use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
+use holdfast_config::EtcdConfig;
+use holdfast_devkit::arbiter::{ArbiterProcess, Launch};
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
-use holdfast_devkit::notify::NotifySocket;
 use holdfast_devkit::pki::{DevCa, Issued};
+use holdfast_store::etcd::Etcd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,11 +25,18 @@ pub const ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub struct ArbiterProc {
     pub host: Host,
-    pub config: PathBuf,
-    pub log: PathBuf,
-    pub child: Option<Child>,
+    pub launch: Launch,
+    pub process: Option<ArbiterProcess>,
     /// libfaketime's control file, when the arbiter runs under it.
     pub clock_file: Option<PathBuf>,
+}
+
+/// What the gate changes in every arbiter's config: group commit, and (test
+/// builds) one deliberate bug.
+#[derive(Debug, Clone, Default)]
+pub struct ArbiterOptions {
+    pub group_commit: bool,
+    pub mutation: Option<String>,
 }
 
 pub struct Cluster {
@@ -39,13 +48,13 @@ pub struct Cluster {
     pub proxies: Vec<Arc<Controls>>,
     pub ca: DevCa,
     pub client_cert: Issued,
-    arbiter_bin: PathBuf,
 }
 
 impl Cluster {
     /// Starts the members in `net.hosts[0..3]` and the arbiters in
     /// `net.hosts[3..5]`, initialises the epoch and waits for READY=1.
-    pub async fn start(dir: &Path, net: &Net, bin: EtcdBinary, extra_config: &str, say: &dyn Fn(&str)) -> anyhow::Result<Self> {
+    pub async fn start(dir: &Path, net: &Net, bin: EtcdBinary, options: &ArbiterOptions, say: &dyn Fn(&str)) -> anyhow::Result<Self> {
+        let arbiter_bin = holdfast_devkit::arbiter::locate()?;
         let ca = DevCa::open_or_create(&dir.join("tls"))?;
         let client_cert = ca.workload("gate-client", "gate/client")?;
         let spec = ClusterSpec {
@@ -69,7 +78,6 @@ impl Cluster {
             proxies: Vec::new(),
             ca,
             client_cert,
-            arbiter_bin: crate::dev::locate_arbiter()?,
         };
         for i in 0..3 {
             let p = cluster.spawn_member(i, net)?;
@@ -78,7 +86,7 @@ impl Cluster {
         let urls = cluster.spec.client_urls();
         holdfast_devkit::etcd::wait_ready(&urls, Duration::from_secs(60)).await.context("the gate's etcd cluster did not start; see etcd-e*.log")?;
         let etcd = cluster.holdfast_etcd().await?;
-        holdfast_arbiter::epoch::init(&etcd, |m| say(m)).await.context("initialising the epoch")?;
+        holdfast_store::epoch::init(&etcd, |m| say(m)).await.context("initialising the epoch")?;
 
         // Proxies for arbiter 1: gateway:23790+i -> member i.
         let mut proxied = Vec::new();
@@ -92,23 +100,35 @@ impl Cluster {
         for (a, endpoints) in [(0usize, urls), (1, proxied)] {
             let host = net.hosts[3 + a].clone();
             let server = cluster.ca.issue(&format!("arbiter{a}"), &[&host.ip], &[&format!("spiffe://holdfast.dev/holdfast/arbiter{a}")])?;
-            let config = dir.join(format!("arbiter{a}.toml"));
-            let eps = endpoints.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join(", ");
-            std::fs::write(
-                &config,
-                format!(
-                    "listen = \"{ip}:{ARBITER_PORT}\"\nmetrics_listen = \"{ip}:9100\"\ncluster_name = \"gate\"\ndrain_timeout = \"2s\"\n[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [{eps}]\nrequest_timeout = \"2s\"\n[seal]\ncheck_interval = \"500ms\"\nwatermark_interval = \"2s\"\n{extra_config}",
-                    server.cert.display().to_string(),
-                    server.key.display().to_string(),
-                    cluster.ca.ca_path().display().to_string(),
-                    ip = host.ip,
-                ),
-            )?;
+            let mut config = ArbiterConfig::new(
+                TlsConfig { cert_file: server.cert.clone(), key_file: server.key.clone(), client_ca_file: cluster.ca.ca_path() },
+                EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(endpoints) },
+            );
+            let ip: std::net::IpAddr = host.ip.parse().with_context(|| format!("arbiter address {}", host.ip))?;
+            config.listen = (ip, ARBITER_PORT).into();
+            config.metrics_listen = (ip, 9100).into();
+            config.cluster_name = "gate".into();
+            config.drain_timeout = Duration::from_secs(2);
+            config.seal.check_interval = Duration::from_millis(500);
+            config.seal.watermark_interval = Duration::from_secs(2);
+            config.grants.group_commit = options.group_commit;
+            if let Some(m) = &options.mutation {
+                config.mutation.set(m).map_err(|e| anyhow::anyhow!("--mutation: {e}"))?;
+            }
+            let mut launch = Launch::new(arbiter_bin.clone(), config, dir, &format!("arbiter{a}"));
+            launch.written_by = "Written by holdfast-gate".into();
+            launch.wrapper = net.wrapper(&host);
+            launch.env.push(("HOLDFAST_LOG".into(), "info".into()));
             let clock_file = (a == 1).then(|| dir.join("arbiter1.faketime"));
             if let Some(f) = &clock_file {
                 super::faults::write_clock_spec(f, 0, ARBITER1_CLOCK_RATE)?;
+                launch.env.extend([
+                    ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+                    ("FAKETIME_TIMESTAMP_FILE".into(), f.display().to_string()),
+                    ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+                ]);
             }
-            cluster.arbiters.push(ArbiterProc { host, config, log: dir.join(format!("arbiter{a}.log")), child: None, clock_file });
+            cluster.arbiters.push(ArbiterProc { host, launch, process: None, clock_file });
         }
         for a in 0..cluster.arbiters.len() {
             cluster.start_arbiter(a, net)?;
@@ -137,41 +157,19 @@ impl Cluster {
     }
 
     /// Starts arbiter `a` and waits for READY=1.
-    pub fn start_arbiter(&mut self, a: usize, net: &Net) -> anyhow::Result<()> {
-        let arb = &self.arbiters[a];
-        let notify_path = self.dir.join(format!("arbiter{a}.notify"));
-        let _ = std::fs::remove_file(&notify_path);
-        let mut notify = NotifySocket::bind(&notify_path)?;
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&arb.log)?;
-        let mut cmd = Command::new("ip");
-        cmd.args(&net.wrapper(&arb.host)[1..])
-            .arg(&self.arbiter_bin)
-            .arg("--config")
-            .arg(&arb.config)
-            .env("NOTIFY_SOCKET", notify.path())
-            .env("HOLDFAST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out);
-        if let Some(f) = &arb.clock_file {
-            cmd.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
-        }
-        let mut child = cmd.spawn().context("starting holdfast-arbiter in its namespace")?;
-        notify
-            .wait_ready(Duration::from_secs(60), || matches!(child.try_wait(), Ok(None)))
-            .with_context(|| format!("arbiter {a} did not become ready; see {}", self.arbiters[a].log.display()))?;
-        self.arbiters[a].child = Some(child);
+    pub fn start_arbiter(&mut self, a: usize, _net: &Net) -> anyhow::Result<()> {
+        let process = ArbiterProcess::start(&self.arbiters[a].launch, Duration::from_secs(60)).with_context(|| format!("arbiter {a}"))?;
+        self.arbiters[a].process = Some(process);
         Ok(())
     }
 
     pub fn arbiter_pid(&self, a: usize) -> Option<u32> {
-        self.arbiters[a].child.as_ref().map(Child::id)
+        self.arbiters[a].process.as_ref().and_then(ArbiterProcess::pid)
     }
 
     pub fn kill_arbiter(&mut self, a: usize) {
-        if let Some(mut c) = self.arbiters[a].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut p) = self.arbiters[a].process.take() {
+            p.kill();
         }
     }
 
@@ -195,15 +193,8 @@ impl Cluster {
 
     /// The arbiter's etcd handle over every member (for the epoch
     /// procedures).
-    pub async fn holdfast_etcd(&self) -> anyhow::Result<holdfast_arbiter::etcd::Etcd> {
-        Ok(holdfast_arbiter::etcd::Etcd::connect(&holdfast_arbiter::config::EtcdConfig {
-            endpoints: self.spec.client_urls(),
-            request_timeout: Duration::from_secs(5),
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-        })
-        .await?)
+    pub async fn holdfast_etcd(&self) -> anyhow::Result<Etcd> {
+        Etcd::connect(&EtcdConfig::plain(self.spec.client_urls())).await
     }
 
     /// An etcd client over every member (from the host namespace).
@@ -215,9 +206,11 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         for a in &mut self.arbiters {
-            if let Some(mut c) = a.child.take() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGCONT);
-                holdfast_devkit::etcd::terminate(&mut c, Duration::from_secs(5));
+            if let Some(mut p) = a.process.take() {
+                if let Some(pid) = p.pid() {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGCONT);
+                }
+                p.stop(Duration::from_secs(5));
             }
         }
         for m in self.members.iter_mut().flatten() {
@@ -230,8 +223,8 @@ impl Drop for Cluster {
 }
 
 /// The epoch in `/sys/epoch` now.
-pub async fn epoch_of(etcd: &holdfast_arbiter::etcd::Etcd) -> anyhow::Result<u32> {
-    let sys = holdfast_arbiter::epoch::read_sys(etcd).await?;
+pub async fn epoch_of(etcd: &Etcd) -> anyhow::Result<u32> {
+    let sys = holdfast_store::epoch::read_sys(etcd).await?;
     Ok(sys.epoch.context("the epoch is not initialised")?.0.epoch)
 }
 

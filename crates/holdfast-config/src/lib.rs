@@ -1,0 +1,15 @@
+//! holdfast's configuration files as typed structs.
+//!
+//! Every struct both parses (`Deserialize`, unknown keys refused) and renders
+//! (`Serialize`): the dev appliance, the correctness gate and the tests write
+//! a daemon's config from the same struct the daemon reads, so a new key is
+//! added in one place.
+//!
+//! - [`arbiter`]: `arbiter.toml`.
+//! - [`etcd`]: the `[etcd]` section shared by every daemon and tool.
+
+pub mod arbiter;
+pub mod etcd;
+
+pub use arbiter::ArbiterConfig;
+pub use etcd::EtcdConfig;

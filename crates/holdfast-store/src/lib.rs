@@ -1,0 +1,17 @@
+//! The etcd store layer: everything the arbiter and the tools both need to
+//! talk to the lock key space (whose layout is `holdfast_model::layout`).
+//!
+//! - [`etcd`]: the connection (one balanced client, one per member).
+//! - [`txn`]: the grant and release transactions.
+//! - [`epoch`]: the epoch record, `epoch init`, the advance transaction, the
+//!   durable seal and the log-offset watermark.
+//! - `mutation` (feature `mutations`, test builds only): deliberate bugs for
+//!   the correctness gate.
+
+pub mod epoch;
+pub mod etcd;
+#[cfg(feature = "mutations")]
+pub mod mutation;
+pub mod txn;
+
+pub use etcd::Etcd;

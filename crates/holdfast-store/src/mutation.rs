@@ -1,0 +1,39 @@
+//! Test builds only (the `mutations` feature): deliberate bugs that the
+//! correctness gate must catch, switched on by `[mutation]` in arbiter.toml.
+//! A build without the feature has none of this code.
+
+use holdfast_config::arbiter::MutationConfig;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Release deletes the hold without its create-revision and lease guard.
+pub static RELEASE_UNGUARDED: AtomicBool = AtomicBool::new(false);
+/// The grant transaction does not compare `/sys/epoch`.
+pub static NO_EPOCH_COMPARE: AtomicBool = AtomicBool::new(false);
+/// The grant transaction does not compare the session record.
+pub static NO_SESSION_COMPARE: AtomicBool = AtomicBool::new(false);
+/// Tokens come from a local counter instead of the commit revision.
+pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub fn on(flag: &AtomicBool) -> bool {
+    flag.load(Ordering::Relaxed)
+}
+
+/// Switches on every mutation the config names; returns their names.
+pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
+    for (on, flag) in [
+        (config.release_unguarded, &RELEASE_UNGUARDED),
+        (config.no_epoch_compare, &NO_EPOCH_COMPARE),
+        (config.no_session_compare, &NO_SESSION_COMPARE),
+        (config.token_from_counter, &TOKEN_FROM_COUNTER),
+    ] {
+        flag.store(on, Ordering::Relaxed);
+    }
+    config.on()
+}
+
+/// The revision a token is minted from: the commit revision, or with
+/// `token_from_counter` the next value of a local counter.
+pub fn token_revision(revision: i64) -> i64 {
+    if on(&TOKEN_FROM_COUNTER) { COUNTER.fetch_add(1, Ordering::Relaxed) as i64 + 1 } else { revision }
+}

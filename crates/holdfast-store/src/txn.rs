@@ -1,0 +1,59 @@
+//! The grant and release transactions: the only two writes to a hold.
+//!
+//! The arbiter sends them (`holdfast_arbiter::grant`); `holdfast-bench`
+//! sends the same transactions straight to etcd to measure what the arbiter
+//! adds.
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use holdfast_model::layout;
+
+/// The grant transaction (also used by `holdfast-bench` to measure etcd
+/// without the arbiter): the hold is absent, the epoch record is exactly
+/// `epoch_bytes`, the session record is exactly `session_bytes`, no seal;
+/// then put the hold on the session's lease. On failure it reads back the
+/// hold, session, epoch and seal so the refusal can be classified.
+pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: &[u8], hold_bytes: &[u8], waiter_key: Option<&str>) -> Txn {
+    let session_key = layout::session_key(lease);
+    let mut compares = vec![
+        Compare::create_revision(hold_key, CompareOp::Equal, 0),
+        Compare::value(layout::EPOCH_KEY, CompareOp::Equal, epoch_bytes.to_vec()),
+        Compare::value(session_key.as_str(), CompareOp::Equal, session_bytes.to_vec()),
+        Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0),
+    ];
+    #[cfg(feature = "mutations")]
+    {
+        if crate::mutation::on(&crate::mutation::NO_SESSION_COMPARE) {
+            compares.remove(2);
+        }
+        if crate::mutation::on(&crate::mutation::NO_EPOCH_COMPARE) {
+            compares.remove(1);
+        }
+    }
+    let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
+    if let Some(w) = waiter_key {
+        compares.push(Compare::version(w, CompareOp::Greater, 0));
+        then.push(TxnOp::delete(w, None));
+    }
+    Txn::new().when(compares).and_then(then).or_else([
+        TxnOp::get(hold_key, None),
+        TxnOp::get(session_key.as_str(), None),
+        TxnOp::get(layout::EPOCH_KEY, None),
+        TxnOp::get(layout::SEAL_KEY, None),
+    ])
+}
+
+/// The release transaction: delete the hold only if it is exactly the one
+/// granted at `create_revision` to `lease`.
+pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn {
+    #[cfg(feature = "mutations")]
+    if crate::mutation::on(&crate::mutation::RELEASE_UNGUARDED) {
+        return Txn::new().when([Compare::version(hold_key, CompareOp::Greater, 0)]).and_then([TxnOp::delete(hold_key, None)]);
+    }
+    Txn::new()
+        .when([
+            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
+            Compare::lease(hold_key, CompareOp::Equal, lease),
+        ])
+        .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
+}
+

@@ -1,0 +1,10 @@
+//! Fixtures for the lab (the gate, the fence and pause-test tests, the
+//! end-to-end suite); never packaged.
+//!
+//! - [`postgres`]: a throwaway PostgreSQL cluster from Debian's packages.
+//! - [`s3`]: a real S3-compatible server (versitygw) on loopback.
+//! - [`etcdlog`]: etcd's revision history as the checkers' `EtcdLog`.
+
+pub mod etcdlog;
+pub mod postgres;
+pub mod s3;
