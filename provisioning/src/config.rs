@@ -197,11 +197,7 @@ pub struct ProbeConfig {
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        ProbeConfig {
-            max_p99: default_p99(),
-            samples: default_samples(),
-            write_size: default_write_size(),
-        }
+        ProbeConfig { max_p99: default_p99(), samples: default_samples(), write_size: default_write_size() }
     }
 }
 fn default_p99() -> Duration {
@@ -226,19 +222,10 @@ impl ProvisionConfig {
 
     /// Parses and validates config text; `path` is only used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ProvisionError> {
-        let cfg: ProvisionConfig = toml::from_str(text).map_err(|e| ProvisionError::Config {
-            path: path.to_owned(),
-            problems: vec![e.to_string()],
-        })?;
+        let cfg: ProvisionConfig =
+            toml::from_str(text).map_err(|e| ProvisionError::Config { path: path.to_owned(), problems: vec![e.to_string()] })?;
         let problems = cfg.problems();
-        if problems.is_empty() {
-            Ok(cfg)
-        } else {
-            Err(ProvisionError::Config {
-                path: path.to_owned(),
-                problems,
-            })
-        }
+        if problems.is_empty() { Ok(cfg) } else { Err(ProvisionError::Config { path: path.to_owned(), problems }) }
     }
 
     /// Every semantic problem, each naming its key and the fix.
@@ -254,17 +241,11 @@ impl ProvisionConfig {
         }
         let n = self.tang.servers.len() as u32;
         if self.tang.threshold == 0 || self.tang.threshold > n {
-            p.push(format!(
-                "tang.threshold: {} must be between 1 and the number of servers ({n})",
-                self.tang.threshold
-            ));
+            p.push(format!("tang.threshold: {} must be between 1 and the number of servers ({n})", self.tang.threshold));
         }
         for s in &self.tang.servers {
             if !(s.url.starts_with("http://") || s.url.starts_with("https://")) {
-                p.push(format!(
-                    "tang.servers: url {:?} must start with http:// or https://",
-                    s.url
-                ));
+                p.push(format!("tang.servers: url {:?} must start with http:// or https://", s.url));
             }
         }
         if !self.disk.data_dir.starts_with(&self.disk.mount_point) {
@@ -274,34 +255,20 @@ impl ProvisionConfig {
                 self.disk.mount_point.display()
             ));
         }
-        if u32::from_str_radix(self.disk.mode.trim_start_matches("0o"), 8)
-            .map_or(true, |m| m > 0o7777)
-        {
-            p.push(format!(
-                "disk.mode: {:?} is not an octal mode such as \"0700\"",
-                self.disk.mode
-            ));
+        if u32::from_str_radix(self.disk.mode.trim_start_matches("0o"), 8).map_or(true, |m| m > 0o7777) {
+            p.push(format!("disk.mode: {:?} is not an octal mode such as \"0700\"", self.disk.mode));
         }
         if self.disk.mapper_name.is_empty() || self.disk.mapper_name.contains('/') {
-            p.push(format!(
-                "disk.mapper_name: {:?} must be a non-empty name without '/'",
-                self.disk.mapper_name
-            ));
+            p.push(format!("disk.mapper_name: {:?} must be a non-empty name without '/'", self.disk.mapper_name));
         }
         if self.tune.io_priority > 7 {
-            p.push(format!(
-                "tune.io_priority: {} must be 0 (highest) to 7",
-                self.tune.io_priority
-            ));
+            p.push(format!("tune.io_priority: {} must be 0 (highest) to 7", self.tune.io_priority));
         }
         if !(-20..=19).contains(&self.tune.nice) {
             p.push(format!("tune.nice: {} must be -20 to 19", self.tune.nice));
         }
         if self.probe.samples < 100 {
-            p.push(format!(
-                "probe.samples: {} is too few for a p99; use at least 100",
-                self.probe.samples
-            ));
+            p.push(format!("probe.samples: {} is too few for a p99; use at least 100", self.probe.samples));
         }
         if self.probe.write_size == 0 {
             p.push("probe.write_size: must be at least 1 byte".into());

@@ -83,22 +83,13 @@ pub struct DeviceState {
 impl DeviceState {
     /// Formatted by us and finished: LUKS2, Clevis-bound, no other keyslot.
     pub fn is_provisioned(&self) -> bool {
-        self.luks.as_deref() == Some("LUKS2")
-            && !self.clevis_keyslots.is_empty()
-            && self.other_keyslots.is_empty()
+        self.luks.as_deref() == Some("LUKS2") && !self.clevis_keyslots.is_empty() && self.other_keyslots.is_empty()
     }
 }
 
-fn crypt_err(
-    step: &str,
-    device: &Path,
-) -> impl FnOnce(libcryptsetup_rs::LibcryptErr) -> ProvisionError {
+fn crypt_err(step: &str, device: &Path) -> impl FnOnce(libcryptsetup_rs::LibcryptErr) -> ProvisionError {
     let (step, device) = (step.to_string(), device.display().to_string());
-    move |source| ProvisionError::Crypt {
-        step,
-        device,
-        source,
-    }
+    move |source| ProvisionError::Crypt { step, device, source }
 }
 
 /// Runs a tool, feeding `stdin`; returns stdout, or an error with its stderr and `hint`.
@@ -111,25 +102,20 @@ fn run(cmd: &mut Command, stdin: Option<&[u8]>, hint: &str) -> Result<Vec<u8>> {
         .spawn()
         .map_err(|e| ProvisionError::Tool {
             tool: name.clone(),
-            detail: format!("cannot run it: {e}; install it with scripts/install-deps (Debian: clevis, clevis-luks, cryptsetup-bin, util-linux)"),
+            detail: format!(
+                "cannot run it: {e}; install it with scripts/install-deps (Debian: clevis, clevis-luks, cryptsetup-bin, util-linux)"
+            ),
         })?;
     if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(data)
-            .map_err(|e| ProvisionError::io(format!("writing to {name}"), e))?;
+        pipe.write_all(data).map_err(|e| ProvisionError::io(format!("writing to {name}"), e))?;
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| ProvisionError::io(format!("waiting for {name}"), e))?;
+    let out = child.wait_with_output().map_err(|e| ProvisionError::io(format!("waiting for {name}"), e))?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
         Err(ProvisionError::Tool {
             tool: format!("{name} {:?}", cmd.get_args().collect::<Vec<_>>()),
-            detail: format!(
-                "{} ({}); {hint}",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                out.status
-            ),
+            detail: format!("{} ({}); {hint}", String::from_utf8_lossy(&out.stderr).trim(), out.status),
         })
     }
 }
@@ -176,12 +162,7 @@ fn clevis_slots(cd: &mut CryptDevice) -> Vec<u32> {
         if json.get("type").and_then(|v| v.as_str()) != Some("clevis") {
             continue;
         }
-        for s in json
-            .get("keyslots")
-            .and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-        {
+        for s in json.get("keyslots").and_then(|v| v.as_array()).into_iter().flatten() {
             if let Some(n) = s.as_str().and_then(|s| s.parse().ok()) {
                 slots.push(n);
             }
@@ -200,11 +181,7 @@ pub fn inspect(device: &Path) -> Result<DeviceState> {
             device.display()
         )));
     }
-    let mut st = DeviceState {
-        device: device.to_owned(),
-        signature: signature(device)?,
-        ..Default::default()
-    };
+    let mut st = DeviceState { device: device.to_owned(), signature: signature(device)?, ..Default::default() };
     if let Some(mut cd) = open_luks(device)? {
         st.luks = cd.format_handle().get_type().ok().map(|t| match t {
             EncryptionFormat::Luks2 => "LUKS2".to_string(),
@@ -212,20 +189,12 @@ pub fn inspect(device: &Path) -> Result<DeviceState> {
             other => format!("{other:?}"),
         });
         for s in 0..MAX_SLOTS {
-            if matches!(
-                cd.keyslot_handle().status(s),
-                Ok(KeyslotInfo::Active | KeyslotInfo::ActiveLast)
-            ) {
+            if matches!(cd.keyslot_handle().status(s), Ok(KeyslotInfo::Active | KeyslotInfo::ActiveLast)) {
                 st.keyslots.push(s);
             }
         }
         st.clevis_keyslots = clevis_slots(&mut cd);
-        st.other_keyslots = st
-            .keyslots
-            .iter()
-            .copied()
-            .filter(|s| !st.clevis_keyslots.contains(s))
-            .collect();
+        st.other_keyslots = st.keyslots.iter().copied().filter(|s| !st.clevis_keyslots.contains(s)).collect();
     }
     Ok(st)
 }
@@ -268,35 +237,24 @@ pub fn format_and_bind(
     let state = inspect(dev)?;
     let mut steps = Vec::new();
     if state.is_provisioned() && !force {
-        steps.push(format!("{} is already LUKS2, bound to Tang (keyslots {:?}), no passphrase keyslot: nothing to do", dev.display(), state.clevis_keyslots));
-        return Ok(FormatOutcome {
-            changed: false,
-            steps,
-            state,
-        });
+        steps.push(format!(
+            "{} is already LUKS2, bound to Tang (keyslots {:?}), no passphrase keyslot: nothing to do",
+            dev.display(),
+            state.clevis_keyslots
+        ));
+        return Ok(FormatOutcome { changed: false, steps, state });
     }
     if state.luks.is_some() && !state.clevis_keyslots.is_empty() && !force {
         // An earlier run bound Clevis but did not finish removing the temporary slot.
-        steps.push(format!(
-            "prove the Clevis keyslot opens through Tang, then destroy keyslots {:?}",
-            state.other_keyslots
-        ));
+        steps.push(format!("prove the Clevis keyslot opens through Tang, then destroy keyslots {:?}", state.other_keyslots));
         if dry_run {
-            return Ok(FormatOutcome {
-                changed: true,
-                steps,
-                state,
-            });
+            return Ok(FormatOutcome { changed: true, steps, state });
         }
         progress("completing an interrupted run: checking the Clevis keyslot through Tang");
         let key = recover_key(dev, tang, &state.clevis_keyslots)?;
         verify_key(dev, &key)?;
         remove_other_keyslots(dev)?;
-        return Ok(FormatOutcome {
-            changed: true,
-            steps,
-            state: finished(dev)?,
-        });
+        return Ok(FormatOutcome { changed: true, steps, state: finished(dev)? });
     }
     if !force {
         if let Some(what) = state.luks.clone().or(state.signature.clone()) {
@@ -311,29 +269,18 @@ pub fn format_and_bind(
         }
     }
     if state.signature.is_some() {
-        steps.push(format!(
-            "wipe signatures ({}) with wipefs (forced)",
-            state.signature.as_deref().unwrap_or("")
-        ));
+        steps.push(format!("wipe signatures ({}) with wipefs (forced)", state.signature.as_deref().unwrap_or("")));
     }
     steps.push("format LUKS2 (aes-xts-plain64, 512-bit key) through libcryptsetup with a temporary random keyslot".into());
     steps.push(format!("clevis luks bind sss {}", sss_policy(tang)?));
     steps.push("prove the Clevis keyslot opens through Tang".into());
     steps.push("destroy the temporary keyslot: no passphrase keyslot remains".into());
     if dry_run {
-        return Ok(FormatOutcome {
-            changed: true,
-            steps,
-            state,
-        });
+        return Ok(FormatOutcome { changed: true, steps, state });
     }
     if state.signature.is_some() {
         progress("wiping existing signatures (--force)");
-        run(
-            Command::new("wipefs").arg("--all").arg(dev),
-            None,
-            "check nothing has the device open",
-        )?;
+        run(Command::new("wipefs").arg("--all").arg(dev), None, "check nothing has the device open")?;
     }
     progress("formatting LUKS2 through libcryptsetup");
     // Hex, because `clevis luks bind -k -` reads the key through a shell
@@ -342,23 +289,14 @@ pub fn format_and_bind(
         use rand::RngCore;
         let mut b = [0u8; 32];
         rand::rng().fill_bytes(&mut b);
-        let hex: Vec<u8> = b
-            .iter()
-            .flat_map(|x| format!("{x:02x}").into_bytes())
-            .collect();
+        let hex: Vec<u8> = b.iter().flat_map(|x| format!("{x:02x}").into_bytes()).collect();
         b.fill(0);
         Secret(hex)
     };
     {
         let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
         cd.context_handle()
-            .format::<()>(
-                EncryptionFormat::Luks2,
-                ("aes", "xts-plain64"),
-                None,
-                Either::Right(64),
-                None,
-            )
+            .format::<()>(EncryptionFormat::Luks2, ("aes", "xts-plain64"), None, Either::Right(64), None)
             .map_err(crypt_err("formatting LUKS2", dev))?;
         // The temporary slot is destroyed within seconds: a cheap KDF is enough.
         let cheap = CryptPbkdfType {
@@ -370,9 +308,7 @@ pub fn format_and_bind(
             parallel_threads: 0,
             flags: libcryptsetup_rs::consts::flags::CryptPbkdf::NO_BENCHMARK,
         };
-        cd.settings_handle()
-            .set_pbkdf_type(&cheap)
-            .map_err(crypt_err("setting the temporary keyslot's KDF", dev))?;
+        cd.settings_handle().set_pbkdf_type(&cheap).map_err(crypt_err("setting the temporary keyslot's KDF", dev))?;
         cd.keyslot_handle()
             .add_by_key(None, None, temp.bytes(), CryptVolumeKey::empty())
             .map_err(crypt_err("adding the temporary keyslot", dev))?;
@@ -380,10 +316,7 @@ pub fn format_and_bind(
     progress("binding to Tang with clevis luks bind (sss)");
     let policy = sss_policy(tang)?;
     run(
-        Command::new("clevis")
-            .args(["luks", "bind", "-y", "-d"])
-            .arg(dev)
-            .args(["-k", "-", "sss", &policy]),
+        Command::new("clevis").args(["luks", "bind", "-y", "-d"]).arg(dev).args(["-k", "-", "sss", &policy]),
         Some(temp.bytes()),
         "check that the Tang servers in provision.toml answer GET /adv from this host",
     )?;
@@ -399,11 +332,7 @@ pub fn format_and_bind(
     verify_key(dev, &key)?;
     progress("destroying the temporary keyslot");
     remove_other_keyslots(dev)?;
-    Ok(FormatOutcome {
-        changed: true,
-        steps,
-        state: finished(dev)?,
-    })
+    Ok(FormatOutcome { changed: true, steps, state: finished(dev)? })
 }
 
 fn finished(dev: &Path) -> Result<DeviceState> {
@@ -429,13 +358,9 @@ pub fn remove_other_keyslots(dev: &Path) -> Result<Vec<u32>> {
         )));
     }
     let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-    cd.context_handle()
-        .load::<()>(Some(EncryptionFormat::Luks2), None)
-        .map_err(crypt_err("loading the LUKS2 header", dev))?;
+    cd.context_handle().load::<()>(Some(EncryptionFormat::Luks2), None).map_err(crypt_err("loading the LUKS2 header", dev))?;
     for &s in &st.other_keyslots {
-        cd.keyslot_handle()
-            .destroy(s)
-            .map_err(crypt_err(&format!("destroying keyslot {s}"), dev))?;
+        cd.keyslot_handle().destroy(s).map_err(crypt_err(&format!("destroying keyslot {s}"), dev))?;
     }
     Ok(st.other_keyslots)
 }
@@ -451,28 +376,16 @@ pub fn recover_key(dev: &Path, tang: &TangConfig, slots: &[u32]) -> Result<Secre
             .args(["-s", &s.to_string()])
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| {
-                ProvisionError::io(
-                    "running clevis luks pass (install clevis-luks with scripts/install-deps)",
-                    e,
-                )
-            })?;
+            .map_err(|e| ProvisionError::io("running clevis luks pass (install clevis-luks with scripts/install-deps)", e))?;
         let secret = Secret(out.stdout);
         if out.status.success() && !secret.is_empty() {
             return Ok(secret);
         }
-        last = String::from_utf8_lossy(&out.stderr)
-            .trim()
-            .replace('\n', "; ");
+        last = String::from_utf8_lossy(&out.stderr).trim().replace('\n', "; ");
     }
     Err(ProvisionError::TangUnreachable {
         device: dev.display().to_string(),
-        servers: tang
-            .servers
-            .iter()
-            .map(|s| format!("{} in {}", s.url, s.hall))
-            .collect::<Vec<_>>()
-            .join(", "),
+        servers: tang.servers.iter().map(|s| format!("{} in {}", s.url, s.hall)).collect::<Vec<_>>().join(", "),
         detail: last,
     })
 }
@@ -481,9 +394,7 @@ pub fn recover_key(dev: &Path, tang: &TangConfig, slots: &[u32]) -> Result<Secre
 /// `cryptsetup open --test-passphrase`). Returns the keyslot it opened.
 pub fn verify_key(dev: &Path, key: &[u8]) -> Result<u32> {
     let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-    cd.context_handle()
-        .load::<()>(Some(EncryptionFormat::Luks2), None)
-        .map_err(crypt_err("loading the LUKS2 header", dev))?;
+    cd.context_handle().load::<()>(Some(EncryptionFormat::Luks2), None).map_err(crypt_err("loading the LUKS2 header", dev))?;
     cd.activate_handle()
         .activate_by_passphrase(None, None, key, CryptActivate::empty())
         .map_err(crypt_err("checking the key recovered from Tang", dev))
@@ -492,9 +403,7 @@ pub fn verify_key(dev: &Path, key: &[u8]) -> Result<u32> {
 /// Activates `/dev/mapper/<name>` with a key. Needs device-mapper (dm_crypt).
 pub fn activate(dev: &Path, name: &str, key: &[u8]) -> Result<()> {
     let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-    cd.context_handle()
-        .load::<()>(Some(EncryptionFormat::Luks2), None)
-        .map_err(crypt_err("loading the LUKS2 header", dev))?;
+    cd.context_handle().load::<()>(Some(EncryptionFormat::Luks2), None).map_err(crypt_err("loading the LUKS2 header", dev))?;
     cd.activate_handle()
         .activate_by_passphrase(Some(name), None, key, CryptActivate::ALLOW_DISCARDS)
         .map(|_| ())
@@ -517,12 +426,7 @@ pub struct UnlockOutcome {
 
 /// Unlocks through Tang, creates the file system if the volume is empty,
 /// mounts it and creates the data directory. Idempotent.
-pub fn unlock(
-    disk: &DiskConfig,
-    tang: &TangConfig,
-    dry_run: bool,
-    progress: &mut dyn FnMut(&str),
-) -> Result<UnlockOutcome> {
+pub fn unlock(disk: &DiskConfig, tang: &TangConfig, dry_run: bool, progress: &mut dyn FnMut(&str)) -> Result<UnlockOutcome> {
     let dev = disk.device.as_path();
     let mapper = PathBuf::from("/dev/mapper").join(&disk.mapper_name);
     let mut steps = Vec::new();
@@ -535,17 +439,11 @@ pub fn unlock(
             return Err(ProvisionError::State(format!(
                 "{} has no Clevis binding ({}); provision it first with `holdfast-provision disk`",
                 dev.display(),
-                st.luks
-                    .as_deref()
-                    .or(st.signature.as_deref())
-                    .unwrap_or("no LUKS header")
+                st.luks.as_deref().or(st.signature.as_deref()).unwrap_or("no LUKS header")
             )));
         }
         changed = true;
-        steps.push(format!(
-            "recover the key through Tang, check it, activate {}",
-            mapper.display()
-        ));
+        steps.push(format!("recover the key through Tang, check it, activate {}", mapper.display()));
         if !dry_run {
             progress("recovering the volume key through Tang (no passphrase fallback)");
             let key = recover_key(dev, tang, &st.clevis_keyslots)?;
@@ -566,24 +464,14 @@ pub fn is_mounted(path: &Path) -> bool {
         return false;
     };
     let want = path.display().to_string();
-    info.lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(want.as_str()))
+    info.lines().any(|l| l.split_whitespace().nth(4) == Some(want.as_str()))
 }
 
 /// mkfs when the unlocked volume is empty, mount it, create the data directory.
-pub fn filesystem_and_mount(
-    mapper: &Path,
-    disk: &DiskConfig,
-    dry_run: bool,
-    progress: &mut dyn FnMut(&str),
-) -> Result<UnlockOutcome> {
+pub fn filesystem_and_mount(mapper: &Path, disk: &DiskConfig, dry_run: bool, progress: &mut dyn FnMut(&str)) -> Result<UnlockOutcome> {
     let mut steps = Vec::new();
     let mut changed = false;
-    let sig = if mapper.exists() {
-        signature(mapper)?
-    } else {
-        None
-    };
+    let sig = if mapper.exists() { signature(mapper)? } else { None };
     match sig.as_deref() {
         Some(fs) if fs == disk.filesystem => {}
         Some(other) => {
@@ -599,9 +487,7 @@ pub fn filesystem_and_mount(
             if !dry_run {
                 progress("creating the file system");
                 run(
-                    Command::new(format!("mkfs.{}", disk.filesystem))
-                        .arg("-q")
-                        .arg(mapper),
+                    Command::new(format!("mkfs.{}", disk.filesystem)).arg("-q").arg(mapper),
                     None,
                     "check disk.filesystem names an installed mkfs",
                 )?;
@@ -610,20 +496,12 @@ pub fn filesystem_and_mount(
     }
     if !is_mounted(&disk.mount_point) {
         changed = true;
-        steps.push(format!(
-            "mount {} on {}",
-            mapper.display(),
-            disk.mount_point.display()
-        ));
+        steps.push(format!("mount {} on {}", mapper.display(), disk.mount_point.display()));
         if !dry_run {
-            std::fs::create_dir_all(&disk.mount_point).map_err(|e| {
-                ProvisionError::io(format!("creating {}", disk.mount_point.display()), e)
-            })?;
+            std::fs::create_dir_all(&disk.mount_point)
+                .map_err(|e| ProvisionError::io(format!("creating {}", disk.mount_point.display()), e))?;
             run(
-                Command::new("mount")
-                    .args(["-t", &disk.filesystem, "-o", "noatime"])
-                    .arg(mapper)
-                    .arg(&disk.mount_point),
+                Command::new("mount").args(["-t", &disk.filesystem, "-o", "noatime"]).arg(mapper).arg(&disk.mount_point),
                 None,
                 "check the mount point and the kernel log",
             )?;
@@ -633,13 +511,7 @@ pub fn filesystem_and_mount(
     let d = ensure_data_dir(&disk.data_dir, &disk.owner, &disk.group, mode, dry_run)?;
     changed |= d;
     if d {
-        steps.push(format!(
-            "data directory {} owned by {}:{} mode {:o}",
-            disk.data_dir.display(),
-            disk.owner,
-            disk.group,
-            mode
-        ));
+        steps.push(format!("data directory {} owned by {}:{} mode {:o}", disk.data_dir.display(), disk.owner, disk.group, mode));
     }
     Ok(UnlockOutcome { changed, steps })
 }
@@ -648,11 +520,9 @@ fn resolve_ids(owner: &str, group: &str) -> Result<(nix::unistd::Uid, nix::unist
     use nix::unistd::{Gid, Group, Uid, User};
     let uid = match owner.parse::<u32>() {
         Ok(n) => Uid::from_raw(n),
-        Err(_) => User::from_name(owner)
-            .ok()
-            .flatten()
-            .map(|u| u.uid)
-            .ok_or_else(|| ProvisionError::State(format!("disk.owner: no user {owner:?}; create it (the etcd package's sysusers.d does) or give a uid")))?,
+        Err(_) => User::from_name(owner).ok().flatten().map(|u| u.uid).ok_or_else(|| {
+            ProvisionError::State(format!("disk.owner: no user {owner:?}; create it (the etcd package's sysusers.d does) or give a uid"))
+        })?,
     };
     let gid = match group.parse::<u32>() {
         Ok(n) => Gid::from_raw(n),
@@ -660,42 +530,25 @@ fn resolve_ids(owner: &str, group: &str) -> Result<(nix::unistd::Uid, nix::unist
             .ok()
             .flatten()
             .map(|g| g.gid)
-            .ok_or_else(|| {
-                ProvisionError::State(format!(
-                    "disk.group: no group {group:?}; create it or give a gid"
-                ))
-            })?,
+            .ok_or_else(|| ProvisionError::State(format!("disk.group: no group {group:?}; create it or give a gid")))?,
     };
     Ok((uid, gid))
 }
 
 /// Creates the data directory with owner, group and mode; fixes them if they
 /// differ. Returns whether anything changed (or would change).
-pub fn ensure_data_dir(
-    dir: &Path,
-    owner: &str,
-    group: &str,
-    mode: u32,
-    dry_run: bool,
-) -> Result<bool> {
+pub fn ensure_data_dir(dir: &Path, owner: &str, group: &str, mode: u32, dry_run: bool) -> Result<bool> {
     use std::os::unix::fs::MetadataExt;
     let (uid, gid) = resolve_ids(owner, group)?;
     let ok = std::fs::metadata(dir)
-        .map(|m| {
-            m.is_dir()
-                && m.uid() == uid.as_raw()
-                && m.gid() == gid.as_raw()
-                && m.mode() & 0o7777 == mode
-        })
+        .map(|m| m.is_dir() && m.uid() == uid.as_raw() && m.gid() == gid.as_raw() && m.mode() & 0o7777 == mode)
         .unwrap_or(false);
     if ok || dry_run {
         return Ok(!ok);
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| ProvisionError::io(format!("creating {}", dir.display()), e))?;
-    nix::unistd::chown(dir, Some(uid), Some(gid)).map_err(|e| {
-        ProvisionError::io(format!("chown {}", dir.display()), std::io::Error::from(e))
-    })?;
+    std::fs::create_dir_all(dir).map_err(|e| ProvisionError::io(format!("creating {}", dir.display()), e))?;
+    nix::unistd::chown(dir, Some(uid), Some(gid))
+        .map_err(|e| ProvisionError::io(format!("chown {}", dir.display()), std::io::Error::from(e)))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
         .map_err(|e| ProvisionError::io(format!("chmod {}", dir.display()), e))?;
     Ok(true)

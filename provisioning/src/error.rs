@@ -97,10 +97,7 @@ pub enum ProvisionError {
 impl ProvisionError {
     /// Wraps an I/O error with what was being done.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        ProvisionError::Io {
-            what: what.into(),
-            source,
-        }
+        ProvisionError::Io { what: what.into(), source }
     }
 }
 

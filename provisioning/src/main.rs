@@ -54,8 +54,7 @@ enum Cmd {
     )]
     Check,
     /// First boot: LUKS2-format the data device, bind it to Tang with Clevis, leave no passphrase keyslot.
-    #[command(
-        long_about = "First boot: LUKS2-format disk.device through libcryptsetup, bind it to the \
+    #[command(long_about = "First boot: LUKS2-format disk.device through libcryptsetup, bind it to the \
 Tang servers with Clevis (an sss policy with threshold tang.threshold over all servers, in at least two \
 halls), prove the Clevis keyslot opens through Tang, then destroy the temporary keyslot: no passphrase \
 keyslot remains on the host.\n\nRefuses a device that already holds a file system or a LUKS header, unless \
@@ -64,28 +63,23 @@ Recovery key (optional, never kept on the host): right after this step, on the c
 key with `clevis luks pass -d DEV -s SLOT | cryptsetup luksAddKey --key-file - DEV`, save \
 `cryptsetup luksHeaderBackup DEV --header-backup-file FILE` to offline media together with that key, escrow \
 both offline, then run `holdfast-provision disk` again: it removes every keyslot no Clevis token references. \
-The live header then holds no passphrase slot; restoring the escrowed header brings the recovery key back."
-    )]
+The live header then holds no passphrase slot; restoring the escrowed header brings the recovery key back.")]
     Disk {
         /// Format even if the device holds a file system or LUKS header. Destroys its contents.
         #[arg(long)]
         force: bool,
     },
     /// Every boot: unlock through Tang (no passphrase fallback), create the file system if empty, mount, create the etcd data directory.
-    #[command(
-        long_about = "Every boot: recover the volume key through Tang with Clevis and activate \
+    #[command(long_about = "Every boot: recover the volume key through Tang with Clevis and activate \
 /dev/mapper/<disk.mapper_name>. There is no passphrase fallback: if Tang cannot be reached, the node stays \
 locked and this exits 69 saying which servers were tried. Then create disk.filesystem if the volume is empty, \
-mount it on disk.mount_point and create disk.data_dir with disk.owner, disk.group and disk.mode."
-    )]
+mount it on disk.mount_point and create disk.data_dir with disk.owner, disk.group and disk.mode.")]
     Unlock,
     /// Measure fdatasync latency (p50/p99) with etcd's WAL pattern; gate readiness on p99 <= 2 ms.
-    #[command(
-        long_about = "Measure fdatasync latency on the data volume with etcd's write pattern \
+    #[command(long_about = "Measure fdatasync latency on the data volume with etcd's write pattern \
 (probe.samples appends of probe.write_size bytes to a preallocated file, fdatasync after each) and print \
 p50/p99/max. The node is marked ready for an etcd member (state_dir/probe.json) only if p99 <= probe.max_p99 \
-(2 ms by default, the design's threshold), unless --accept-slow-disk. With --dry-run, measures but records nothing."
-    )]
+(2 ms by default, the design's threshold), unless --accept-slow-disk. With --dry-run, measures but records nothing.")]
     Probe {
         /// Directory to measure (default: disk.data_dir).
         #[arg(long)]
@@ -101,27 +95,23 @@ p50/p99/max. The node is marked ready for an etcd member (state_dir/probe.json) 
         accept_slow_disk: bool,
     },
     /// Write the CPU/IO drop-in for holdfast-etcd@.service and apply it to a running member.
-    #[command(
-        long_about = "Write <tune.unit_dir>/holdfast-etcd@.service.d/50-holdfast-provision.conf with \
+    #[command(long_about = "Write <tune.unit_dir>/holdfast-etcd@.service.d/50-holdfast-provision.conf with \
 CPUAffinity= (tune.cpus), IOSchedulingClass=/IOSchedulingPriority= and Nice=, and apply the same to every \
 thread of a running member (sched_setaffinity, ioprio_set, setpriority): the PID given with --pid, else the \
-MainPID of holdfast-etcd@<cluster>.service if it runs."
-    )]
+MainPID of holdfast-etcd@<cluster>.service if it runs.")]
     Tune {
         /// PID of a running etcd member to retune.
         #[arg(long)]
         pid: Option<i32>,
     },
     /// Compute hall-aware etcd member placement from an inventory and emit each member's etcd configuration.
-    #[command(
-        long_about = "Compute etcd member placement from an inventory of hosts and halls: entity \
+    #[command(long_about = "Compute etcd member placement from an inventory of hosts and halls: entity \
 clusters one member per hall across three halls, coord five members split 2-2-1, one member per dedicated \
 host. Refuses any plan in which one hall holds a majority of a cluster or a cluster spans fewer halls than \
 required, and says why. Emits each member's name, initial cluster, peer and client URLs and the cluster's \
 initial-cluster-token.\n\nTokens: without --token-seed every run draws fresh random tokens (use the output \
 once, to create the clusters). With --token-seed the output is byte-for-byte reproducible; use a new seed \
-every time a cluster is (re)created, e.g. the change ticket id. Does not read the node config."
-    )]
+every time a cluster is (re)created, e.g. the change ticket id. Does not read the node config.")]
     Plan {
         /// Inventory file (see config/inventory-*.toml).
         #[arg(long)]
@@ -134,11 +124,9 @@ every time a cluster is (re)created, e.g. the change ticket id. Does not read th
         out: Option<PathBuf>,
     },
     /// Show the node's state: device, keyslots, mount, data directory, probe verdict, tuning drop-in.
-    #[command(
-        long_about = "Show the node's state without changing anything: the data device (LUKS \
+    #[command(long_about = "Show the node's state without changing anything: the data device (LUKS \
 version, Clevis keyslots, any other keyslot), whether it is unlocked and mounted, the data directory, the \
-last probe verdict and whether the tuning drop-in is current."
-    )]
+last probe verdict and whether the tuning drop-in is current.")]
     Status,
 }
 
@@ -149,20 +137,13 @@ fn main() -> ExitCode {
         Err(e) => {
             let code = match e.downcast_ref::<ProvisionError>() {
                 Some(ProvisionError::Config { .. } | ProvisionError::Inventory { .. }) => 78,
-                Some(
-                    ProvisionError::DeviceInUse { .. }
-                    | ProvisionError::Placement { .. }
-                    | ProvisionError::SlowDisk { .. },
-                ) => 65,
+                Some(ProvisionError::DeviceInUse { .. } | ProvisionError::Placement { .. } | ProvisionError::SlowDisk { .. }) => 65,
                 Some(ProvisionError::TangUnreachable { .. }) => 69,
                 _ => 1,
             };
             eprintln!("holdfast-provision: {e:#}");
             if cli.json {
-                println!(
-                    "{}",
-                    json!({ "ok": false, "exit": code, "error": format!("{e:#}") })
-                );
+                println!("{}", json!({ "ok": false, "exit": code, "error": format!("{e:#}") }));
             }
             ExitCode::from(code)
         }
@@ -192,48 +173,22 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.cmd {
         Cmd::Check => {
             let cfg = load(&cli.config)?;
-            let text = format!(
-                "{}: valid\n{}",
-                cli.config.display(),
-                toml::to_string_pretty(&cfg)?
-            );
+            let text = format!("{}: valid\n{}", cli.config.display(), toml::to_string_pretty(&cfg)?);
             emit(js, json!({ "ok": true, "config": cfg }), text)
         }
         Cmd::Disk { force } => {
             let cfg = load(&cli.config)?;
-            let out =
-                disk::format_and_bind(&cfg.disk, &cfg.tang, *force, dry, &mut |m| progress(m))?;
-            let text = out
-                .steps
-                .iter()
-                .map(|s| format!("{prefix}{s}\n"))
-                .collect::<String>();
-            emit(
-                js,
-                json!({ "ok": true, "dry_run": dry, "changed": out.changed, "steps": out.steps, "device": out.state }),
-                text,
-            )
+            let out = disk::format_and_bind(&cfg.disk, &cfg.tang, *force, dry, &mut |m| progress(m))?;
+            let text = out.steps.iter().map(|s| format!("{prefix}{s}\n")).collect::<String>();
+            emit(js, json!({ "ok": true, "dry_run": dry, "changed": out.changed, "steps": out.steps, "device": out.state }), text)
         }
         Cmd::Unlock => {
             let cfg = load(&cli.config)?;
             let out = disk::unlock(&cfg.disk, &cfg.tang, dry, &mut |m| progress(m))?;
-            let text = out
-                .steps
-                .iter()
-                .map(|s| format!("{prefix}{s}\n"))
-                .collect::<String>();
-            emit(
-                js,
-                json!({ "ok": true, "dry_run": dry, "changed": out.changed, "steps": out.steps }),
-                text,
-            )
+            let text = out.steps.iter().map(|s| format!("{prefix}{s}\n")).collect::<String>();
+            emit(js, json!({ "ok": true, "dry_run": dry, "changed": out.changed, "steps": out.steps }), text)
         }
-        Cmd::Probe {
-            dir,
-            max_p99,
-            samples,
-            accept_slow_disk,
-        } => {
+        Cmd::Probe { dir, max_p99, samples, accept_slow_disk } => {
             let cfg = load(&cli.config)?;
             let mut pc = cfg.probe.clone();
             if let Some(d) = max_p99 {
@@ -243,15 +198,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 pc.samples = *n;
             }
             let dir = dir.clone().unwrap_or_else(|| cfg.disk.data_dir.clone());
-            progress(&format!(
-                "measuring fdatasync latency in {} ({} appends of {} bytes)",
-                dir.display(),
-                pc.samples,
-                pc.write_size
-            ));
-            let report = probe::measure(&dir, &pc, |done, total| {
-                eprintln!("holdfast-provision: probe {done}/{total}")
-            })?;
+            progress(&format!("measuring fdatasync latency in {} ({} appends of {} bytes)", dir.display(), pc.samples, pc.write_size));
+            let report = probe::measure(&dir, &pc, |done, total| eprintln!("holdfast-provision: probe {done}/{total}"))?;
             let figures = format!(
                 "fdatasync in {}: p50 {} p99 {} max {} (threshold p99 <= {})\n",
                 dir.display(),
@@ -279,31 +227,16 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 } else {
                     "ready for an etcd member"
                 },
-                if dry {
-                    " (dry run: verdict not recorded)"
-                } else {
-                    ""
-                }
+                if dry { " (dry run: verdict not recorded)" } else { "" }
             );
             emit(js, json!({ "ok": true, "dry_run": dry, "report": r }), text)
         }
         Cmd::Tune { pid } => {
             let cfg = load(&cli.config)?;
             let d = tune::write_dropin(&cfg.tune, dry)?;
-            let mut text = format!(
-                "{}{} {}\n",
-                prefix,
-                if d.changed { "write" } else { "unchanged:" },
-                d.path.display()
-            );
-            if d.changed
-                && !dry
-                && cfg.tune.unit_dir == Path::new("/etc/systemd/system")
-                && Path::new("/run/systemd/system").exists()
-            {
-                let _ = std::process::Command::new("systemctl")
-                    .arg("daemon-reload")
-                    .status();
+            let mut text = format!("{}{} {}\n", prefix, if d.changed { "write" } else { "unchanged:" }, d.path.display());
+            if d.changed && !dry && cfg.tune.unit_dir == Path::new("/etc/systemd/system") && Path::new("/run/systemd/system").exists() {
+                let _ = std::process::Command::new("systemctl").arg("daemon-reload").status();
             }
             let pid = match pid {
                 Some(p) => Some(*p),
@@ -335,22 +268,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                     None
                 }
             };
-            emit(
-                js,
-                json!({ "ok": true, "dry_run": dry, "dropin": d, "applied": applied }),
-                text,
-            )
+            emit(js, json!({ "ok": true, "dry_run": dry, "dropin": d, "applied": applied }), text)
         }
-        Cmd::Plan {
-            inventory,
-            token_seed,
-            out,
-        } => {
+        Cmd::Plan { inventory, token_seed, out } => {
             let inv = Inventory::load(inventory)?;
-            let tokens = token_seed
-                .clone()
-                .map(TokenSource::Seed)
-                .unwrap_or(TokenSource::Random);
+            let tokens = token_seed.clone().map(TokenSource::Seed).unwrap_or(TokenSource::Random);
             let p = plan::plan(&inv, &tokens)?;
             let mut text = plan::render_text(&p);
             if let Some(dir) = out {
@@ -358,21 +280,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                     for m in &c.members {
                         let path = dir.join(format!("{}.env", m.host));
                         let content = plan::render_env(c, m);
-                        let same = std::fs::read_to_string(&path)
-                            .map(|x| x == content)
-                            .unwrap_or(false);
+                        let same = std::fs::read_to_string(&path).map(|x| x == content).unwrap_or(false);
                         if !same && !dry {
-                            std::fs::create_dir_all(dir)
-                                .with_context(|| format!("creating {}", dir.display()))?;
-                            std::fs::write(&path, content)
-                                .with_context(|| format!("writing {}", path.display()))?;
+                            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                            std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
                         }
-                        text.push_str(&format!(
-                            "{}{} {}\n",
-                            prefix,
-                            if same { "unchanged:" } else { "write" },
-                            path.display()
-                        ));
+                        text.push_str(&format!("{}{} {}\n", prefix, if same { "unchanged:" } else { "write" }, path.display()));
                     }
                 }
             }
@@ -394,17 +307,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 Ok(d) => text.push_str(&format!(
                     "device {}: {} clevis keyslots {:?}; other keyslots {:?}{}\n",
                     d.device.display(),
-                    d.luks
-                        .as_deref()
-                        .or(d.signature.as_deref())
-                        .unwrap_or("empty"),
+                    d.luks.as_deref().or(d.signature.as_deref()).unwrap_or("empty"),
                     d.clevis_keyslots,
                     d.other_keyslots,
-                    if d.is_provisioned() {
-                        " (provisioned)"
-                    } else {
-                        " (not provisioned: run `holdfast-provision disk`)"
-                    }
+                    if d.is_provisioned() { " (provisioned)" } else { " (not provisioned: run `holdfast-provision disk`)" }
                 )),
                 Err(e) => text.push_str(&format!("device: {e}\n")),
             }
@@ -415,10 +321,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 cfg.disk.data_dir.display()
             ));
             match &last_probe {
-                Some(r) => text.push_str(&format!(
-                    "probe: p50 {}us p99 {}us, ready {}\n",
-                    r.p50_us, r.p99_us, r.ready
-                )),
+                Some(r) => text.push_str(&format!("probe: p50 {}us p99 {}us, ready {}\n", r.p50_us, r.p99_us, r.ready)),
                 None => text.push_str("probe: never run (run `holdfast-provision probe`)\n"),
             }
             text.push_str(&format!("tuning drop-in current: {dropin_current}\n"));

@@ -172,38 +172,24 @@ impl TokenSource {
                 b.to_vec()
             }
         };
-        format!(
-            "{cluster}-{}",
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        )
+        format!("{cluster}-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
     }
 }
 
 impl Inventory {
     /// Reads and validates an inventory file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| ProvisionError::Inventory {
-            path: path.to_owned(),
-            problems: vec![format!("cannot read it: {e}")],
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ProvisionError::Inventory { path: path.to_owned(), problems: vec![format!("cannot read it: {e}")] })?;
         Self::parse(&text, path)
     }
 
     /// Parses and validates inventory text.
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let inv: Inventory = toml::from_str(text).map_err(|e| ProvisionError::Inventory {
-            path: path.to_owned(),
-            problems: vec![e.to_string()],
-        })?;
+        let inv: Inventory =
+            toml::from_str(text).map_err(|e| ProvisionError::Inventory { path: path.to_owned(), problems: vec![e.to_string()] })?;
         let problems = inv.problems();
-        if problems.is_empty() {
-            Ok(inv)
-        } else {
-            Err(ProvisionError::Inventory {
-                path: path.to_owned(),
-                problems,
-            })
-        }
+        if problems.is_empty() { Ok(inv) } else { Err(ProvisionError::Inventory { path: path.to_owned(), problems }) }
     }
 
     /// Structural problems (duplicates, unknown pinned hosts, ...).
@@ -212,10 +198,7 @@ impl Inventory {
         let mut names = BTreeSet::new();
         for h in &self.hosts {
             if h.name.is_empty() || h.hall.is_empty() || h.address.is_empty() {
-                p.push(format!(
-                    "hosts: {:?} needs a name, a hall and an address",
-                    h.name
-                ));
+                p.push(format!("hosts: {:?} needs a name, a hall and an address", h.name));
             }
             if !names.insert(h.name.as_str()) {
                 p.push(format!("hosts: {:?} is listed twice", h.name));
@@ -228,10 +211,7 @@ impl Inventory {
             }
             for m in c.members.iter().flatten() {
                 if !names.contains(m.as_str()) {
-                    p.push(format!(
-                        "clusters.{}.members: {m:?} is not in hosts",
-                        c.name
-                    ));
+                    p.push(format!("clusters.{}.members: {m:?} is not in hosts", c.name));
                 }
             }
         }
@@ -247,29 +227,18 @@ impl Inventory {
 
 /// Checks a plan against the rules; returns every violation.
 pub fn violations(inv: &Inventory, clusters: &[(String, Tier, Vec<String>)]) -> Vec<String> {
-    let hall_of: BTreeMap<&str, &str> = inv
-        .hosts
-        .iter()
-        .map(|h| (h.name.as_str(), h.hall.as_str()))
-        .collect();
+    let hall_of: BTreeMap<&str, &str> = inv.hosts.iter().map(|h| (h.name.as_str(), h.hall.as_str())).collect();
     let mut used: BTreeMap<&str, &str> = BTreeMap::new();
     let mut v = Vec::new();
     for (name, tier, members) in clusters {
         if members.len() != tier.size() {
-            v.push(format!(
-                "cluster {name}: {} members pinned, the {} tier has {}",
-                members.len(),
-                tier.name(),
-                tier.size()
-            ));
+            v.push(format!("cluster {name}: {} members pinned, the {} tier has {}", members.len(), tier.name(), tier.size()));
         }
         let mut split: BTreeMap<&str, usize> = BTreeMap::new();
         for m in members {
             match hall_of.get(m.as_str()) {
                 Some(h) => *split.entry(h).or_default() += 1,
-                None => v.push(format!(
-                    "cluster {name}: member {m:?} is not an inventory host"
-                )),
+                None => v.push(format!("cluster {name}: member {m:?} is not an inventory host")),
             }
             if let Some(other) = used.insert(m.as_str(), name.as_str()) {
                 v.push(format!("host {m} would run members of both {other} and {name}; etcd nodes are dedicated, one member per host"));
@@ -371,40 +340,19 @@ pub fn plan(inv: &Inventory, tokens: &TokenSource) -> Result<Plan> {
         hs.sort_by(|a, b| a.name.cmp(&b.name));
     }
     // Pinned clusters first: checked, and their hosts taken out of the pool.
-    let pinned: Vec<(String, Tier, Vec<String>)> = inv
-        .clusters
-        .iter()
-        .filter_map(|c| c.members.clone().map(|m| (c.name.clone(), c.tier, m)))
-        .collect();
+    let pinned: Vec<(String, Tier, Vec<String>)> =
+        inv.clusters.iter().filter_map(|c| c.members.clone().map(|m| (c.name.clone(), c.tier, m))).collect();
     reasons.extend(violations(inv, &pinned));
-    let taken: BTreeSet<&str> = pinned
-        .iter()
-        .flat_map(|(_, _, m)| m.iter().map(String::as_str))
-        .collect();
+    let taken: BTreeSet<&str> = pinned.iter().flat_map(|(_, _, m)| m.iter().map(String::as_str)).collect();
     let halls: Vec<&str> = hosts_by_hall.keys().copied().collect();
-    let free: Vec<Vec<&Host>> = halls
-        .iter()
-        .map(|h| {
-            hosts_by_hall[h]
-                .iter()
-                .copied()
-                .filter(|x| !taken.contains(x.name.as_str()))
-                .collect()
-        })
-        .collect();
+    let free: Vec<Vec<&Host>> =
+        halls.iter().map(|h| hosts_by_hall[h].iter().copied().filter(|x| !taken.contains(x.name.as_str())).collect()).collect();
     let free_n: Vec<usize> = free.iter().map(Vec::len).collect();
-    let open: Vec<&ClusterSpec> = inv
-        .clusters
-        .iter()
-        .filter(|c| c.members.is_none())
-        .collect();
+    let open: Vec<&ClusterSpec> = inv.clusters.iter().filter(|c| c.members.is_none()).collect();
     // A per-hall cap below a majority also forces the span: 3 members with at
     // most 1 per hall, or 5 with at most 2, always cover at least three halls
     // (and `required_halls` is at most 3, see `Inventory::problems`).
-    let caps: Vec<(usize, usize)> = open
-        .iter()
-        .map(|c| (c.tier.size(), c.tier.cap_per_hall()))
-        .collect();
+    let caps: Vec<(usize, usize)> = open.iter().map(|c| (c.tier.size(), c.tier.cap_per_hall())).collect();
     let counts = assign_counts(&caps, &free_n);
     if counts.is_none() {
         reasons.extend(explain(inv, &open, &halls, &free_n));
@@ -429,17 +377,8 @@ pub fn plan(inv: &Inventory, tokens: &TokenSource) -> Result<Plan> {
     for (name, _, m) in &pinned {
         placed.insert(name.as_str(), m.clone());
     }
-    let all: Vec<(String, Tier, Vec<String>)> = inv
-        .clusters
-        .iter()
-        .map(|c| {
-            (
-                c.name.clone(),
-                c.tier,
-                placed.get(c.name.as_str()).cloned().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let all: Vec<(String, Tier, Vec<String>)> =
+        inv.clusters.iter().map(|c| (c.name.clone(), c.tier, placed.get(c.name.as_str()).cloned().unwrap_or_default())).collect();
     let v = violations(inv, &all);
     if !v.is_empty() {
         return Err(ProvisionError::Placement { reasons: v });
@@ -467,11 +406,7 @@ pub fn plan(inv: &Inventory, tokens: &TokenSource) -> Result<Plan> {
                 listen_client_urls: client,
             });
         }
-        let initial_cluster = members
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.initial_advertise_peer_urls))
-            .collect::<Vec<_>>()
-            .join(",");
+        let initial_cluster = members.iter().map(|m| format!("{}={}", m.name, m.initial_advertise_peer_urls)).collect::<Vec<_>>().join(",");
         clusters.push(ClusterPlan {
             initial_cluster_token: tokens.token(&name),
             name,
@@ -483,27 +418,14 @@ pub fn plan(inv: &Inventory, tokens: &TokenSource) -> Result<Plan> {
         });
     }
     let used: BTreeSet<&str> = placed.values().flatten().map(String::as_str).collect();
-    let mut spare_hosts: Vec<String> = inv
-        .hosts
-        .iter()
-        .map(|h| h.name.clone())
-        .filter(|n| !used.contains(n.as_str()))
-        .collect();
+    let mut spare_hosts: Vec<String> = inv.hosts.iter().map(|h| h.name.clone()).filter(|n| !used.contains(n.as_str())).collect();
     spare_hosts.sort();
-    Ok(Plan {
-        clusters,
-        spare_hosts,
-    })
+    Ok(Plan { clusters, spare_hosts })
 }
 
 fn explain(inv: &Inventory, open: &[&ClusterSpec], halls: &[&str], free: &[usize]) -> Vec<String> {
     let mut r = Vec::new();
-    let offer = halls
-        .iter()
-        .zip(free)
-        .map(|(h, n)| format!("{h}: {n}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let offer = halls.iter().zip(free).map(|(h, n)| format!("{h}: {n}")).collect::<Vec<_>>().join(", ");
     let with_hosts = free.iter().filter(|&&n| n > 0).count();
     if with_hosts < inv.required_halls {
         r.push(format!(
@@ -540,28 +462,12 @@ fn explain(inv: &Inventory, open: &[&ClusterSpec], halls: &[&str], free: &[usize
 pub fn render_text(p: &Plan) -> String {
     let mut s = String::new();
     for c in &p.clusters {
-        let split = c
-            .split
-            .iter()
-            .map(|(h, n)| format!("{h}={n}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        s.push_str(&format!(
-            "cluster {} ({}, {} members; {split})\n",
-            c.name,
-            c.tier.name(),
-            c.members.len()
-        ));
-        s.push_str(&format!(
-            "  initial-cluster-token: {}\n",
-            c.initial_cluster_token
-        ));
+        let split = c.split.iter().map(|(h, n)| format!("{h}={n}")).collect::<Vec<_>>().join(" ");
+        s.push_str(&format!("cluster {} ({}, {} members; {split})\n", c.name, c.tier.name(), c.members.len()));
+        s.push_str(&format!("  initial-cluster-token: {}\n", c.initial_cluster_token));
         s.push_str(&format!("  initial-cluster: {}\n", c.initial_cluster));
         for m in &c.members {
-            s.push_str(&format!(
-                "  member {} in {}: peer {} client {}\n",
-                m.name, m.hall, m.listen_peer_urls, m.listen_client_urls
-            ));
+            s.push_str(&format!("  member {} in {}: peer {} client {}\n", m.name, m.hall, m.listen_peer_urls, m.listen_client_urls));
         }
     }
     if !p.spare_hosts.is_empty() {

@@ -54,28 +54,10 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// Measures fdatasync latency in `dir`. `progress` is called with (done, total).
-pub fn measure(
-    dir: &Path,
-    cfg: &ProbeConfig,
-    mut progress: impl FnMut(usize, usize),
-) -> Result<ProbeReport> {
+pub fn measure(dir: &Path, cfg: &ProbeConfig, mut progress: impl FnMut(usize, usize)) -> Result<ProbeReport> {
     let path = dir.join(SCRATCH);
-    let io = |what: &str, e| {
-        ProvisionError::io(
-            format!(
-                "{what} {} (is the data volume mounted and writable?)",
-                path.display()
-            ),
-            e,
-        )
-    };
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| io("creating", e))?;
+    let io = |what: &str, e| ProvisionError::io(format!("{what} {} (is the data volume mounted and writable?)", path.display()), e);
+    let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).map_err(|e| io("creating", e))?;
     let total = (cfg.samples * cfg.write_size) as libc::off_t;
     // Preallocate like etcd's WAL segments, so appends do not extend the file.
     // SAFETY: valid fd, integer arguments.
@@ -91,8 +73,7 @@ pub fn measure(
     let result = (|| {
         for i in 0..cfg.samples {
             let start = Instant::now();
-            file.write_all_at(&buf, (i * cfg.write_size) as u64)
-                .map_err(|e| io("writing", e))?;
+            file.write_all_at(&buf, (i * cfg.write_size) as u64).map_err(|e| io("writing", e))?;
             file.sync_data().map_err(|e| io("fdatasync on", e))?;
             lat.push(start.elapsed().as_micros() as u64);
             if (i + 1) % step == 0 {
@@ -128,29 +109,19 @@ pub fn gate(mut report: ProbeReport, accept_slow: bool) -> Result<ProbeReport> {
     if report.ready {
         Ok(report)
     } else {
-        Err(ProvisionError::SlowDisk {
-            p99_us: report.p99_us,
-            max_us: report.max_p99_us,
-            dir: report.dir.display().to_string(),
-        })
+        Err(ProvisionError::SlowDisk { p99_us: report.p99_us, max_us: report.max_p99_us, dir: report.dir.display().to_string() })
     }
 }
 
 /// Records the verdict (ready or not) in `state_dir/probe.json`.
 pub fn record(state_dir: &Path, report: &ProbeReport) -> Result<()> {
-    std::fs::create_dir_all(state_dir)
-        .map_err(|e| ProvisionError::io(format!("creating {}", state_dir.display()), e))?;
+    std::fs::create_dir_all(state_dir).map_err(|e| ProvisionError::io(format!("creating {}", state_dir.display()), e))?;
     let path = state_dir.join(RESULT_FILE);
     let tmp = state_dir.join(".probe.json.tmp");
-    let text =
-        serde_json::to_string_pretty(report).map_err(|e| ProvisionError::State(e.to_string()))?;
-    let mut f = std::fs::File::create(&tmp)
-        .map_err(|e| ProvisionError::io(format!("writing {}", tmp.display()), e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| ProvisionError::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, &path)
-        .map_err(|e| ProvisionError::io(format!("renaming into {}", path.display()), e))
+    let text = serde_json::to_string_pretty(report).map_err(|e| ProvisionError::State(e.to_string()))?;
+    let mut f = std::fs::File::create(&tmp).map_err(|e| ProvisionError::io(format!("writing {}", tmp.display()), e))?;
+    f.write_all(text.as_bytes()).and_then(|_| f.sync_all()).map_err(|e| ProvisionError::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| ProvisionError::io(format!("renaming into {}", path.display()), e))
 }
 
 /// Reads the last recorded verdict, if any.

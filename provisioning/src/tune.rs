@@ -32,21 +32,15 @@ impl FromStr for CpuSet {
                 Some((a, b)) => (a.trim(), b.trim()),
                 None => (part, part),
             };
-            let a: usize = a
-                .parse()
-                .map_err(|_| format!("{part:?} is not a CPU number or range like 2-5"))?;
-            let b: usize = b
-                .parse()
-                .map_err(|_| format!("{part:?} is not a CPU number or range like 2-5"))?;
+            let a: usize = a.parse().map_err(|_| format!("{part:?} is not a CPU number or range like 2-5"))?;
+            let b: usize = b.parse().map_err(|_| format!("{part:?} is not a CPU number or range like 2-5"))?;
             if a > b || b >= NixCpuSet::count() {
                 return Err(format!("{part:?} is not a valid ascending CPU range"));
             }
             set.extend(a..=b);
         }
         if set.is_empty() {
-            return Err(
-                "the CPU set is empty; name the CPUs reserved for etcd, e.g. \"2-5\"".into(),
-            );
+            return Err("the CPU set is empty; name the CPUs reserved for etcd, e.g. \"2-5\"".into());
         }
         Ok(CpuSet(set))
     }
@@ -64,11 +58,7 @@ impl fmt::Display for CpuSet {
                 i += 1;
                 end = cpus[i];
             }
-            parts.push(if start == end {
-                start.to_string()
-            } else {
-                format!("{start}-{end}")
-            });
+            parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
             i += 1;
         }
         f.write_str(&parts.join(","))
@@ -155,25 +145,16 @@ pub struct DropinOutcome {
 pub fn write_dropin(t: &TuneConfig, dry_run: bool) -> Result<DropinOutcome> {
     let path = dropin_path(&t.unit_dir);
     let content = render_dropin(t);
-    let changed = std::fs::read_to_string(&path)
-        .map(|c| c != content)
-        .unwrap_or(true);
+    let changed = std::fs::read_to_string(&path).map(|c| c != content).unwrap_or(true);
     if changed && !dry_run {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| ProvisionError::io(format!("creating {}", dir.display()), e))?;
+            std::fs::create_dir_all(dir).map_err(|e| ProvisionError::io(format!("creating {}", dir.display()), e))?;
         }
         let tmp = path.with_extension("conf.tmp");
-        std::fs::write(&tmp, &content)
-            .map_err(|e| ProvisionError::io(format!("writing {}", tmp.display()), e))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| ProvisionError::io(format!("renaming into {}", path.display()), e))?;
+        std::fs::write(&tmp, &content).map_err(|e| ProvisionError::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| ProvisionError::io(format!("renaming into {}", path.display()), e))?;
     }
-    Ok(DropinOutcome {
-        path,
-        changed,
-        content,
-    })
+    Ok(DropinOutcome { path, changed, content })
 }
 
 /// What a process currently has, read back from `/proc`.
@@ -204,15 +185,9 @@ pub struct ApplyOutcome {
 
 fn threads_of(pid: i32) -> Result<Vec<i32>> {
     let dir = format!("/proc/{pid}/task");
-    let rd = std::fs::read_dir(&dir).map_err(|e| {
-        ProvisionError::io(
-            format!("listing {dir} (is PID {pid} running? pass the etcd member's PID with --pid)"),
-            e,
-        )
-    })?;
-    let mut tids: Vec<i32> = rd
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let rd = std::fs::read_dir(&dir)
+        .map_err(|e| ProvisionError::io(format!("listing {dir} (is PID {pid} running? pass the etcd member's PID with --pid)"), e))?;
+    let mut tids: Vec<i32> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     tids.sort_unstable();
     Ok(tids)
 }
@@ -223,10 +198,7 @@ fn ioprio_get(tid: i32) -> Result<i32> {
         libc::syscall(libc::SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, tid)
     };
     if r < 0 {
-        return Err(ProvisionError::io(
-            format!("ioprio_get({tid})"),
-            std::io::Error::last_os_error(),
-        ));
+        return Err(ProvisionError::io(format!("ioprio_get({tid})"), std::io::Error::last_os_error()));
     }
     Ok(r as i32)
 }
@@ -235,19 +207,11 @@ fn ioprio_set(tid: i32, class: IoClass, prio: u8) -> Result<()> {
     let value = (class.kernel() << 13) | i32::from(prio);
     // SAFETY: plain syscall with integer arguments.
     let r = unsafe {
-        libc::syscall(
-            libc::SYS_ioprio_set,
-            1, /* IOPRIO_WHO_PROCESS */
-            tid,
-            value,
-        )
+        libc::syscall(libc::SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, tid, value)
     };
     if r < 0 {
         return Err(ProvisionError::io(
-            format!(
-                "ioprio_set({tid}, {}, {prio}) (the realtime class needs CAP_SYS_ADMIN)",
-                class.systemd()
-            ),
+            format!("ioprio_set({tid}, {}, {prio}) (the realtime class needs CAP_SYS_ADMIN)", class.systemd()),
             std::io::Error::last_os_error(),
         ));
     }
@@ -256,8 +220,8 @@ fn ioprio_set(tid: i32, class: IoClass, prio: u8) -> Result<()> {
 
 fn nice_of(tid: i32) -> Result<i32> {
     // /proc/<tid>/stat field 19 is nice; the comm field may contain spaces, so split after ')'.
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat"))
-        .map_err(|e| ProvisionError::io(format!("reading /proc/{tid}/stat"), e))?;
+    let stat =
+        std::fs::read_to_string(format!("/proc/{tid}/stat")).map_err(|e| ProvisionError::io(format!("reading /proc/{tid}/stat"), e))?;
     let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
     after
         .split_whitespace()
@@ -268,13 +232,10 @@ fn nice_of(tid: i32) -> Result<i32> {
 
 /// Reads a process's current CPU list, ioprio and nice.
 pub fn read_process(pid: i32) -> Result<ProcessTuning> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| ProvisionError::io(format!("reading /proc/{pid}/status"), e))?;
-    let cpus_allowed_list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_default();
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| ProvisionError::io(format!("reading /proc/{pid}/status"), e))?;
+    let cpus_allowed_list =
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string()).unwrap_or_default();
     let io = ioprio_get(pid)?;
     let io_class = match io >> 13 {
         1 => Some(IoClass::Realtime),
@@ -282,12 +243,7 @@ pub fn read_process(pid: i32) -> Result<ProcessTuning> {
         3 => Some(IoClass::Idle),
         _ => None, // IOPRIO_CLASS_NONE: derived from nice
     };
-    Ok(ProcessTuning {
-        cpus_allowed_list,
-        io_class,
-        io_priority: io & 0x1fff,
-        nice: nice_of(pid)?,
-    })
+    Ok(ProcessTuning { cpus_allowed_list, io_class, io_priority: io & 0x1fff, nice: nice_of(pid)? })
 }
 
 /// Applies affinity, ioprio and nice to every thread of `pid`. Idempotent: re-applying the same values changes nothing.
@@ -302,17 +258,11 @@ pub fn apply_to_pid(pid: i32, t: &TuneConfig, dry_run: bool) -> Result<ApplyOutc
     let tids = threads_of(pid)?;
     let changed = before != want;
     if dry_run {
-        return Ok(ApplyOutcome {
-            pid,
-            threads: tids.len(),
-            changed,
-            now: before,
-        });
+        return Ok(ApplyOutcome { pid, threads: tids.len(), changed, now: before });
     }
     let mut set = NixCpuSet::new();
     for &cpu in &t.cpus.0 {
-        set.set(cpu)
-            .map_err(|e| ProvisionError::State(format!("CPU {cpu} cannot be set: {e}")))?;
+        set.set(cpu).map_err(|e| ProvisionError::State(format!("CPU {cpu} cannot be set: {e}")))?;
     }
     for &tid in &tids {
         sched_setaffinity(Pid::from_raw(tid), &set).map_err(|e| {
@@ -325,18 +275,10 @@ pub fn apply_to_pid(pid: i32, t: &TuneConfig, dry_run: bool) -> Result<ApplyOutc
         // SAFETY: setpriority with integer arguments.
         let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, t.nice) };
         if r != 0 {
-            return Err(ProvisionError::io(
-                format!("setpriority({tid}, {})", t.nice),
-                std::io::Error::last_os_error(),
-            ));
+            return Err(ProvisionError::io(format!("setpriority({tid}, {})", t.nice), std::io::Error::last_os_error()));
         }
     }
-    Ok(ApplyOutcome {
-        pid,
-        threads: tids.len(),
-        changed,
-        now: read_process(pid)?,
-    })
+    Ok(ApplyOutcome { pid, threads: tids.len(), changed, now: read_process(pid)? })
 }
 
 /// The MainPID systemd reports for a unit, if it is running.
@@ -344,21 +286,13 @@ pub fn main_pid_of(unit: &str) -> Result<Option<i32>> {
     let out = std::process::Command::new("systemctl")
         .args(["show", "--property=MainPID", "--value", unit])
         .output()
-        .map_err(|e| {
-            ProvisionError::io("running systemctl show (no systemd here? pass --pid)", e)
-        })?;
+        .map_err(|e| ProvisionError::io("running systemctl show (no systemd here? pass --pid)", e))?;
     if !out.status.success() {
         return Err(ProvisionError::Tool {
             tool: "systemctl show".into(),
-            detail: format!(
-                "{}; pass the member's PID with --pid",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+            detail: format!("{}; pass the member's PID with --pid", String::from_utf8_lossy(&out.stderr).trim()),
         });
     }
-    let pid: i32 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0);
+    let pid: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
     Ok((pid > 0).then_some(pid))
 }

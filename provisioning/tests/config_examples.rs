@@ -15,11 +15,7 @@ fn every_provisioning_example_in_config_parses() {
     let mut seen = 0;
     for entry in std::fs::read_dir(config_dir()).expect("config/") {
         let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
         if name == "provision.toml" {
             ProvisionConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
             seen += 1;
@@ -50,13 +46,8 @@ fn every_problem_is_reported_in_one_pass() {
     let text = example()
         .replace("threshold = 1", "threshold = 5")
         .replace("io_priority = 0", "io_priority = 9")
-        .replace(
-            "data_dir = \"/var/lib/holdfast-etcd/member-data\"",
-            "data_dir = \"/srv/etcd\"",
-        );
-    let err = ProvisionConfig::parse(&text, Path::new("provision.toml"))
-        .expect_err("invalid")
-        .to_string();
+        .replace("data_dir = \"/var/lib/holdfast-etcd/member-data\"", "data_dir = \"/srv/etcd\"");
+    let err = ProvisionConfig::parse(&text, Path::new("provision.toml")).expect_err("invalid").to_string();
     for key in ["tang.threshold", "tune.io_priority", "disk.data_dir"] {
         assert!(err.contains(key), "{key} missing from:\n{err}");
     }
@@ -65,8 +56,6 @@ fn every_problem_is_reported_in_one_pass() {
 #[test]
 fn tang_servers_must_span_two_halls() {
     let text = example().replace("hall = \"hall-b\"\n# Pin", "hall = \"hall-a\"\n# Pin");
-    let err = ProvisionConfig::parse(&text, Path::new("provision.toml"))
-        .expect_err("one hall")
-        .to_string();
+    let err = ProvisionConfig::parse(&text, Path::new("provision.toml")).expect_err("one hall").to_string();
     assert!(err.contains("at least two halls"), "{err}");
 }

@@ -30,12 +30,7 @@ fn setup(tangs: &[&Tang], threshold: u32) -> (Loop, ProvisionConfig, std::path::
 }
 
 fn clevis_pass(dev: &std::path::Path, slot: u32) -> std::process::Output {
-    Command::new("clevis")
-        .args(["luks", "pass", "-d"])
-        .arg(dev)
-        .args(["-s", &slot.to_string()])
-        .output()
-        .expect("clevis luks pass")
+    Command::new("clevis").args(["luks", "pass", "-d"]).arg(dev).args(["-s", &slot.to_string()]).output().expect("clevis luks pass")
 }
 
 fn test_passphrase(dev: &std::path::Path, key: &[u8]) -> bool {
@@ -45,11 +40,7 @@ fn test_passphrase(dev: &std::path::Path, key: &[u8]) -> bool {
         .stdin(Stdio::piped())
         .spawn()
         .expect("cryptsetup");
-    c.stdin
-        .take()
-        .expect("stdin")
-        .write_all(key)
-        .expect("write key");
+    c.stdin.take().expect("stdin").write_all(key).expect("write key");
     c.wait().expect("wait").success()
 }
 
@@ -58,46 +49,27 @@ fn luks2_bound_to_two_tang_halls_keeps_no_passphrase_slot_and_key_recovers_throu
     let (a, b) = (Tang::start(), Tang::start());
     let (lo, cfg, _) = setup(&[&a, &b], 1);
 
-    let out = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet)
-        .expect("format and bind");
+    let out = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect("format and bind");
     assert!(out.changed);
     let st = disk::inspect(&lo.dev).expect("inspect");
     assert_eq!(st.luks.as_deref(), Some("LUKS2"));
     assert_eq!(st.signature.as_deref(), Some("crypto_LUKS"));
     assert!(!st.clevis_keyslots.is_empty(), "a Clevis keyslot: {st:?}");
-    assert!(
-        st.other_keyslots.is_empty(),
-        "no passphrase keyslot may remain: {st:?}"
-    );
+    assert!(st.other_keyslots.is_empty(), "no passphrase keyslot may remain: {st:?}");
     assert_eq!(st.keyslots, st.clevis_keyslots);
 
     // The token is an sss policy over both Tang servers.
-    let dump = Command::new("cryptsetup")
-        .args(["luksDump"])
-        .arg(&lo.dev)
-        .output()
-        .expect("luksDump");
+    let dump = Command::new("cryptsetup").args(["luksDump"]).arg(&lo.dev).output().expect("luksDump");
     assert!(String::from_utf8_lossy(&dump.stdout).contains("clevis"));
 
     // Recover the key through Tang and verify it against the header.
     let pass = clevis_pass(&lo.dev, st.clevis_keyslots[0]);
-    assert!(
-        pass.status.success(),
-        "clevis luks pass: {}",
-        String::from_utf8_lossy(&pass.stderr)
-    );
-    assert!(
-        test_passphrase(&lo.dev, &pass.stdout),
-        "cryptsetup open --test-passphrase refused the key Tang gave back"
-    );
-    assert!(
-        !test_passphrase(&lo.dev, b"not the key"),
-        "a wrong key must be refused"
-    );
+    assert!(pass.status.success(), "clevis luks pass: {}", String::from_utf8_lossy(&pass.stderr));
+    assert!(test_passphrase(&lo.dev, &pass.stdout), "cryptsetup open --test-passphrase refused the key Tang gave back");
+    assert!(!test_passphrase(&lo.dev, b"not the key"), "a wrong key must be refused");
 
     // Idempotent: a second run changes nothing.
-    let again =
-        disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect("second run");
+    let again = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect("second run");
     assert!(!again.changed, "{:?}", again.steps);
     assert_eq!(disk::inspect(&lo.dev).expect("inspect"), st);
 }
@@ -109,8 +81,7 @@ fn any_one_hall_tang_unlocks_with_threshold_one() {
     disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect("format and bind");
     b.stop();
     let st = disk::inspect(&lo.dev).expect("inspect");
-    let key = disk::recover_key(&lo.dev, &cfg.tang, &st.clevis_keyslots)
-        .expect("hall-a's Tang alone suffices");
+    let key = disk::recover_key(&lo.dev, &cfg.tang, &st.clevis_keyslots).expect("hall-a's Tang alone suffices");
     disk::verify_key(&lo.dev, &key).expect("key opens a keyslot");
 }
 
@@ -122,17 +93,10 @@ fn unlock_recovers_the_key_through_tang_and_stops_only_at_activation_without_dev
     // Dry run: says what it would do, touches nothing.
     let dry = disk::unlock(&cfg.disk, &cfg.tang, true, &mut quiet).expect("dry run");
     assert!(dry.changed);
-    assert!(
-        dry.steps
-            .iter()
-            .any(|s| s.contains("recover the key through Tang")),
-        "{:?}",
-        dry.steps
-    );
+    assert!(dry.steps.iter().any(|s| s.contains("recover the key through Tang")), "{:?}", dry.steps);
     // Real run: the key comes back from Tang and is checked by libcryptsetup;
     // only the kernel side (device-mapper, absent on this machine) fails.
-    let err =
-        disk::unlock(&cfg.disk, &cfg.tang, false, &mut quiet).expect_err("no device-mapper here");
+    let err = disk::unlock(&cfg.disk, &cfg.tang, false, &mut quiet).expect_err("no device-mapper here");
     let msg = err.to_string();
     assert!(msg.contains("The key from Tang is valid"), "{msg}");
     assert!(msg.contains("device-mapper"), "{msg}");
@@ -146,79 +110,35 @@ fn unlock_with_tang_stopped_stays_locked_and_says_why_without_passphrase_fallbac
     a.stop();
     b.stop();
     let err = disk::unlock(&cfg.disk, &cfg.tang, false, &mut quiet).expect_err("must stay locked");
-    assert!(
-        matches!(err, ProvisionError::TangUnreachable { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ProvisionError::TangUnreachable { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("stays locked") && msg.contains("no passphrase fallback"),
-        "{msg}"
-    );
-    assert!(
-        msg.contains(&a.url()) && msg.contains(&b.url()),
-        "names the servers tried: {msg}"
-    );
+    assert!(msg.contains("stays locked") && msg.contains("no passphrase fallback"), "{msg}");
+    assert!(msg.contains(&a.url()) && msg.contains(&b.url()), "names the servers tried: {msg}");
 
     // The binary: exit 69, the reason on stderr, nothing read from stdin.
-    let out = Command::new(bin())
-        .args(["unlock", "--config"])
-        .arg(&path)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(bin()).args(["unlock", "--config"]).arg(&path).stdin(Stdio::null()).output().expect("run");
+    assert_eq!(out.status.code(), Some(69), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no passphrase fallback"));
-    assert!(
-        disk::inspect(&lo.dev)
-            .expect("inspect")
-            .other_keyslots
-            .is_empty()
-    );
+    assert!(disk::inspect(&lo.dev).expect("inspect").other_keyslots.is_empty());
 }
 
 #[test]
 fn refuses_to_format_a_device_holding_a_file_system_unless_forced() {
     let (a, b) = (Tang::start(), Tang::start());
     let (lo, cfg, path) = setup(&[&a, &b], 1);
-    let st = Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .arg(&lo.dev)
-        .status()
-        .expect("mkfs.ext4");
+    let st = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&lo.dev).status().expect("mkfs.ext4");
     assert!(st.success());
-    let err = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet)
-        .expect_err("must refuse");
+    let err = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect_err("must refuse");
     assert!(matches!(err, ProvisionError::DeviceInUse { .. }), "{err:?}");
-    assert!(
-        err.to_string().contains("ext4") && err.to_string().contains("--force"),
-        "{err}"
-    );
-    assert_eq!(
-        disk::signature(&lo.dev).expect("blkid").as_deref(),
-        Some("ext4"),
-        "untouched"
-    );
+    assert!(err.to_string().contains("ext4") && err.to_string().contains("--force"), "{err}");
+    assert_eq!(disk::signature(&lo.dev).expect("blkid").as_deref(), Some("ext4"), "untouched");
 
-    let out = Command::new(bin())
-        .args(["disk", "--json", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    let out = Command::new(bin()).args(["disk", "--json", "--config"]).arg(&path).output().expect("run");
     assert_eq!(out.status.code(), Some(65));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["ok"], false);
 
-    let v = common::run_ok_json(
-        Command::new(bin())
-            .args(["disk", "--force", "--json", "--config"])
-            .arg(&path),
-    );
+    let v = common::run_ok_json(Command::new(bin()).args(["disk", "--force", "--json", "--config"]).arg(&path));
     assert_eq!(v["changed"], true);
     assert!(disk::inspect(&lo.dev).expect("inspect").is_provisioned());
 }
@@ -228,35 +148,15 @@ fn refuses_to_format_a_foreign_luks_header_unless_forced() {
     let (a, b) = (Tang::start(), Tang::start());
     let (lo, cfg, _) = setup(&[&a, &b], 1);
     let mut c = Command::new("cryptsetup")
-        .args([
-            "luksFormat",
-            "-q",
-            "--type",
-            "luks2",
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-            "-",
-        ])
+        .args(["luksFormat", "-q", "--type", "luks2", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", "-"])
         .arg(&lo.dev)
         .stdin(Stdio::piped())
         .spawn()
         .expect("cryptsetup");
-    c.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"someone else's")
-        .expect("key");
+    c.stdin.take().expect("stdin").write_all(b"someone else's").expect("key");
     assert!(c.wait().expect("wait").success());
-    let err = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet)
-        .expect_err("must refuse");
-    assert!(
-        err.to_string()
-            .contains("LUKS2 header without a Clevis binding"),
-        "{err}"
-    );
+    let err = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect_err("must refuse");
+    assert!(err.to_string().contains("LUKS2 header without a Clevis binding"), "{err}");
     disk::format_and_bind(&cfg.disk, &cfg.tang, true, false, &mut quiet).expect("forced");
     assert!(disk::inspect(&lo.dev).expect("inspect").is_provisioned());
 }
@@ -265,15 +165,10 @@ fn refuses_to_format_a_foreign_luks_header_unless_forced() {
 fn dry_run_on_an_empty_device_changes_nothing() {
     let (a, b) = (Tang::start(), Tang::start());
     let (lo, cfg, path) = setup(&[&a, &b], 1);
-    let out =
-        disk::format_and_bind(&cfg.disk, &cfg.tang, false, true, &mut quiet).expect("dry run");
+    let out = disk::format_and_bind(&cfg.disk, &cfg.tang, false, true, &mut quiet).expect("dry run");
     assert!(out.changed && out.steps.len() >= 4, "{:?}", out.steps);
     assert_eq!(disk::signature(&lo.dev).expect("blkid"), None);
-    let out = Command::new(bin())
-        .args(["disk", "--dry-run", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    let out = Command::new(bin()).args(["disk", "--dry-run", "--config"]).arg(&path).output().expect("run");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("would: format LUKS2"));
     assert_eq!(disk::signature(&lo.dev).expect("blkid"), None);
@@ -290,47 +185,22 @@ fn a_leftover_passphrase_slot_is_removed_on_the_next_run() {
     let keyfile = lo.dir.path().join("k");
     std::fs::write(&keyfile, &key).expect("write");
     let mut c = Command::new("cryptsetup")
-        .args([
-            "luksAddKey",
-            "-q",
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-        ])
+        .args(["luksAddKey", "-q", "--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file"])
         .arg(&keyfile)
         .arg(&lo.dev)
         .arg("-")
         .stdin(Stdio::piped())
         .spawn()
         .expect("luksAddKey");
-    c.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"a passphrase")
-        .expect("pass");
+    c.stdin.take().expect("stdin").write_all(b"a passphrase").expect("pass");
     assert!(c.wait().expect("wait").success());
-    assert_eq!(
-        disk::inspect(&lo.dev)
-            .expect("inspect")
-            .other_keyslots
-            .len(),
-        1
-    );
+    assert_eq!(disk::inspect(&lo.dev).expect("inspect").other_keyslots.len(), 1);
 
-    let out =
-        disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect("completes");
+    let out = disk::format_and_bind(&cfg.disk, &cfg.tang, false, false, &mut quiet).expect("completes");
     assert!(out.changed);
     let st = disk::inspect(&lo.dev).expect("inspect");
-    assert!(
-        st.other_keyslots.is_empty() && st.is_provisioned(),
-        "{st:?}"
-    );
-    assert!(
-        !test_passphrase(&lo.dev, b"a passphrase"),
-        "the passphrase no longer opens the volume"
-    );
+    assert!(st.other_keyslots.is_empty() && st.is_provisioned(), "{st:?}");
+    assert!(!test_passphrase(&lo.dev, b"a passphrase"), "the passphrase no longer opens the volume");
 }
 
 #[test]
@@ -343,16 +213,11 @@ fn data_directory_gets_owner_and_mode_idempotently() {
     assert!(disk::ensure_data_dir(&d, "root", "root", 0o700, false).expect("create"));
     let m = std::fs::metadata(&d).expect("meta");
     assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o700, 0, 0));
-    assert!(
-        !disk::ensure_data_dir(&d, "0", "0", 0o700, false).expect("again"),
-        "second run changes nothing"
-    );
-    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    assert!(!disk::ensure_data_dir(&d, "0", "0", 0o700, false).expect("again"), "second run changes nothing");
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     assert!(disk::ensure_data_dir(&d, "root", "root", 0o700, false).expect("fix"));
     assert_eq!(std::fs::metadata(&d).expect("meta").mode() & 0o7777, 0o700);
-    let err = disk::ensure_data_dir(&d, "no-such-user-holdfast", "root", 0o700, false)
-        .expect_err("unknown user");
+    let err = disk::ensure_data_dir(&d, "no-such-user-holdfast", "root", 0o700, false).expect_err("unknown user");
     assert!(err.to_string().contains("disk.owner"), "{err}");
 }
 
@@ -383,42 +248,21 @@ fn after_activation_an_empty_volume_gets_a_file_system_a_mount_and_the_data_dir_
     };
     let dry = disk::filesystem_and_mount(&lo.dev, &disk_cfg, true, &mut quiet).expect("dry run");
     assert!(dry.changed && dry.steps.len() == 3, "{:?}", dry.steps);
-    assert_eq!(
-        disk::signature(&lo.dev).expect("blkid"),
-        None,
-        "dry run formats nothing"
-    );
+    assert_eq!(disk::signature(&lo.dev).expect("blkid"), None, "dry run formats nothing");
 
-    let first = disk::filesystem_and_mount(&lo.dev, &disk_cfg, false, &mut quiet)
-        .expect("mkfs, mount, data dir");
+    let first = disk::filesystem_and_mount(&lo.dev, &disk_cfg, false, &mut quiet).expect("mkfs, mount, data dir");
     assert!(first.changed);
-    assert_eq!(
-        disk::signature(&lo.dev).expect("blkid").as_deref(),
-        Some("ext4")
-    );
+    assert_eq!(disk::signature(&lo.dev).expect("blkid").as_deref(), Some("ext4"));
     assert!(disk::is_mounted(&mnt));
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(
-        std::fs::metadata(mnt.join("member-data"))
-            .expect("data dir")
-            .mode()
-            & 0o7777,
-        0o700
-    );
+    assert_eq!(std::fs::metadata(mnt.join("member-data")).expect("data dir").mode() & 0o7777, 0o700);
     std::fs::write(mnt.join("member-data/keep"), b"etcd data").expect("write");
 
     let second = disk::filesystem_and_mount(&lo.dev, &disk_cfg, false, &mut quiet).expect("again");
-    assert!(
-        !second.changed && second.steps.is_empty(),
-        "{:?}",
-        second.steps
-    );
+    assert!(!second.changed && second.steps.is_empty(), "{:?}", second.steps);
     assert!(mnt.join("member-data/keep").exists(), "never reformats");
 
-    let xfs = holdfast_provision::config::DiskConfig {
-        filesystem: "xfs".into(),
-        ..disk_cfg.clone()
-    };
+    let xfs = holdfast_provision::config::DiskConfig { filesystem: "xfs".into(), ..disk_cfg.clone() };
     let err = disk::filesystem_and_mount(&lo.dev, &xfs, false, &mut quiet).expect_err("other fs");
     assert!(err.to_string().contains("refusing to reformat"), "{err}");
 }

@@ -20,34 +20,18 @@ fn config_dir() -> PathBuf {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).expect("write golden");
         return;
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with UPDATE_GOLDEN=1 to create it",
-            path.display()
-        )
-    });
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
     assert_eq!(actual, want, "output differs from {}", path.display());
 }
 
 fn run_plan(inventory: &str, extra: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(bin())
-        .args(["plan", "--inventory"])
-        .arg(config_dir().join(inventory))
-        .args(extra)
-        .output()
-        .expect("run plan");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = Command::new(bin()).args(["plan", "--inventory"]).arg(config_dir().join(inventory)).args(extra).output().expect("run plan");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
@@ -55,10 +39,7 @@ fn golden_three_halls_plan_text_and_json() {
     let (code, text, err) = run_plan("inventory-three-halls.toml", &["--token-seed", "golden"]);
     assert_eq!(code, Some(0), "{err}");
     golden("plan-three-halls.txt", &text);
-    let (code, json, _) = run_plan(
-        "inventory-three-halls.toml",
-        &["--token-seed", "golden", "--json"],
-    );
+    let (code, json, _) = run_plan("inventory-three-halls.toml", &["--token-seed", "golden", "--json"]);
     assert_eq!(code, Some(0));
     golden("plan-three-halls.json", &json);
 }
@@ -74,47 +55,27 @@ fn golden_two_halls_is_refused_with_reasons() {
 fn golden_pinned_majority_is_refused_with_reasons() {
     let (code, _, err) = run_plan("inventory-pinned.toml", &["--token-seed", "golden"]);
     assert_eq!(code, Some(65));
-    assert!(
-        err.contains("hall hall-a would hold 3 of 5 members, a majority"),
-        "{err}"
-    );
+    assert!(err.contains("hall hall-a would hold 3 of 5 members, a majority"), "{err}");
     golden("plan-pinned.err", &err);
 }
 
 #[test]
 fn plan_output_is_deterministic_and_tokens_are_fresh_per_creation() {
-    let a = run_plan(
-        "inventory-three-halls.toml",
-        &["--token-seed", "change-1234", "--json"],
-    );
-    let b = run_plan(
-        "inventory-three-halls.toml",
-        &["--token-seed", "change-1234", "--json"],
-    );
+    let a = run_plan("inventory-three-halls.toml", &["--token-seed", "change-1234", "--json"]);
+    let b = run_plan("inventory-three-halls.toml", &["--token-seed", "change-1234", "--json"]);
     assert_eq!(a, b, "same inventory and seed, same bytes");
-    let c = run_plan(
-        "inventory-three-halls.toml",
-        &["--token-seed", "change-1235", "--json"],
-    );
+    let c = run_plan("inventory-three-halls.toml", &["--token-seed", "change-1235", "--json"]);
     let tokens = |s: &str| -> Vec<String> {
         let v: serde_json::Value = serde_json::from_str(s).expect("json");
         v["plan"]["clusters"]
             .as_array()
             .expect("clusters")
             .iter()
-            .map(|c| {
-                c["initial_cluster_token"]
-                    .as_str()
-                    .expect("token")
-                    .to_string()
-            })
+            .map(|c| c["initial_cluster_token"].as_str().expect("token").to_string())
             .collect()
     };
     let (ta, tc) = (tokens(&a.1), tokens(&c.1));
-    assert!(
-        ta.iter().zip(&tc).all(|(x, y)| x != y),
-        "a new seed gives every cluster a new token"
-    );
+    assert!(ta.iter().zip(&tc).all(|(x, y)| x != y), "a new seed gives every cluster a new token");
     let mut uniq = ta.clone();
     uniq.sort();
     uniq.dedup();
@@ -129,16 +90,8 @@ fn plan_output_is_deterministic_and_tokens_are_fresh_per_creation() {
 fn plan_out_writes_one_env_file_per_member_idempotently() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("members");
-    let args = [
-        "--token-seed",
-        "golden",
-        "--out",
-        out.to_str().expect("utf8"),
-    ];
-    let (code, _, err) = run_plan(
-        "inventory-three-halls.toml",
-        &["--dry-run", args[0], args[1], args[2], args[3]],
-    );
+    let args = ["--token-seed", "golden", "--out", out.to_str().expect("utf8")];
+    let (code, _, err) = run_plan("inventory-three-halls.toml", &["--dry-run", args[0], args[1], args[2], args[3]]);
     assert_eq!(code, Some(0), "{err}");
     assert!(!out.exists(), "dry run writes nothing");
     let (code, text, _) = run_plan("inventory-three-halls.toml", &args);
@@ -148,10 +101,7 @@ fn plan_out_writes_one_env_file_per_member_idempotently() {
     golden("etcd-c1.env", &env);
     assert!(text.contains("write "));
     let (_, text, _) = run_plan("inventory-three-halls.toml", &args);
-    assert!(
-        !text.contains("write ") && text.contains("unchanged:"),
-        "{text}"
-    );
+    assert!(!text.contains("write ") && text.contains("unchanged:"), "{text}");
 }
 
 // ---- property tests -------------------------------------------------------
@@ -164,15 +114,7 @@ fn feasible(halls: &[usize], clusters: &[Tier], required: usize) -> bool {
         };
         let n = t.size();
         let mut counts = vec![0usize; free.len()];
-        fn place(
-            i: usize,
-            left: usize,
-            counts: &mut Vec<usize>,
-            free: &mut Vec<usize>,
-            t: Tier,
-            rest: &[Tier],
-            required: usize,
-        ) -> bool {
+        fn place(i: usize, left: usize, counts: &mut Vec<usize>, free: &mut Vec<usize>, t: Tier, rest: &[Tier], required: usize) -> bool {
             if i == counts.len() {
                 if left != 0 {
                     return false;
@@ -208,29 +150,11 @@ fn inventory(halls: &[usize], clusters: &[Tier]) -> Inventory {
     let mut hosts = Vec::new();
     for (h, &n) in halls.iter().enumerate() {
         for i in 0..n {
-            hosts.push(Host {
-                name: format!("h{h}-{i}"),
-                hall: format!("hall-{h}"),
-                address: format!("10.0.{h}.{i}"),
-            });
+            hosts.push(Host { name: format!("h{h}-{i}"), hall: format!("hall-{h}"), address: format!("10.0.{h}.{i}") });
         }
     }
-    let clusters = clusters
-        .iter()
-        .enumerate()
-        .map(|(i, &tier)| ClusterSpec {
-            name: format!("c{i}"),
-            tier,
-            members: None,
-        })
-        .collect();
-    Inventory {
-        required_halls: 3,
-        peer_port: 2380,
-        client_port: 2379,
-        hosts,
-        clusters,
-    }
+    let clusters = clusters.iter().enumerate().map(|(i, &tier)| ClusterSpec { name: format!("c{i}"), tier, members: None }).collect();
+    Inventory { required_halls: 3, peer_port: 2380, client_port: 2379, hosts, clusters }
 }
 
 fn tier() -> impl Strategy<Value = Tier> {

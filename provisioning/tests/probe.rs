@@ -11,30 +11,20 @@ use holdfast_provision::config::ProbeConfig;
 use holdfast_provision::probe;
 
 fn cfg(max_p99: Duration) -> ProbeConfig {
-    ProbeConfig {
-        max_p99,
-        samples: 300,
-        write_size: 2300,
-    }
+    ProbeConfig { max_p99, samples: 300, write_size: 2300 }
 }
 
 #[test]
 fn probe_reports_fdatasync_figures_on_a_real_file_system() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut calls = 0;
-    let r = probe::measure(dir.path(), &cfg(Duration::from_millis(2)), |_, _| {
-        calls += 1
-    })
-    .expect("measure");
+    let r = probe::measure(dir.path(), &cfg(Duration::from_millis(2)), |_, _| calls += 1).expect("measure");
     assert_eq!((r.samples, r.write_size), (300, 2300));
     assert!(r.p50_us > 0, "fdatasync takes time: {r:?}");
     assert!(r.p50_us <= r.p99_us && r.p99_us <= r.max_us, "{r:?}");
     assert_eq!(r.max_p99_us, 2000);
     assert!(calls >= 10, "progress is reported");
-    assert!(
-        !dir.path().join(probe::SCRATCH).exists(),
-        "scratch file removed"
-    );
+    assert!(!dir.path().join(probe::SCRATCH).exists(), "scratch file removed");
 }
 
 #[test]
@@ -69,50 +59,26 @@ fn probe_command_records_the_verdict_and_exits_65_when_too_slow() {
     let config = node_config(
         dir.path(),
         std::path::Path::new("/dev/null"),
-        &[
-            ("http://127.0.0.1:1".into(), "hall-a"),
-            ("http://127.0.0.1:2".into(), "hall-b"),
-        ],
+        &[("http://127.0.0.1:1".into(), "hall-a"), ("http://127.0.0.1:2".into(), "hall-b")],
         1,
     );
     let data = dir.path().join("data");
     std::fs::create_dir(&data).expect("data dir");
 
-    let out = Command::new(bin())
-        .args(["probe", "--max-p99", "1ns", "--dir"])
-        .arg(&data)
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert_eq!(
-        out.status.code(),
-        Some(65),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out =
+        Command::new(bin()).args(["probe", "--max-p99", "1ns", "--dir"]).arg(&data).arg("--config").arg(&config).output().expect("run");
+    assert_eq!(out.status.code(), Some(65), "{}", String::from_utf8_lossy(&out.stderr));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("p50") && stderr.contains("p99"),
-        "figures printed: {stderr}"
-    );
+    assert!(stderr.contains("p50") && stderr.contains("p99"), "figures printed: {stderr}");
     let rec = probe::last(&dir.path().join("state")).expect("verdict recorded");
     assert!(!rec.ready);
 
     let v = common::run_ok_json(
-        Command::new(bin())
-            .args(["probe", "--json", "--max-p99", "10s", "--dir"])
-            .arg(&data)
-            .arg("--config")
-            .arg(&config),
+        Command::new(bin()).args(["probe", "--json", "--max-p99", "10s", "--dir"]).arg(&data).arg("--config").arg(&config),
     );
     assert_eq!(v["report"]["ready"], true);
     assert!(v["report"]["p99_us"].as_u64().is_some());
-    assert!(
-        probe::last(&dir.path().join("state"))
-            .expect("recorded")
-            .ready
-    );
+    assert!(probe::last(&dir.path().join("state")).expect("recorded").ready);
 
     // --dry-run measures but records nothing.
     let out = Command::new(bin())
@@ -123,9 +89,5 @@ fn probe_command_records_the_verdict_and_exits_65_when_too_slow() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(65));
-    assert!(
-        probe::last(&dir.path().join("state"))
-            .expect("still the old verdict")
-            .ready
-    );
+    assert!(probe::last(&dir.path().join("state")).expect("still the old verdict").ready);
 }

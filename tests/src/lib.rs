@@ -4,8 +4,8 @@
 //! print the tail of every log.
 
 use holdfast_client::{Client, ClientConfig};
-use holdfast_config::arbiter::TlsConfig;
 use holdfast_config::EtcdConfig;
+use holdfast_config::arbiter::TlsConfig;
 use holdfast_devkit::arbiter::{ArbiterProcess, Launch};
 use holdfast_devkit::etcd::{self as devetcd, ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
 use holdfast_devkit::pki::{DevCa, Issued};
@@ -25,7 +25,11 @@ pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join(name);
-    assert!(path.exists(), "{} is missing: build the binaries first (`cargo build --workspace --bins`; scripts/test does it)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`; scripts/test does it)",
+        path.display()
+    );
     path
 }
 
@@ -385,7 +389,12 @@ impl Appliance {
     }
 
     /// A Locker for identity `path` over the given arbiters.
-    pub fn locker(&self, path: &str, arbiters: &[&Arbiter], on_fence: impl Fn(holdfast_client::Fenced) + Send + Sync + 'static) -> holdfast_client::Locker {
+    pub fn locker(
+        &self,
+        path: &str,
+        arbiters: &[&Arbiter],
+        on_fence: impl Fn(holdfast_client::Fenced) + Send + Sync + 'static,
+    ) -> holdfast_client::Locker {
         let cert = self.pki.workload(&path.replace('/', "-"), path);
         holdfast_client::Locker::new(
             holdfast_client::LockerConfig {
@@ -462,10 +471,7 @@ impl S3 {
 
     /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` for a client process.
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![
-            ("AWS_ACCESS_KEY_ID".into(), self.0.access_key_id.clone()),
-            ("AWS_SECRET_ACCESS_KEY".into(), self.0.secret_access_key.clone()),
-        ]
+        vec![("AWS_ACCESS_KEY_ID".into(), self.0.access_key_id.clone()), ("AWS_SECRET_ACCESS_KEY".into(), self.0.secret_access_key.clone())]
     }
 }
 

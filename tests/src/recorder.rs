@@ -22,7 +22,15 @@ impl Default for Recorder {
 /// (timeouts, lost connections) leaves the outcome unknown.
 fn outcome_of(e: &Error) -> Outcome {
     match e.reason() {
-        Some(ErrorReason::Contention | ErrorReason::Leak | ErrorReason::Sealed | ErrorReason::InvalidArgument | ErrorReason::SessionNotFound | ErrorReason::Denied | ErrorReason::Unauthenticated) => Outcome::Fail,
+        Some(
+            ErrorReason::Contention
+            | ErrorReason::Leak
+            | ErrorReason::Sealed
+            | ErrorReason::InvalidArgument
+            | ErrorReason::SessionNotFound
+            | ErrorReason::Denied
+            | ErrorReason::Unauthenticated,
+        ) => Outcome::Fail,
         _ => Outcome::Unknown,
     }
 }
@@ -57,7 +65,14 @@ impl Recorder {
     }
 
     /// Records a release; `Ok` only when the arbiter says it deleted a hold.
-    pub async fn release(&self, process: u64, session_id: u64, key: &LockKey, token: u64, call: impl std::future::Future<Output = Result<bool, Error>>) -> bool {
+    pub async fn release(
+        &self,
+        process: u64,
+        session_id: u64,
+        key: &LockKey,
+        token: u64,
+        call: impl std::future::Future<Output = Result<bool, Error>>,
+    ) -> bool {
         let invoke = self.now();
         let r = call.await;
         let complete = self.now();

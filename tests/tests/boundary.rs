@@ -2,7 +2,7 @@
 //! field, and writes nothing to etcd.
 
 use holdfast_proto::v1::{AcquireRequest, OpenSessionRequest};
-use holdfast_proto::{reason_of, ErrorReason};
+use holdfast_proto::{ErrorReason, reason_of};
 use holdfast_tests::*;
 use std::time::Duration;
 
@@ -41,7 +41,8 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing() {
     // A session ID that is not this identity's is reported as not found.
     let other = app.client("team/b").await;
     let before = app.etcd.revision().await;
-    let req = AcquireRequest { session_id: session.id(), namespace: "orders".into(), key: "k".into(), wait_millis: 0, ..Default::default() };
+    let req =
+        AcquireRequest { session_id: session.id(), namespace: "orders".into(), key: "k".into(), wait_millis: 0, ..Default::default() };
     let status = other.rpc().acquire(req).await.unwrap_err();
     assert_eq!(reason_of(&status).map(|r| r.0), Some(ErrorReason::SessionNotFound));
     assert_eq!(app.etcd.revision().await, before);

@@ -2,7 +2,7 @@
 //! re-entrancy, fair waiting, key affinity.
 
 use holdfast_client::{AcquireOptions, ErrorReason, Fenced};
-use holdfast_model::{layout, LockKey};
+use holdfast_model::{LockKey, layout};
 use holdfast_tests::*;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -209,7 +209,12 @@ async fn durable_waiting_order_survives_an_arbiter_restart() {
         };
         let end = Instant::now() + Duration::from_secs(5);
         loop {
-            let q = etcd.client().await.get(layout::WAITER_PREFIX, Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+            let q = etcd
+                .client()
+                .await
+                .get(layout::WAITER_PREFIX, Some(etcd_client::GetOptions::new().with_prefix().with_count_only()))
+                .await
+                .unwrap();
             if q.count() as usize == i + 1 {
                 break;
             }

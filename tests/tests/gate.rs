@@ -3,9 +3,9 @@
 //! broken arbiter (a release not guarded by create revision) fails.
 //! The fault-injecting gate (`holdfastctl gate`) is still to be built.
 
-use holdfast_checkers::{c1, c3};
+use holdfast_checkers::{etcd_log, linearizable};
 use holdfast_model::LockKey;
-use holdfast_tests::recorder::{etcd_lock_log, Recorder};
+use holdfast_tests::recorder::{Recorder, etcd_lock_log};
 use holdfast_tests::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,6 @@ use std::time::Duration;
 fn key(s: &str) -> LockKey {
     LockKey::parse(s).unwrap()
 }
-
 
 #[tokio::test]
 async fn a_contended_workload_with_expiries_passes_c1_and_c3() {
@@ -63,17 +62,24 @@ async fn contended_workload(name: &str, configure: Configure<'_>) {
     eprintln!("gate smoke: {stats:?}");
     assert!(stats.ok_grants >= 100, "too few grants to mean anything: {stats:?}");
     let deletes = history.etcd.events.iter().filter(|e| matches!(e.kind, holdfast_checkers::history::EtcdEventKind::Delete)).count();
-    let releases = history.ops.iter().filter(|o| matches!(o.kind, holdfast_checkers::history::OpKind::Release { .. }) && o.outcome == holdfast_checkers::history::Outcome::Ok).count();
+    let releases = history
+        .ops
+        .iter()
+        .filter(|o| {
+            matches!(o.kind, holdfast_checkers::history::OpKind::Release { .. }) && o.outcome == holdfast_checkers::history::Outcome::Ok
+        })
+        .count();
     assert_eq!(deletes, releases + 2, "etcd's log has every release plus the two expiries of the vanished holders");
-    let r1 = c1::check(&history);
+    let r1 = etcd_log::check(&history);
     assert!(r1.passed(), "C1: {:?}", r1.violations);
-    let r3 = c3::check(&history, &c3::Config::default());
+    let r3 = linearizable::check(&history, &linearizable::Config::default());
     assert!(r3.passed(), "C3: {:?} inconclusive {:?}", r3.violations, r3.inconclusive);
 }
 
 #[tokio::test]
 async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-mutant", 1, &|c| c.mutation.release_unguarded = true).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } =
+        Appliance::start_with("gate-mutant", 1, &|c| c.mutation.release_unguarded = true).await;
     let rec = Recorder::default();
     let k = key("gate/stale");
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
@@ -89,12 +95,19 @@ async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
     // A retried (stale) release of A's old hold: the broken arbiter deletes B's hold.
     let req = holdfast_proto::v1::ReleaseRequest { session_id: a_id, namespace: "gate".into(), key: "stale".into(), token: a_token };
     let mut rpc = a.rpc();
-    rec.release(1, a_id, &k, a_token, async move { Ok(rpc.release(req).await.map_err(holdfast_client::Error::from)?.into_inner().released) }).await;
+    rec.release(
+        1,
+        a_id,
+        &k,
+        a_token,
+        async move { Ok(rpc.release(req).await.map_err(holdfast_client::Error::from)?.into_inner().released) },
+    )
+    .await;
     // C now gets the key while B still believes it holds it.
     let hc = rec.acquire(3, &sc, &k, Duration::ZERO).await;
     assert!(hc.is_some(), "the mutation did not take effect");
     let history = rec.history(etcd_lock_log(&etcd.client().await).await);
-    let r3 = c3::check(&history, &c3::Config::default());
+    let r3 = linearizable::check(&history, &linearizable::Config::default());
     assert!(!r3.passed(), "C3 must catch the unguarded release");
     eprintln!("C3 caught: {:?}", r3.violations.iter().map(|v| format!("{:?}: {}", v.rule, v.explanation)).collect::<Vec<_>>());
     drop(hb);
@@ -102,7 +115,8 @@ async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
 
 #[tokio::test]
 async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-counter", 1, &|c| c.mutation.token_from_counter = true).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter } =
+        Appliance::start_with("gate-counter", 1, &|c| c.mutation.token_from_counter = true).await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
@@ -113,8 +127,12 @@ async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
         rec.release(1, sid, &k, t, h.release()).await;
     }
     let history = rec.history(etcd_lock_log(&etcd.client().await).await);
-    let r1 = c1::check(&history);
-    assert!(r1.has(holdfast_checkers::report::Rule::GrantWithoutEtcdEvent), "C1 must see grants with no etcd event at their revision: {:?}", r1.violations);
+    let r1 = etcd_log::check(&history);
+    assert!(
+        r1.has(holdfast_checkers::report::Rule::GrantWithoutEtcdEvent),
+        "C1 must see grants with no etcd event at their revision: {:?}",
+        r1.violations
+    );
 }
 
 #[tokio::test]
@@ -140,7 +158,7 @@ async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() 
     assert!(stale.is_some(), "the mutant granted after the advance");
     let history = rec.history(etcd_lock_log(&etcd.client().await).await);
     assert_eq!(history.etcd.epoch_changes.last().map(|c| c.epoch), Some(record.epoch as u64), "etcd's log shows the advance");
-    let r1 = c1::check(&history);
+    let r1 = etcd_log::check(&history);
     let wrong: Vec<_> = r1.violations.iter().filter(|v| v.rule == holdfast_checkers::report::Rule::GrantWrongEpoch).collect();
     assert_eq!(wrong.len(), 1, "C1 must see exactly the grant after the advance in a stale epoch: {:?}", r1.violations);
 }

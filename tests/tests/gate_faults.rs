@@ -31,7 +31,8 @@ fn gate(args: &[&str]) -> GateRun {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let last = stdout.lines().last().unwrap_or_default();
-    let summary: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}):\n{stdout}\n{stderr}"));
+    let summary: serde_json::Value =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}):\n{stdout}\n{stderr}"));
     GateRun { _dir: dir, code: out.status.code().unwrap_or(-1), summary, output: format!("{stdout}\n{stderr}") }
 }
 
@@ -135,7 +136,13 @@ fn an_unfenced_resource_loses_updates_under_client_pauses_and_the_postgresql_fen
 /// zombies), writing to the reference fence.
 #[test]
 fn the_gate_passes_with_group_commit_on() {
-    let run = gate(&["--group-commit", "--faults", "arbiter-kill,leader-pause,client-pause,asymmetric-arbiter-etcd", "--resource", "postgres-local"]);
+    let run = gate(&[
+        "--group-commit",
+        "--faults",
+        "arbiter-kill,leader-pause,client-pause,asymmetric-arbiter-etcd",
+        "--resource",
+        "postgres-local",
+    ]);
     assert_eq!(run.code, 0, "{}", run.output);
     assert_eq!(run.summary["group_commit"], true);
     assert_eq!(run.summary["violations"], 0);

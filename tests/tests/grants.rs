@@ -128,7 +128,8 @@ impl GroupExt for std::process::Command {
 async fn group_commit_keeps_each_key_exclusive_and_its_tokens_increasing() {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
-    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } = Appliance::start_with("group-commit", 1, &|c| c.grants.group_commit = true).await;
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } =
+        Appliance::start_with("group-commit", 1, &|c| c.grants.group_commit = true).await;
     let held: Arc<Mutex<HashMap<String, bool>>> = Arc::default();
     let grants: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
     let mut tasks = Vec::new();

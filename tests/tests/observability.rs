@@ -101,7 +101,11 @@ async fn issued_tokens_never_appear_in_any_output_at_debug_level() {
         assert!(out.status.success());
         outputs.push_str(&String::from_utf8_lossy(&out.stdout));
         outputs.push_str(&String::from_utf8_lossy(&out.stderr));
-        for args in [vec!["inspect".to_string(), format!("redact/k{}", i % 3)], vec!["inspect".into(), "--json".into(), "redact/k0".into()], vec!["epoch".into(), "status".into(), "--json".into()]] {
+        for args in [
+            vec!["inspect".to_string(), format!("redact/k{}", i % 3)],
+            vec!["inspect".into(), "--json".into(), "redact/k0".into()],
+            vec!["epoch".into(), "status".into(), "--json".into()],
+        ] {
             let out = Command::new(bin("holdfastctl")).envs(env.iter().cloned()).args(&args).output().unwrap();
             outputs.push_str(&String::from_utf8_lossy(&out.stdout));
             outputs.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -171,7 +175,8 @@ async fn traced_workload(arbiter: &Arbiter, pki: &Pki, keys: usize) -> (Vec<u64>
     let k0 = LockKey::parse("trace/k0").unwrap();
     let again = sa.acquire(&k0, Duration::ZERO).await.unwrap();
     tokens.push(again.token().expose());
-    let stale = holdfast_proto::v1::ReleaseRequest { session_id: sa.id(), namespace: "trace".into(), key: "k0".into(), token: first.unwrap() };
+    let stale =
+        holdfast_proto::v1::ReleaseRequest { session_id: sa.id(), namespace: "trace".into(), key: "k0".into(), token: first.unwrap() };
     assert!(!a.rpc().release(stale).await.unwrap().into_inner().released, "a stale release deletes nothing");
     assert!(again.release().await.unwrap());
     let session = sa.id();
@@ -236,7 +241,9 @@ async fn rpc_spans_reach_an_otlp_http_collector_without_any_token() {
     assert_eq!(of("lock.v1.Lock/Release").filter(|s| s.attr("outcome") == Some("released")).count(), 6);
     assert_eq!(of("lock.v1.Lock/Release").filter(|s| s.attr("outcome") == Some("not_held")).count(), 1, "the stale release");
     assert_eq!(of("lock.v1.Lock/Inspect").filter(|s| s.attr("outcome") == Some("held")).count(), 5);
-    assert!(of("lock.v1.Lock/CloseSession").any(|s| s.attr("session") == Some(session_hex.as_str()) && s.attr("outcome") == Some("closed")));
+    assert!(
+        of("lock.v1.Lock/CloseSession").any(|s| s.attr("session") == Some(session_hex.as_str()) && s.attr("outcome") == Some("closed"))
+    );
     // Every grant transaction is a child of an Acquire call.
     let acquires: Vec<&[u8]> = of("lock.v1.Lock/Acquire").map(|s| s.span_id.as_slice()).collect();
     for g in of("grant transaction") {
@@ -290,7 +297,8 @@ async fn without_an_otlp_endpoint_nothing_is_exported() {
     let http = holdfast_tests::otlp::OtlpReceiver::http();
     let grpc = holdfast_tests::otlp::OtlpReceiver::grpc();
     // A [tracing] table without an endpoint is still off.
-    let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.tracing.service_name = "x".into(), "debug");
+    let mut arbiter =
+        Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.tracing.service_name = "x".into(), "debug");
     arbiter.wait_ready(Duration::from_secs(30)).unwrap();
     traced_workload(&arbiter, &pki, 2).await;
     arbiter.stop();

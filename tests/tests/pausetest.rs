@@ -113,7 +113,10 @@ fn assert_no_token_in(outs: &[&Out], tokens: &[u64]) {
     assert!(!tokens.is_empty());
     for out in outs {
         for t in tokens {
-            assert!(!out.stdout.contains(&t.to_string()) && !out.stderr.contains(&t.to_string()), "a token leaked into the kit's output:\n{out}");
+            assert!(
+                !out.stdout.contains(&t.to_string()) && !out.stderr.contains(&t.to_string()),
+                "a token leaked into the kit's output:\n{out}"
+            );
         }
     }
 }
@@ -125,8 +128,10 @@ async fn kit_passes_on_the_reference_fences_and_status_honours_expiry_and_schema
     let s3 = S3::start(&app.dir.path, &["fences"]);
     let kit = Kit { app: &app, pg: &pg, s3: &s3 };
 
-    let (on_pg, on_s3) =
-        tokio::join!(kit.run("ledger", "pausetest/pg", Resource::Postgres, "correct"), kit.run("media", "pausetest/s3", Resource::S3, "correct"));
+    let (on_pg, on_s3) = tokio::join!(
+        kit.run("ledger", "pausetest/pg", Resource::Postgres, "correct"),
+        kit.run("media", "pausetest/s3", Resource::S3, "correct")
+    );
     for (class, r, out) in [("ledger", Resource::Postgres, &on_pg), ("media", Resource::S3, &on_s3)] {
         assert_eq!(out.code, 0, "the correct fence must pass:\n{out}");
         assert!(out.stdout.starts_with("PASS: "), "{out}");

@@ -2,7 +2,7 @@
 //! it has issued before. See `holdfast_model::seal` for the rule.
 
 use holdfast_model::seal::{self, LogPosition};
-use holdfast_model::{layout, LockKey};
+use holdfast_model::{LockKey, layout};
 use holdfast_proto::ErrorReason;
 use holdfast_tests::*;
 use std::time::Duration;
@@ -122,7 +122,12 @@ async fn restart_keeps_and_restore_drops_the_log_offset() {
     etcd.members[0] = Some(holdfast_devkit::etcd::EtcdProcess::start(&etcd.bin, &etcd.spec, 0, &dir.path.join("restart.log")).unwrap());
     etcd.wait_ready().await;
     let after_restart = positions(&etcd).await[0];
-    eprintln!("etcd {}: before restart {before_restart:?} offset {}, after {after_restart:?} offset {}", etcd.bin.version_string(), before_restart.offset(), after_restart.offset());
+    eprintln!(
+        "etcd {}: before restart {before_restart:?} offset {}, after {after_restart:?} offset {}",
+        etcd.bin.version_string(),
+        before_restart.offset(),
+        after_restart.offset()
+    );
     assert!(after_restart.applied_index >= before_restart.applied_index);
     assert!(after_restart.offset() >= before_restart.offset());
     assert!(matches!(seal::judge(&[after_restart], record.log_floor, 1), seal::Verdict::Intact { .. }));

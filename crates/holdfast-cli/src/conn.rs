@@ -2,8 +2,8 @@
 //! etcd, in holdfastctl and in holdfast-pausetest.
 
 use crate::exit;
-use holdfast_config::EtcdConfig;
 use holdfast_client::{Client, ClientConfig, Error, ErrorReason};
+use holdfast_config::EtcdConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -75,7 +75,9 @@ pub fn report(e: &Error) -> u8 {
         Some(ErrorReason::Leak) => ("", exit::LEAK),
         Some(ErrorReason::Sealed) => (" Check `holdfastctl epoch status`; a sealed arbiter needs an epoch advance.", exit::UNAVAILABLE),
         Some(ErrorReason::Unavailable) => (" Is the arbiter running (`holdfastctl dev`), and is the endpoint right?", exit::UNAVAILABLE),
-        Some(ErrorReason::Unauthenticated) => (" Check --cert/--key: the certificate must come from the arbiter's client CA.", exit::NOPERM),
+        Some(ErrorReason::Unauthenticated) => {
+            (" Check --cert/--key: the certificate must come from the arbiter's client CA.", exit::NOPERM)
+        }
         Some(ErrorReason::Denied) => ("", exit::NOPERM),
         Some(ErrorReason::SessionNotFound) => ("", exit::UNAVAILABLE),
         Some(ErrorReason::InvalidArgument) => ("", exit::USAGE),

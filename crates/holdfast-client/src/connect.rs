@@ -1,8 +1,8 @@
-use crate::session::Session;
 use crate::Error;
+use crate::session::Session;
 use holdfast_model::LockKey;
-use holdfast_proto::v1::{InspectRequest, InspectResponse, OpenSessionRequest, ServerStatusRequest, ServerStatusResponse};
 use holdfast_proto::LockClient;
+use holdfast_proto::v1::{InspectRequest, InspectResponse, OpenSessionRequest, ServerStatusRequest, ServerStatusResponse};
 use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -87,12 +87,21 @@ impl Client {
     }
 
     /// Opens a session whose every keepalive `observer` sees (recorders).
-    pub async fn open_session_observed(&self, ttl: Duration, observer: std::sync::Arc<dyn crate::KeepaliveObserver>) -> Result<Session, Error> {
+    pub async fn open_session_observed(
+        &self,
+        ttl: Duration,
+        observer: std::sync::Arc<dyn crate::KeepaliveObserver>,
+    ) -> Result<Session, Error> {
         self.open_session_with(ttl, Vec::new(), Some(observer)).await
     }
 
     /// Opens a session here whose keepalives fail over to `others`.
-    pub(crate) async fn open_session_with(&self, ttl: Duration, others: Vec<Client>, observer: Option<std::sync::Arc<dyn crate::KeepaliveObserver>>) -> Result<Session, Error> {
+    pub(crate) async fn open_session_with(
+        &self,
+        ttl: Duration,
+        others: Vec<Client>,
+        observer: Option<std::sync::Arc<dyn crate::KeepaliveObserver>>,
+    ) -> Result<Session, Error> {
         let opened_at = tokio::time::Instant::now();
         let resp = self.rpc.clone().open_session(OpenSessionRequest { ttl_millis: ttl.as_millis() as u64 }).await?.into_inner();
         let mut clients = vec![self.clone()];

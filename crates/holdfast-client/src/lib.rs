@@ -30,4 +30,4 @@ pub use connect::{Client, ClientConfig};
 pub use error::Error;
 pub use holdfast_proto::ErrorReason;
 pub use locker::{AcquireOptions, Fenced, LockGuard, Locker, LockerConfig};
-pub use session::{Health, Hold, KeepaliveObserver, KeepaliveOutcome, Session, FENCE_MARGIN};
+pub use session::{FENCE_MARGIN, Health, Hold, KeepaliveObserver, KeepaliveOutcome, Session};

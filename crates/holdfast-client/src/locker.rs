@@ -121,16 +121,16 @@ impl Locker {
             .endpoints
             .iter()
             .map(|e| {
-                Client::connect_lazy(&ClientConfig { endpoint: e.clone(), ca: config.ca.clone(), cert: config.cert.clone(), key: config.key.clone() })
+                Client::connect_lazy(&ClientConfig {
+                    endpoint: e.clone(),
+                    ca: config.ca.clone(),
+                    cert: config.cert.clone(),
+                    key: config.key.clone(),
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Locker {
-            inner: Arc::new(Inner {
-                endpoints: config.endpoints,
-                clients,
-                slots: Default::default(),
-                on_fence: Arc::new(on_fence),
-            }),
+            inner: Arc::new(Inner { endpoints: config.endpoints, clients, slots: Default::default(), on_fence: Arc::new(on_fence) }),
         })
     }
 
@@ -151,7 +151,8 @@ impl Locker {
         let order = ranked(&format!("session/{}", ttl.as_millis()), &self.inner.endpoints);
         let mut last = None;
         for (n, i) in order.iter().enumerate() {
-            let others: Vec<Client> = order.iter().skip(n + 1).chain(order.iter().take(n)).map(|j| self.inner.clients[*j].clone()).collect();
+            let others: Vec<Client> =
+                order.iter().skip(n + 1).chain(order.iter().take(n)).map(|j| self.inner.clients[*j].clone()).collect();
             match self.inner.clients[*i].open_session_with(ttl, others, None).await {
                 Ok(session) => {
                     let slot = Arc::new(Slot { session, holds: Default::default(), key_locks: Default::default() });

@@ -66,7 +66,13 @@ impl Session {
     /// `opened_at` is when the open call was sent: the lease cannot have
     /// started earlier, so the first deadline counts from there.
     /// Keepalives go to `clients[0]` and fail over to the others in turn.
-    pub(crate) fn start(clients: Vec<Client>, id: u64, ttl: Duration, opened_at: Instant, observer: Option<Arc<dyn KeepaliveObserver>>) -> Self {
+    pub(crate) fn start(
+        clients: Vec<Client>,
+        id: u64,
+        ttl: Duration,
+        opened_at: Instant,
+        observer: Option<Arc<dyn KeepaliveObserver>>,
+    ) -> Self {
         let (tx, rx) = watch::channel(Health::Healthy);
         let clock = Arc::new(Mutex::new(Clock { deadline: opened_at + ttl.saturating_sub(FENCE_MARGIN) }));
         let client = clients[0].clone();
@@ -205,7 +211,13 @@ enum Round {
 }
 
 /// Opens the stream if needed, sends one keepalive and waits for its answer.
-async fn round(client: &Client, id: u64, stream: &mut Option<KeepAliveStream>, period: Duration, observer: Option<&dyn KeepaliveObserver>) -> Round {
+async fn round(
+    client: &Client,
+    id: u64,
+    stream: &mut Option<KeepAliveStream>,
+    period: Duration,
+    observer: Option<&dyn KeepaliveObserver>,
+) -> Round {
     let mark = observer.map(|o| o.sent(id));
     let r = round_inner(client, id, stream, period).await;
     if let (Some(o), Some(mark)) = (observer, mark) {
@@ -254,7 +266,14 @@ async fn round_inner(client: &Client, id: u64, stream: &mut Option<KeepAliveStre
 /// the server cannot have extended the lease before that keepalive was sent,
 /// so the deadline always falls before the server's expiry. When it passes,
 /// the session is [`Health::Lost`] at once, whatever call is in flight.
-async fn keepalive_loop(clients: Vec<Client>, id: u64, ttl: Duration, health: watch::Sender<Health>, clock: Arc<Mutex<Clock>>, observer: Option<Arc<dyn KeepaliveObserver>>) {
+async fn keepalive_loop(
+    clients: Vec<Client>,
+    id: u64,
+    ttl: Duration,
+    health: watch::Sender<Health>,
+    clock: Arc<Mutex<Clock>>,
+    observer: Option<Arc<dyn KeepaliveObserver>>,
+) {
     let period = (ttl / 3).max(Duration::from_millis(500));
     let mut stream = None;
     let mut current = 0;

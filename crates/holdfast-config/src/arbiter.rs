@@ -109,7 +109,6 @@ pub struct TlsConfig {
     pub client_ca_file: PathBuf,
 }
 
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SealConfig {
@@ -280,9 +279,8 @@ impl ArbiterConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let err = |problems: Vec<String>| ConfigError { path: path.display().to_string(), problems };
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            err(vec![format!("cannot read the file ({e}); pass --config FILE or create {DEFAULT_PATH}")])
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err(vec![format!("cannot read the file ({e}); pass --config FILE or create {DEFAULT_PATH}")]))?;
         let config: ArbiterConfig = toml::from_str(&text).map_err(|e| err(vec![e.to_string().trim().to_string()]))?;
         let problems = config.problems();
         if problems.is_empty() { Ok(config) } else { Err(err(problems)) }
@@ -378,11 +376,9 @@ pub fn secret_file_problem(path: &Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::metadata(path) {
         Err(e) => Some(format!("{e}; point it at the PEM private key")),
-        Ok(m) if m.permissions().mode() & 0o004 != 0 => Some(format!(
-            "is world-readable (mode {:o}); run `chmod o-rwx {}`",
-            m.permissions().mode() & 0o777,
-            path.display()
-        )),
+        Ok(m) if m.permissions().mode() & 0o004 != 0 => {
+            Some(format!("is world-readable (mode {:o}); run `chmod o-rwx {}`", m.permissions().mode() & 0o777, path.display()))
+        }
         Ok(_) => None,
     }
 }
@@ -423,8 +419,10 @@ mod tests {
     }
 
     fn with_tracing(table: &str) -> ArbiterConfig {
-        toml::from_str(&format!("[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[tracing]\n{table}"))
-            .unwrap()
+        toml::from_str(&format!(
+            "[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[tracing]\n{table}"
+        ))
+        .unwrap()
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Running real etcd members on loopback: finding the binary, the flags for
 //! each version (lease checkpointing on), starting, stopping, restoring.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,9 +21,9 @@ impl EtcdBinary {
     pub fn locate() -> anyhow::Result<Self> {
         let etcd = match std::env::var_os("HOLDFAST_ETCD_BIN") {
             Some(p) => PathBuf::from(p),
-            None => which("etcd").or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.exists())).context(
-                "no etcd binary found: run scripts/install-deps, or set HOLDFAST_ETCD_BIN to an etcd server binary",
-            )?,
+            None => which("etcd")
+                .or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.exists()))
+                .context("no etcd binary found: run scripts/install-deps, or set HOLDFAST_ETCD_BIN to an etcd server binary")?,
         };
         Self::at(&etcd)
     }
@@ -54,10 +54,9 @@ impl EtcdBinary {
     pub fn checkpoint_flags(&self) -> Vec<String> {
         match self.version {
             (3, minor, _) if minor >= 6 => vec!["--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true".into()],
-            (3, 5, _) => vec![
-                "--experimental-enable-lease-checkpoint=true".into(),
-                "--experimental-enable-lease-checkpoint-persist=true".into(),
-            ],
+            (3, 5, _) => {
+                vec!["--experimental-enable-lease-checkpoint=true".into(), "--experimental-enable-lease-checkpoint-persist=true".into()]
+            }
             _ => vec![
                 "--logger=zap".into(),
                 "--experimental-enable-lease-checkpoint=true".into(),

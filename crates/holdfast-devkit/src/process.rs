@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 /// Sends SIGTERM and waits; SIGKILL after `grace`.
 pub fn terminate(child: &mut Child, grace: Duration) {
-    use nix::sys::signal::{kill, Signal};
+    use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
     let end = Instant::now() + grace;
@@ -18,4 +18,3 @@ pub fn terminate(child: &mut Child, grace: Duration) {
     let _ = child.kill();
     let _ = child.wait();
 }
-

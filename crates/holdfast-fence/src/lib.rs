@@ -83,10 +83,7 @@ impl FromStr for FenceMode {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         FenceMode::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
-            FenceError::Config(format!(
-                "fence mode {s:?} is unknown; use one of {}",
-                FenceMode::ALL.map(FenceMode::name).join(", ")
-            ))
+            FenceError::Config(format!("fence mode {s:?} is unknown; use one of {}", FenceMode::ALL.map(FenceMode::name).join(", ")))
         })
     }
 }

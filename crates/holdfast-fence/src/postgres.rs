@@ -19,7 +19,7 @@
 //! The whole fence is [`PgFence::increment_correct`]; everything else in this
 //! file is plumbing or a deliberately wrong variant.
 
-use crate::{Fence, FenceError, FenceMode, Token, Written, SCHEMA_VERSION};
+use crate::{Fence, FenceError, FenceMode, SCHEMA_VERSION, Token, Written};
 use std::sync::Arc;
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, NoTls};
@@ -238,11 +238,8 @@ impl Fence for PgFence {
     }
 
     async fn schema_version(&self) -> Result<u32, FenceError> {
-        let row = self
-            .inner
-            .client
-            .query_opt("SELECT version FROM holdfast_fence_schema WHERE table_name = $1", &[&self.inner.table])
-            .await;
+        let row =
+            self.inner.client.query_opt("SELECT version FROM holdfast_fence_schema WHERE table_name = $1", &[&self.inner.table]).await;
         match row {
             Ok(Some(r)) => Ok(u32::try_from(r.get::<_, i32>(0)).unwrap_or(0)),
             Ok(None) => Err(FenceError::NotSetUp { resource: self.inner.describe.clone() }),

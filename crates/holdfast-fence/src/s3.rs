@@ -24,7 +24,7 @@
 //! The whole fence is [`S3Fence::increment_correct`].
 
 use crate::postgres::chain;
-use crate::{Fence, FenceError, FenceMode, Token, Written, SCHEMA_VERSION};
+use crate::{Fence, FenceError, FenceMode, SCHEMA_VERSION, Token, Written};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig, UpdateVersion};

@@ -3,8 +3,8 @@
 
 mod common;
 
-use holdfast_fixtures::postgres::PgCluster;
 use holdfast_fence::{Fence, FenceMode, PgFence, SharedFence};
+use holdfast_fixtures::postgres::PgCluster;
 use std::sync::Arc;
 
 struct Fixture {

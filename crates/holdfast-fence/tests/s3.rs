@@ -3,8 +3,8 @@
 
 mod common;
 
-use holdfast_fixtures::s3::S3Server;
 use holdfast_fence::{Fence, FenceMode, S3Config, S3Fence, SharedFence};
+use holdfast_fixtures::s3::S3Server;
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
@@ -18,7 +18,8 @@ struct Fixture {
 impl Fixture {
     fn start() -> Self {
         let dir = tempfile::Builder::new().prefix("holdfast-fence-s3-").tempdir().unwrap();
-        let s3 = S3Server::start(&dir.path().join("s3"), &dir.path().join("versitygw.log"), &["fences"]).unwrap_or_else(|e| panic!("{e:#}"));
+        let s3 =
+            S3Server::start(&dir.path().join("s3"), &dir.path().join("versitygw.log"), &["fences"]).unwrap_or_else(|e| panic!("{e:#}"));
         Fixture { s3, _dir: dir }
     }
 
@@ -69,7 +70,10 @@ async fn server_refuses_a_put_whose_if_match_etag_is_stale() {
     };
     let first = put("one", PutMode::Create).await.expect("create");
     let v1 = UpdateVersion { e_tag: first.e_tag.clone(), version: None };
-    assert!(matches!(put("again", PutMode::Create).await, Err(object_store::Error::AlreadyExists { .. })), "If-None-Match: * on an existing object");
+    assert!(
+        matches!(put("again", PutMode::Create).await, Err(object_store::Error::AlreadyExists { .. })),
+        "If-None-Match: * on an existing object"
+    );
     let second = put("two", PutMode::Update(v1.clone())).await.expect("If-Match with the current ETag");
     assert_ne!(second.e_tag, first.e_tag);
     let stale = put("three", PutMode::Update(v1)).await;
@@ -88,7 +92,8 @@ async fn setup_is_idempotent_and_a_missing_bucket_is_named() {
     let fresh = S3Fence::connect(&fx.config("fresh"), FenceMode::Correct).unwrap();
     let err = fresh.schema_version().await.unwrap_err().to_string();
     assert!(err.contains("not set up"), "{err}");
-    let fences: Vec<SharedFence> = (0..4).map(|_| Arc::new(S3Fence::connect(&fx.config("fresh"), FenceMode::Correct).unwrap()) as SharedFence).collect();
+    let fences: Vec<SharedFence> =
+        (0..4).map(|_| Arc::new(S3Fence::connect(&fx.config("fresh"), FenceMode::Correct).unwrap()) as SharedFence).collect();
     common::setup_is_idempotent(fences).await;
     let nobucket = S3Fence::connect(&S3Config { bucket: "missing".into(), ..fx.config("x") }, FenceMode::Correct).unwrap();
     let err = nobucket.setup().await.unwrap_err().to_string();

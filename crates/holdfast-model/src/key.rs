@@ -41,10 +41,7 @@ impl LockKey {
     pub fn parse(text: &str) -> Result<Self, FieldError> {
         match text.split_once('/') {
             Some((ns, key)) => Self::new(ns, key),
-            None => Err(FieldError::new(
-                "key",
-                format!("{text:?} has no namespace; write it as NAMESPACE/KEY, e.g. payments/ledger-7"),
-            )),
+            None => Err(FieldError::new("key", format!("{text:?} has no namespace; write it as NAMESPACE/KEY, e.g. payments/ledger-7"))),
         }
     }
 

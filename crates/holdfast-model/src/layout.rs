@@ -60,7 +60,10 @@ pub fn validate_class(class: &str) -> Result<(), crate::key::FieldError> {
     if ok {
         Ok(())
     } else {
-        Err(crate::key::FieldError::new("class", format!("{class:?} is not a class name; use 1..=63 of a-z, 0-9 and '-', not starting or ending with '-'")))
+        Err(crate::key::FieldError::new(
+            "class",
+            format!("{class:?} is not a class name; use 1..=63 of a-z, 0-9 and '-', not starting or ending with '-'"),
+        ))
     }
 }
 
@@ -155,7 +158,10 @@ impl PauseTestRecord {
     /// absent (expired, or the resource's schema changed since).
     pub fn invalid_because(&self, now_unix_ms: u64, current_schema_version: u32) -> Option<String> {
         if now_unix_ms >= self.expires_unix_ms {
-            return Some(format!("the result expired (it was recorded at {} ms, valid until {} ms)", self.time_unix_ms, self.expires_unix_ms));
+            return Some(format!(
+                "the result expired (it was recorded at {} ms, valid until {} ms)",
+                self.time_unix_ms, self.expires_unix_ms
+            ));
         }
         if self.schema_version != current_schema_version {
             return Some(format!(
@@ -193,7 +199,10 @@ mod tests {
 
     #[test]
     fn pausetest_keys_are_one_segment_per_resource() {
-        assert_eq!(pausetest_key("ledger", "s3://b/p?endpoint=http://h:1"), "/sys/pausetest/ledger/s3%3A%2F%2Fb%2Fp%3Fendpoint%3Dhttp%3A%2F%2Fh%3A1");
+        assert_eq!(
+            pausetest_key("ledger", "s3://b/p?endpoint=http://h:1"),
+            "/sys/pausetest/ledger/s3%3A%2F%2Fb%2Fp%3Fendpoint%3Dhttp%3A%2F%2Fh%3A1"
+        );
         assert_ne!(pausetest_key("a", "x/y"), pausetest_key("a/x", "y"));
         assert!(pausetest_key("c", "r").starts_with(PAUSETEST_PREFIX));
         assert!(validate_class("payments-ledger").is_ok());

@@ -20,10 +20,7 @@ pub fn session_ttl(requested: Duration) -> Result<Duration, String> {
         ));
     }
     if requested.subsec_nanos() != 0 {
-        return Err(format!(
-            "ttl {}s is not a whole number of seconds; etcd leases count whole seconds",
-            requested.as_secs_f64()
-        ));
+        return Err(format!("ttl {}s is not a whole number of seconds; etcd leases count whole seconds", requested.as_secs_f64()));
     }
     Ok(requested)
 }

@@ -6,9 +6,9 @@ pub mod v1 {
     tonic::include_proto!("lock.v1");
 }
 
-pub use v1::{ErrorDetail, ErrorReason};
 pub use v1::lock_client::LockClient;
 pub use v1::lock_server::{Lock, LockServer};
+pub use v1::{ErrorDetail, ErrorReason};
 
 use prost::Message;
 

@@ -18,7 +18,9 @@ pub enum EpochError {
     AlreadyInitialised(u32),
     #[error("the epoch is not initialised; run `holdfastctl epoch init` first")]
     NotInitialised,
-    #[error("the current epoch is {actual}, not the expected {expected}; re-read `holdfastctl epoch status` and retry with the current epoch")]
+    #[error(
+        "the current epoch is {actual}, not the expected {expected}; re-read `holdfastctl epoch status` and retry with the current epoch"
+    )]
     Mismatch { expected: u32, actual: u32 },
     #[error("epoch {0} is the last one that fits in a token; this cluster cannot be advanced further")]
     Exhausted(u32),
@@ -62,10 +64,10 @@ pub async fn read_sys(etcd: &Etcd) -> Result<SysState, EpochError> {
         None => None,
     };
     let seal = match seal_kv {
-        Some(kv) => Some(layout::decode(layout::SEAL_KEY, kv.value()).unwrap_or(SealRecord {
-            reason: String::from_utf8_lossy(kv.value()).into_owned(),
-            sealed_at_unix: 0,
-        })),
+        Some(kv) => Some(
+            layout::decode(layout::SEAL_KEY, kv.value())
+                .unwrap_or(SealRecord { reason: String::from_utf8_lossy(kv.value()).into_owned(), sealed_at_unix: 0 }),
+        ),
         None => None,
     };
     let watermark = match wm_kv {
@@ -123,9 +125,11 @@ pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRe
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     let record = EpochRecord { epoch: 1, cluster_id, log_floor: floor };
-    let txn = Txn::new()
-        .when([Compare::version(layout::EPOCH_KEY, CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None)]);
+    let txn = Txn::new().when([Compare::version(layout::EPOCH_KEY, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+        layout::EPOCH_KEY,
+        layout::encode(&record),
+        None,
+    )]);
     let resp = etcd.client.clone().txn(txn).await?;
     if !resp.succeeded() {
         return Err(EpochError::Raced);
@@ -169,11 +173,7 @@ pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochEr
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     let record = EpochRecord { epoch: current.epoch + 1, cluster_id, log_floor: floor };
     // The session leases outlive their records unless revoked: list them now.
-    let sessions = etcd
-        .client
-        .clone()
-        .get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only()))
-        .await?;
+    let sessions = etcd.client.clone().get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only())).await?;
     let leases: Vec<i64> = sessions
         .kvs()
         .iter()
@@ -181,16 +181,14 @@ pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochEr
         .map(|l| l as i64)
         .collect();
     let prefix = || Some(DeleteOptions::new().with_prefix());
-    let txn = Txn::new()
-        .when([Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)])
-        .and_then([
-            TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None),
-            TxnOp::delete(layout::SEAL_KEY, None),
-            TxnOp::delete(layout::WATERMARK_KEY, None),
-            TxnOp::delete(layout::HOLD_PREFIX, prefix()),
-            TxnOp::delete(layout::WAITER_PREFIX, prefix()),
-            TxnOp::delete(layout::SESSION_PREFIX, prefix()),
-        ]);
+    let txn = Txn::new().when([Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)]).and_then([
+        TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None),
+        TxnOp::delete(layout::SEAL_KEY, None),
+        TxnOp::delete(layout::WATERMARK_KEY, None),
+        TxnOp::delete(layout::HOLD_PREFIX, prefix()),
+        TxnOp::delete(layout::WAITER_PREFIX, prefix()),
+        TxnOp::delete(layout::SESSION_PREFIX, prefix()),
+    ]);
     let resp = etcd.client.clone().txn(txn).await?;
     if !resp.succeeded() {
         return Err(EpochError::Raced);
@@ -214,9 +212,11 @@ pub async fn revoke_sessions(etcd: &Etcd, leases: &[i64]) -> usize {
 pub async fn write_seal(etcd: &Etcd, reason: &str) -> Result<(), EpochError> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let record = SealRecord { reason: reason.to_string(), sealed_at_unix: now };
-    let txn = Txn::new()
-        .when([Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(layout::SEAL_KEY, layout::encode(&record), None)]);
+    let txn = Txn::new().when([Compare::version(layout::SEAL_KEY, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+        layout::SEAL_KEY,
+        layout::encode(&record),
+        None,
+    )]);
     etcd.client.clone().txn(txn).await?;
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! Connecting to etcd: one balanced client for grants, and one client per
 //! member for the Status calls that restore detection needs.
 
-use holdfast_config::EtcdConfig;
 use anyhow::Context;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use holdfast_config::EtcdConfig;
 use holdfast_model::seal::LogPosition;
 use std::time::Duration;
 
@@ -36,9 +36,7 @@ impl Etcd {
             .with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))?;
         let mut members = Vec::new();
         for e in &cfg.endpoints {
-            let c = Client::connect([e], Some(options.clone()))
-                .await
-                .with_context(|| format!("connecting to etcd member {e}"))?;
+            let c = Client::connect([e], Some(options.clone())).await.with_context(|| format!("connecting to etcd member {e}"))?;
             members.push((e.clone(), c));
         }
         Ok(Etcd { client, members, timeout: cfg.request_timeout })

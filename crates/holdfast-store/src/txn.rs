@@ -50,10 +50,6 @@ pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn 
         return Txn::new().when([Compare::version(hold_key, CompareOp::Greater, 0)]).and_then([TxnOp::delete(hold_key, None)]);
     }
     Txn::new()
-        .when([
-            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
-            Compare::lease(hold_key, CompareOp::Equal, lease),
-        ])
+        .when([Compare::create_revision(hold_key, CompareOp::Equal, create_revision), Compare::lease(hold_key, CompareOp::Equal, lease)])
         .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
 }
-

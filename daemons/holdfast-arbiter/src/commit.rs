@@ -139,7 +139,9 @@ async fn send_batch(etcd: &Etcd, mut batch: Vec<Job>) {
             let subs = resp.op_responses();
             for (reply, op) in replies.into_iter().zip(subs.into_iter().map(Some).chain(std::iter::repeat_with(|| None))) {
                 let outcome = match op {
-                    Some(TxnOpResponse::Txn(sub)) => Ok(Outcome { succeeded: sub.succeeded(), header: header.clone(), ops: sub.op_responses() }),
+                    Some(TxnOpResponse::Txn(sub)) => {
+                        Ok(Outcome { succeeded: sub.succeeded(), header: header.clone(), ops: sub.op_responses() })
+                    }
                     _ => Err("etcd answered a grouped transaction without the sub-transaction".to_string()),
                 };
                 let _ = reply.send(outcome);

@@ -23,7 +23,7 @@
 
 use crate::etcd::Etcd;
 use etcd_client::{EventType, GetOptions, WatchFilterType, WatchOptions};
-use holdfast_model::{layout, Token};
+use holdfast_model::{Token, layout};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;

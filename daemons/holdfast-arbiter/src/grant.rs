@@ -17,14 +17,14 @@
 //!
 //! Waiting for a held key is in [`crate::waiting`].
 
-use holdfast_store::etcd::Etcd;
-use holdfast_store::txn::{grant_txn, release_txn_for};
+use crate::Refusal;
 use crate::seal::{Guard, Serve};
 use crate::session::Owned;
-use crate::Refusal;
 use etcd_client::TxnOpResponse;
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
+use holdfast_store::etcd::Etcd;
+use holdfast_store::txn::{grant_txn, release_txn_for};
 use tracing::Instrument;
 
 /// The outcome of one grant transaction that did not fail.
@@ -33,7 +33,10 @@ pub enum Attempt {
     /// Held by another session: the revision to watch from, and the holder's
     /// identity (a hold of the caller's own identity under another session
     /// is a leak, if it persists).
-    Held { watch_from: i64, holder: Option<String> },
+    Held {
+        watch_from: i64,
+        holder: Option<String>,
+    },
 }
 
 /// The span of one grant or release transaction.
@@ -143,8 +146,7 @@ async fn attempt_txn(
         m.grant_latency.get_or_create(m.labels()).observe(sent.elapsed().as_secs_f64());
         #[cfg(feature = "mutations")]
         let revision = holdfast_store::mutation::token_revision(revision);
-        let token = Token::new(epoch, revision as u64)
-            .map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
+        let token = Token::new(epoch, revision as u64).map_err(|e| Refusal::unavailable(&format!("cannot mint a token: {e}")))?;
         return Ok(Attempt::Granted(token));
     }
     let gets: Vec<Option<etcd_client::KeyValue>> = resp

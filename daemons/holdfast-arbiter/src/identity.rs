@@ -6,16 +6,19 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 /// Extracts the SPIFFE ID from a DER client certificate. The message of the
 /// error names what is wrong with the certificate and what to issue instead.
 pub fn spiffe_id(der: &[u8]) -> Result<String, String> {
-    let (_, cert) = X509Certificate::from_der(der)
-        .map_err(|e| format!("client certificate could not be parsed ({e})"))?;
-    let san = cert
-        .subject_alternative_name()
-        .map_err(|e| format!("client certificate has a malformed subjectAltName ({e})"))?;
+    let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("client certificate could not be parsed ({e})"))?;
+    let san = cert.subject_alternative_name().map_err(|e| format!("client certificate has a malformed subjectAltName ({e})"))?;
     let uris: Vec<&str> = san
-        .map(|ext| ext.value.general_names.iter().filter_map(|n| match n {
-            GeneralName::URI(u) => Some(*u),
-            _ => None,
-        }).collect())
+        .map(|ext| {
+            ext.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::URI(u) => Some(*u),
+                    _ => None,
+                })
+                .collect()
+        })
         .unwrap_or_default();
     let spiffe: Vec<&str> = uris.iter().copied().filter(|u| u.starts_with("spiffe://")).collect();
     match spiffe.as_slice() {
@@ -28,8 +31,7 @@ pub fn spiffe_id(der: &[u8]) -> Result<String, String> {
 fn validate(id: &str) -> Result<(), String> {
     let rest = &id["spiffe://".len()..];
     let (domain, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let ok_domain = !domain.is_empty()
-        && domain.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b));
+    let ok_domain = !domain.is_empty() && domain.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b));
     if !ok_domain {
         return Err(format!("client certificate URI SAN: {id:?} has an invalid trust domain"));
     }

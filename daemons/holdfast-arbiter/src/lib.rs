@@ -80,14 +80,20 @@ impl Refusal {
     }
 
     pub fn contention(key: &LockKey) -> Self {
-        Self::new(Code::Aborted, ErrorReason::Contention, format!("{key} is held by another session and was not released before the wait deadline"))
+        Self::new(
+            Code::Aborted,
+            ErrorReason::Contention,
+            format!("{key} is held by another session and was not released before the wait deadline"),
+        )
     }
 
     pub fn leak(key: &LockKey) -> Self {
         Self::new(
             Code::FailedPrecondition,
             ErrorReason::Leak,
-            format!("{key} is held by this same identity under a different session: a leaked hold; release it from that session or let it expire"),
+            format!(
+                "{key} is held by this same identity under a different session: a leaked hold; release it from that session or let it expire"
+            ),
         )
     }
 

@@ -11,7 +11,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::{LazyLock, OnceLock};
@@ -82,17 +82,43 @@ impl Metrics {
             waiters: Default::default(),
             sealed: Default::default(),
         };
-        registry.register_with_unit("grant_latency", "Latency of successful grant transactions", prometheus_client::registry::Unit::Seconds, m.grant_latency.clone());
-        registry.register_with_unit("hold_duration", "Time from grant to release, for released holds", prometheus_client::registry::Unit::Seconds, m.hold_duration.clone());
+        registry.register_with_unit(
+            "grant_latency",
+            "Latency of successful grant transactions",
+            prometheus_client::registry::Unit::Seconds,
+            m.grant_latency.clone(),
+        );
+        registry.register_with_unit(
+            "hold_duration",
+            "Time from grant to release, for released holds",
+            prometheus_client::registry::Unit::Seconds,
+            m.hold_duration.clone(),
+        );
         registry.register("acquire_granted", "Acquires that were granted", m.granted.clone());
-        registry.register("acquire_contention", "Acquires refused because another session held the key until the deadline", m.contention.clone());
-        registry.register("acquire_leak", "Acquires refused because the same identity held the key through another session", m.leak.clone());
+        registry.register(
+            "acquire_contention",
+            "Acquires refused because another session held the key until the deadline",
+            m.contention.clone(),
+        );
+        registry.register(
+            "acquire_leak",
+            "Acquires refused because the same identity held the key through another session",
+            m.leak.clone(),
+        );
         registry.register("acquire_denied", "Acquires refused for authorisation or bad input", m.denied.clone());
         registry.register("acquire_sealed", "Acquires refused because the arbiter was sealed or not serving", m.sealed_refusals.clone());
-        registry.register("acquire_waited", "Acquires that found the key held and waited (contention ratio = waited / granted)", m.waited.clone());
+        registry.register(
+            "acquire_waited",
+            "Acquires that found the key held and waited (contention ratio = waited / granted)",
+            m.waited.clone(),
+        );
         registry.register("grant_attempts", "Grant transactions sent to etcd", m.grant_attempts.clone());
         registry.register("renewal_failures", "Keepalives that failed or were not confirmed", m.renewal_failures.clone());
-        registry.register("unconfirmed_keepalives", "Keepalives acknowledged in a Raft term a quorum read did not confirm", m.unconfirmed_keepalives.clone());
+        registry.register(
+            "unconfirmed_keepalives",
+            "Keepalives acknowledged in a Raft term a quorum read did not confirm",
+            m.unconfirmed_keepalives.clone(),
+        );
         registry.register(
             "expiries_without_release",
             "Holds granted by this arbiter that ended because their session lease expired, not by Release or CloseSession \
@@ -135,17 +161,15 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    async move {
-                        let resp = if req.uri().path() == "/metrics" {
-                            Response::builder()
-                                .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
-                                .body(Full::new(Bytes::from(METRICS.encode())))
-                        } else {
-                            Response::builder().status(StatusCode::NOT_FOUND).body(Full::new(Bytes::from_static(b"see /metrics\n")))
-                        };
-                        resp
-                    }
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| async move {
+                    let resp = if req.uri().path() == "/metrics" {
+                        Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                            .body(Full::new(Bytes::from(METRICS.encode())))
+                    } else {
+                        Response::builder().status(StatusCode::NOT_FOUND).body(Full::new(Bytes::from_static(b"see /metrics\n")))
+                    };
+                    resp
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;

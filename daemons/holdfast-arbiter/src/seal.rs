@@ -205,9 +205,9 @@ fn judge(etcd: &Etcd, sys: &SysState, members: &[crate::etcd::MemberStatus]) -> 
             "the etcd log was rewound (log offset {highest_offset} is below the floor {floor}): \
              the cluster was restored from a snapshot"
         )),
-        Verdict::Unknown { answered, members } => Serve::Unverified(format!(
-            "only {answered} of {members} etcd members answered Status; cannot rule out a restore"
-        )),
+        Verdict::Unknown { answered, members } => {
+            Serve::Unverified(format!("only {answered} of {members} etcd members answered Status; cannot rule out a restore"))
+        }
         Verdict::Intact { .. } => Serve::Serving(Arc::new(Current { record: record.clone(), bytes: bytes.clone() })),
     }
 }

@@ -4,11 +4,11 @@
 
 use crate::etcd::Etcd;
 use crate::grant;
-use crate::waiting::Waiters;
 use crate::seal::{Guard, Serve};
 use crate::session::Sessions;
-use crate::{identity, Refusal};
-use holdfast_model::{ttl, LockKey, Token};
+use crate::waiting::Waiters;
+use crate::{Refusal, identity};
+use holdfast_model::{LockKey, Token, ttl};
 use holdfast_proto::v1::*;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -259,8 +259,12 @@ impl holdfast_proto::Lock for LockService {
                 serving: true,
                 grant_attempts: crate::metrics::METRICS.counter(|m| &m.grant_attempts),
             },
-            Serve::Sealed { reason, .. } => ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() },
-            Serve::Unverified(why) => ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() },
+            Serve::Sealed { reason, .. } => {
+                ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() }
+            }
+            Serve::Unverified(why) => {
+                ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() }
+            }
         };
         Ok(Response::new(resp))
     }
@@ -322,7 +326,10 @@ impl LockService {
         let lease = session_id(id)?;
         if !keepers.contains_key(&lease) {
             if keepers.len() >= MAX_SESSIONS_PER_STREAM {
-                return Err(Refusal::invalid("session_id", format!("one keepalive stream renews at most {MAX_SESSIONS_PER_STREAM} sessions; open another stream")));
+                return Err(Refusal::invalid(
+                    "session_id",
+                    format!("one keepalive stream renews at most {MAX_SESSIONS_PER_STREAM} sessions; open another stream"),
+                ));
             }
             self.sessions.owned(&self.etcd, lease, who).await?;
             // Creating the keeper renews once; a lease that is gone reports
@@ -353,7 +360,10 @@ impl LockService {
             let confirmed = resp.ttl() > 0 && acked_term.is_some() && self.confirmer.term_after(sent_at).await == acked_term;
             if resp.ttl() > 0 && !confirmed {
                 crate::metrics::inc(|m| &m.unconfirmed_keepalives);
-                tracing::warn!(session = format!("{lease:x}"), "keepalive acknowledged in a Raft term a quorum read did not confirm; not counted");
+                tracing::warn!(
+                    session = format!("{lease:x}"),
+                    "keepalive acknowledged in a Raft term a quorum read did not confirm; not counted"
+                );
             }
             Ok::<(i64, bool), Refusal>((resp.ttl(), confirmed))
         }

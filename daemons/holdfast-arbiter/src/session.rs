@@ -5,8 +5,8 @@
 //! grant transaction then compares the record byte for byte, so a session
 //! that expired or was closed can never receive a grant (etcd #11456).
 
-use crate::etcd::Etcd;
 use crate::Refusal;
+use crate::etcd::Etcd;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use holdfast_model::layout::{self, SessionRecord};
 use std::collections::HashMap;
@@ -35,9 +35,11 @@ impl Sessions {
         let lease = client.lease_grant(ttl.as_secs() as i64, None).await.map_err(Refusal::etcd)?;
         let record = SessionRecord { spiffe_id: identity.to_string(), ttl_secs: ttl.as_secs() };
         let key = layout::session_key(lease.id());
-        let txn = Txn::new()
-            .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.as_str(), layout::encode(&record), Some(PutOptions::new().with_lease(lease.id())))]);
+        let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
+            key.as_str(),
+            layout::encode(&record),
+            Some(PutOptions::new().with_lease(lease.id())),
+        )]);
         match client.txn(txn).await {
             Ok(r) if r.succeeded() => {}
             outcome => {
@@ -73,8 +75,8 @@ impl Sessions {
             None => {
                 let resp = etcd.client.clone().get(layout::session_key(lease), None).await.map_err(Refusal::etcd)?;
                 let kv = resp.kvs().first().ok_or_else(|| Refusal::session_not_found(lease))?;
-                let r: SessionRecord = layout::decode(&layout::session_key(lease), kv.value())
-                    .map_err(|_| Refusal::session_not_found(lease))?;
+                let r: SessionRecord =
+                    layout::decode(&layout::session_key(lease), kv.value()).map_err(|_| Refusal::session_not_found(lease))?;
                 self.remember(lease, r.clone());
                 r
             }

@@ -167,7 +167,9 @@ mod tests {
                 buf.extend_from_slice(&chunk[..n]);
                 let text = String::from_utf8_lossy(&buf).to_string();
                 if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                    let len = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse::<usize>().unwrap()));
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse::<usize>().unwrap()));
                     if len.is_some_and(|len| body.len() >= len) {
                         break;
                     }

@@ -18,13 +18,13 @@
 //! goes to the lowest create revision, checked and consumed inside the grant
 //! transaction. The order survives an arbiter restart.
 
+use crate::Refusal;
 use crate::etcd::Etcd;
 use crate::grant::{self, Attempt};
 use crate::seal::Guard;
 use crate::session::Owned;
-use crate::Refusal;
 use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions};
-use holdfast_model::{layout, LockKey, Token};
+use holdfast_model::{LockKey, Token, layout};
 use rand::Rng;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -255,9 +255,11 @@ pub async fn acquire_durable(
     let me = waiter_key(&hold_key, session.lease);
     let prefix = format!("{}{}/", layout::WAITER_PREFIX, &hold_key[layout::HOLD_PREFIX.len()..]);
     // Record the waiter once; a retry after an arbiter restart keeps its place.
-    let txn = Txn::new()
-        .when([Compare::create_revision(me.as_str(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(me.as_str(), layout::encode(&session.record.spiffe_id), Some(PutOptions::new().with_lease(session.lease)))]);
+    let txn = Txn::new().when([Compare::create_revision(me.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
+        me.as_str(),
+        layout::encode(&session.record.spiffe_id),
+        Some(PutOptions::new().with_lease(session.lease)),
+    )]);
     etcd.client.clone().txn(txn).await.map_err(Refusal::etcd)?;
     let mut holder = None;
     let outcome = loop {

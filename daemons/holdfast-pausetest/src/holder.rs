@@ -3,10 +3,10 @@
 //! (`acquired`, `first accepted|rejected`, `paused`, `pending …`,
 //! `repeat …`, or `error <message>`) and never prints its token.
 
-use holdfast_fence::{FenceMode, Written};
-use holdfast_model::LockKey;
 use holdfast_cli::conn::ConnArgs;
 use holdfast_cli::exit;
+use holdfast_fence::{FenceMode, Written};
+use holdfast_model::LockKey;
 use std::io::{BufRead, Write};
 use std::time::Duration;
 

@@ -87,9 +87,10 @@ impl ResourceArgs {
                     FenceError::Config("S3: no secret key; pass --s3-secret-key-file FILE or set AWS_SECRET_ACCESS_KEY".into())
                 })?,
             };
-            let access_key_id = self.s3_access_key_id.clone().ok_or_else(|| {
-                FenceError::Config("S3: no access key id; pass --s3-access-key-id or set AWS_ACCESS_KEY_ID".into())
-            })?;
+            let access_key_id = self
+                .s3_access_key_id
+                .clone()
+                .ok_or_else(|| FenceError::Config("S3: no access key id; pass --s3-access-key-id or set AWS_ACCESS_KEY_ID".into()))?;
             let config = S3Config {
                 endpoint: self.s3_endpoint.clone(),
                 region: self.s3_region.clone(),
@@ -100,9 +101,7 @@ impl ResourceArgs {
             };
             Ok(Arc::new(S3Fence::connect(&config, mode)?))
         } else {
-            Err(FenceError::Config(format!(
-                "--resource {url:?}: use postgres://USER@HOST:PORT/DB or s3://BUCKET/PREFIX"
-            )))
+            Err(FenceError::Config(format!("--resource {url:?}: use postgres://USER@HOST:PORT/DB or s3://BUCKET/PREFIX")))
         }
     }
 }
@@ -111,10 +110,7 @@ impl ResourceArgs {
 fn read_secret(path: &Path, flag: &str) -> Result<String, FenceError> {
     let meta = std::fs::metadata(path).map_err(|e| FenceError::Config(format!("{flag} {}: {e}", path.display())))?;
     if meta.permissions().mode() & 0o004 != 0 {
-        return Err(FenceError::Config(format!(
-            "{flag} {} is world-readable; refusing to use it (chmod 0600 it)",
-            path.display()
-        )));
+        return Err(FenceError::Config(format!("{flag} {} is world-readable; refusing to use it (chmod 0600 it)", path.display())));
     }
     let text = std::fs::read_to_string(path).map_err(|e| FenceError::Config(format!("{flag} {}: {e}", path.display())))?;
     Ok(text.trim_end_matches(['\n', '\r']).to_string())
@@ -161,7 +157,8 @@ pub fn verdict(o: &Observed) -> Result<String, String> {
         );
     }
     if o.newer_is_last == Some(false) {
-        failures.push("the record's log of accepted tokens does not end with the second holder's token: a stale write landed after it".into());
+        failures
+            .push("the record's log of accepted tokens does not end with the second holder's token: a stale write landed after it".into());
     }
     if !failures.is_empty() {
         return Err(failures.join("; "));
@@ -212,13 +209,15 @@ mod tests {
         assert!(e.contains("postgres://") && e.contains("s3://"), "{e}");
         let e = args("postgres://u:pw@127.0.0.1:1/db").open(FenceMode::Correct).await.err().unwrap().to_string();
         assert!(e.contains("--pg-password-file") && !e.contains("pw@"), "{e}");
-        let e = ResourceArgs { table: "bad-name".into(), ..args("postgres://u@127.0.0.1:1/db") }.open(FenceMode::Correct).await.err().unwrap();
+        let e =
+            ResourceArgs { table: "bad-name".into(), ..args("postgres://u@127.0.0.1:1/db") }.open(FenceMode::Correct).await.err().unwrap();
         assert!(e.to_string().contains("plain identifier"), "{e}");
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "s3cret\n").unwrap();
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let s3 = ResourceArgs { s3_secret_key_file: Some(secret.clone()), s3_access_key_id: Some("AK".into()), ..args("s3://bucket/prefix") };
+        let s3 =
+            ResourceArgs { s3_secret_key_file: Some(secret.clone()), s3_access_key_id: Some("AK".into()), ..args("s3://bucket/prefix") };
         let e = s3.open(FenceMode::Correct).await.err().unwrap().to_string();
         assert!(e.contains("world-readable"), "{e}");
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -2,10 +2,10 @@
 //! [`PauseTestRecord`] on a one-year lease, and the `status` reader.
 
 use crate::Target;
-use holdfast_store::etcd::Etcd;
-use holdfast_fence::FenceMode;
-use holdfast_model::layout::{self, PauseTestOutcome, PauseTestRecord, PAUSETEST_VALIDITY};
 use holdfast_cli::exit;
+use holdfast_fence::FenceMode;
+use holdfast_model::layout::{self, PAUSETEST_VALIDITY, PauseTestOutcome, PauseTestRecord};
+use holdfast_store::etcd::Etcd;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn now_unix_ms() -> u64 {
@@ -33,7 +33,8 @@ pub async fn etcd_version(etcd: &Etcd) -> Result<String, String> {
 pub async fn put(etcd: &Etcd, record: &PauseTestRecord) -> Result<String, String> {
     let key = layout::pausetest_key(&record.class, &record.resource);
     let mut client = etcd.client.clone();
-    let lease = client.lease_grant(PAUSETEST_VALIDITY.as_secs() as i64, None).await.map_err(|e| format!("granting the result's lease: {e}"))?;
+    let lease =
+        client.lease_grant(PAUSETEST_VALIDITY.as_secs() as i64, None).await.map_err(|e| format!("granting the result's lease: {e}"))?;
     let opts = etcd_client::PutOptions::new().with_lease(lease.id()).with_prev_key();
     let resp = client.put(key.as_str(), layout::encode(record), Some(opts)).await.map_err(|e| format!("writing {key}: {e}"))?;
     if let Some(prev) = resp.prev_key().filter(|p| p.lease() != 0 && p.lease() != lease.id()) {

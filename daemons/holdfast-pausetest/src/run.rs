@@ -1,15 +1,15 @@
 //! `run`: drive the holder process through the five steps (see `--help`),
 //! judge, record.
 
-use crate::{record, Target};
-use holdfast_client::{Client, ClientConfig};
-use holdfast_fence::{FenceError, FenceMode, SharedFence, Written};
-use holdfast_model::layout::{self, PauseTestOutcome, PauseTestRecord, PAUSETEST_VALIDITY};
-use holdfast_model::{ttl, LockKey};
-use holdfast_pausetest::{verdict, Observed};
+use crate::{Target, record};
 use holdfast_cli::conn::{self, ConnArgs};
 use holdfast_cli::exit;
-use nix::sys::signal::{kill, Signal};
+use holdfast_client::{Client, ClientConfig};
+use holdfast_fence::{FenceError, FenceMode, SharedFence, Written};
+use holdfast_model::layout::{self, PAUSETEST_VALIDITY, PauseTestOutcome, PauseTestRecord};
+use holdfast_model::{LockKey, ttl};
+use holdfast_pausetest::{Observed, verdict};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::process::Stdio;
 use std::time::Duration;
@@ -193,11 +193,15 @@ async fn drive(args: &RunArgs, cfg: &ClientConfig, client: &Client, fence: &Shar
     // Buffered in the pipe; the holder reads it only once resumed.
     stdin.write_all(b"go\n").await.map_err(|e| (exit::SOFTWARE, format!("writing to the holder: {e}")))?;
     let frozen_at = Instant::now();
-    progress(json, &format!("2. froze the holder (SIGSTOP) at its decisive statement; waiting for its {}s lease to lapse", args.ttl.as_secs()));
+    progress(
+        json,
+        &format!("2. froze the holder (SIGSTOP) at its decisive statement; waiting for its {}s lease to lapse", args.ttl.as_secs()),
+    );
 
     // 3. A second holder acquires (so the first hold has expired) and writes.
     let wait = args.ttl * 3 + Duration::from_secs(10);
-    let session = client.open_session(args.ttl).await.map_err(|e| (conn::report(&e), "the second holder could not open a session".to_string()))?;
+    let session =
+        client.open_session(args.ttl).await.map_err(|e| (conn::report(&e), "the second holder could not open a session".to_string()))?;
     let hold = session.acquire(key, wait).await.map_err(|e| {
         (exit::UNAVAILABLE, format!("the lock did not pass to a second holder within {}s of freezing the first: {e}", wait.as_secs()))
     })?;
@@ -208,7 +212,11 @@ async fn drive(args: &RunArgs, cfg: &ClientConfig, client: &Client, fence: &Shar
     o.newer = Some(newer);
     progress(
         json,
-        &format!("3. a second holder acquired {key} {:.1}s after the freeze; its write was {}", frozen_at.elapsed().as_secs_f64(), word(o.newer, true)),
+        &format!(
+            "3. a second holder acquired {key} {:.1}s after the freeze; its write was {}",
+            frozen_at.elapsed().as_secs_f64(),
+            word(o.newer, true)
+        ),
     );
 
     // 4. Resume the first holder: its pending write must be rejected.

@@ -5,11 +5,11 @@
 //! with server and client certificates, and the epoch initialised. Nothing
 //! listens beyond 127.0.0.1.
 
+use anyhow::{Context, bail};
 use holdfast_cli::exit;
-use anyhow::{bail, Context};
-use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
 use holdfast_config::EtcdConfig;
-use holdfast_devkit::arbiter::{self, tail, ArbiterProcess, Launch};
+use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
+use holdfast_devkit::arbiter::{self, ArbiterProcess, Launch, tail};
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
 use holdfast_devkit::pki::DevCa;
 use holdfast_devkit::ports::free_port;
@@ -81,7 +81,8 @@ fn read_pid(dir: &Path) -> Option<i32> {
 }
 
 fn stop(dir: &Path) -> anyhow::Result<()> {
-    let pid = read_pid(dir).with_context(|| format!("no {}/dev.pid: is an appliance running with --dir {}?", dir.display(), dir.display()))?;
+    let pid =
+        read_pid(dir).with_context(|| format!("no {}/dev.pid: is an appliance running with --dir {}?", dir.display(), dir.display()))?;
     if !pid_alive(pid) {
         let _ = std::fs::remove_file(dir.join("dev.pid"));
         println!("not running (stale pid file removed)");
@@ -108,7 +109,11 @@ fn detach(dir: Option<PathBuf>, group_commit: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     if let Some(pid) = read_pid(&dir).filter(|p| pid_alive(*p)) {
-        bail!("an appliance is already running in {} (pid {pid}); stop it with `holdfastctl dev stop --dir {}`", dir.display(), dir.display());
+        bail!(
+            "an appliance is already running in {} (pid {pid}); stop it with `holdfastctl dev stop --dir {}`",
+            dir.display(),
+            dir.display()
+        );
     }
     let _ = std::fs::remove_file(dir.join("ready"));
     let log = std::fs::File::create(dir.join("dev.log"))?;
@@ -179,7 +184,11 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     if let Some(pid) = read_pid(&dir).filter(|p| pid_alive(*p) && *p != std::process::id() as i32) {
-        bail!("an appliance is already running in {} (pid {pid}); stop it with `holdfastctl dev stop --dir {}`", dir.display(), dir.display());
+        bail!(
+            "an appliance is already running in {} (pid {pid}); stop it with `holdfastctl dev stop --dir {}`",
+            dir.display(),
+            dir.display()
+        );
     }
     std::fs::write(dir.join("dev.pid"), std::process::id().to_string())?;
     let _dir_guard = DirGuard { dir: dir.clone(), remove: !keep };
@@ -192,11 +201,8 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
 
     // Ports: reuse the last ones when the directory is kept.
     let ports_file = dir.join("ports");
-    let saved: Vec<u16> = std::fs::read_to_string(&ports_file)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect();
+    let saved: Vec<u16> =
+        std::fs::read_to_string(&ports_file).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
     let ports: Vec<u16> = match saved.as_slice() {
         [a, b, c, d] if [*a, *b, *c, *d].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
         _ => vec![free_port(), free_port(), free_port(), free_port()],
@@ -208,7 +214,13 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let bin = EtcdBinary::locate()?;
     say(&format!("starting etcd {} ({})", bin.version_string(), bin.etcd.display()));
     let cluster = ClusterSpec {
-        members: vec![MemberSpec { name: "dev".into(), host: "127.0.0.1".into(), data_dir: dir.join("etcd"), client_port: etcd_client_port, peer_port: etcd_peer_port }],
+        members: vec![MemberSpec {
+            name: "dev".into(),
+            host: "127.0.0.1".into(),
+            data_dir: dir.join("etcd"),
+            client_port: etcd_client_port,
+            peer_port: etcd_peer_port,
+        }],
         token: format!("holdfast-dev-{}", std::process::id()),
     };
     let mut children = Children { arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };

@@ -51,10 +51,19 @@ async fn init(args: InitArgs) -> u8 {
         }
     };
     let quiet = args.json;
-    match epoch::init(&etcd, |m| if !quiet { eprintln!("holdfastctl: {m}") }).await {
+    match epoch::init(&etcd, |m| {
+        if !quiet {
+            eprintln!("holdfastctl: {m}")
+        }
+    })
+    .await
+    {
         Ok(r) => {
             if args.json {
-                println!("{}", serde_json::json!({"epoch": r.epoch, "cluster_id": format!("{:x}", r.cluster_id), "log_floor": r.log_floor}));
+                println!(
+                    "{}",
+                    serde_json::json!({"epoch": r.epoch, "cluster_id": format!("{:x}", r.cluster_id), "log_floor": r.log_floor})
+                );
             } else {
                 println!("initialised epoch {} for etcd cluster {:x}", r.epoch, r.cluster_id);
             }

@@ -48,7 +48,11 @@ pub async fn run(conn: &ConnArgs, args: InspectArgs) -> u8 {
         if r.since_unix_ms > 0 {
             let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.since_unix_ms);
             let held_for = std::time::SystemTime::now().duration_since(at).unwrap_or_default();
-            println!("granted  {} ({} ago)", humantime::format_rfc3339_seconds(at), humantime::format_duration(std::time::Duration::from_secs(held_for.as_secs())));
+            println!(
+                "granted  {} ({} ago)",
+                humantime::format_rfc3339_seconds(at),
+                humantime::format_duration(std::time::Duration::from_secs(held_for.as_secs()))
+            );
         }
         println!("waiters  {}", r.waiters);
     } else {

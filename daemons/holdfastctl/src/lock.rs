@@ -5,7 +5,7 @@ use holdfast_cli::conn::{self, ConnArgs};
 use holdfast_cli::exit;
 use holdfast_client::{AcquireOptions, ErrorReason, Health};
 use holdfast_model::LockKey;
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::time::Duration;
 
@@ -101,7 +101,10 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
             Err(e) => {
                 let _ = tokio::time::timeout(Duration::from_secs(5), locker.close()).await;
                 if e.reason() == Some(ErrorReason::Contention) {
-                    eprintln!("holdfastctl: {key} is held by another session; gave up after {}", humantime::format_duration(wait.unwrap_or_default()));
+                    eprintln!(
+                        "holdfastctl: {key} is held by another session; gave up after {}",
+                        humantime::format_duration(wait.unwrap_or_default())
+                    );
                     return exit::CONTENTION;
                 }
                 return conn::report(&e);

@@ -16,10 +16,10 @@
 
 use holdfast_cli::conn::ConnArgs;
 use holdfast_cli::exit;
-use holdfast_store::etcd::Etcd;
 use holdfast_client::{Client, Session};
-use holdfast_model::layout::{self, HoldRecord, SessionRecord};
 use holdfast_model::LockKey;
+use holdfast_model::layout::{self, HoldRecord, SessionRecord};
+use holdfast_store::etcd::Etcd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -286,7 +286,8 @@ async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration:
                     let identity = "spiffe://holdfast.bench/direct";
                     let (lease, session_bytes) = raw_session(&ctx.etcd, identity).await?;
                     let hold_key = layout::hold_key(&key);
-                    let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
+                    let hold =
+                        layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
                     let mut c = ctx.etcd.client.clone();
                     gate.wait().await;
                     let end = Instant::now() + duration;
@@ -436,7 +437,9 @@ async fn scrape(url: &str, metric: &str, filter: &str) -> anyhow::Result<f64> {
     let body = http_get(url).await?;
     Ok(body
         .lines()
-        .filter(|l| l.starts_with(metric) && (l[metric.len()..].starts_with('{') || l[metric.len()..].starts_with(' ')) && l.contains(filter))
+        .filter(|l| {
+            l.starts_with(metric) && (l[metric.len()..].starts_with('{') || l[metric.len()..].starts_with(' ')) && l.contains(filter)
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum())
 }
@@ -510,7 +513,10 @@ fn plot(path: &std::path::Path, cells: &[Cell], clients: &[usize]) -> anyhow::Re
                 .iter()
                 .filter_map(|c| cells.iter().find(|x| x.variant == v.name() && x.clients == *c).map(|x| ((*c as f64).log2(), pick(x))))
                 .collect();
-            chart.draw_series(LineSeries::new(pts, color))?.label(v.name()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
+            chart
+                .draw_series(LineSeries::new(pts, color))?
+                .label(v.name())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
         }
         chart.configure_series_labels().background_style(WHITE).border_style(BLACK).draw()?;
     }

@@ -107,9 +107,7 @@ impl ClientOp {
     /// The lock key the operation is about, if any.
     pub fn key(&self) -> Option<&str> {
         match &self.kind {
-            OpKind::Acquire { key } | OpKind::Release { key } | OpKind::Write { key, .. } => {
-                Some(key)
-            }
+            OpKind::Acquire { key } | OpKind::Release { key } | OpKind::Write { key, .. } => Some(key),
             OpKind::OpenSession { .. } | OpKind::Keepalive => None,
         }
     }
@@ -243,10 +241,7 @@ pub struct Stats {
 impl History {
     /// Counts operations, expiries and fence decisions.
     pub fn stats(&self) -> Stats {
-        let mut s = Stats {
-            ops: self.ops.len(),
-            ..Stats::default()
-        };
+        let mut s = Stats { ops: self.ops.len(), ..Stats::default() };
         for op in &self.ops {
             match op.kind {
                 OpKind::Acquire { .. } => {

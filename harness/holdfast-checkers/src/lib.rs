@@ -1,13 +1,13 @@
-//! Checkers for holdfast's correctness gate (issue 4, "Build 2").
+//! Checkers for holdfast's correctness gate.
 //!
 //! A pure library: it reads a recorded [`History`] and returns [`Report`]s.
 //! It does no I/O and logs nothing.
 //!
-//! - [`c1::check`] compares the client-visible grants with etcd's own event
+//! - [`etcd_log::check`] compares the client-visible grants with etcd's own event
 //!   log of the lock key space (ground truth).
-//! - [`c2::check`] checks the fenced resource's accept/reject log and final
+//! - [`fence::check`] checks the fenced resource's accept/reject log and final
 //!   counters.
-//! - [`c3::check`] searches, per key, for a linearization of the lock
+//! - [`linearizable::check`] searches, per key, for a linearization of the lock
 //!   operations against a sequential fenced-mutex model with expiry
 //!   (Wing–Gong–Lowe, as in Porcupine).
 //!
@@ -23,28 +23,19 @@
 //! - the fence log in the resource's own serial order, and every record's
 //!   final counter.
 
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
-)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
-pub mod c1;
-pub mod c2;
-pub mod c3;
+pub mod etcd_log;
+pub mod fence;
 pub mod history;
+pub mod linearizable;
 pub mod report;
 
-pub use history::{
-    ClientOp, EtcdEvent, EtcdEventKind, EtcdLog, FenceEntry, History, OpKind, Outcome, Stats,
-};
+pub use history::{ClientOp, EtcdEvent, EtcdEventKind, EtcdLog, FenceEntry, History, OpKind, Outcome, Stats};
 pub use report::{Checker, Inconclusive, OpRef, Report, Rule, Violation};
 
 /// Runs C1, C2 and C3 (with `c3_config`) and returns their reports in that
 /// order. The history passes the gate iff every report [`Report::passed`].
-pub fn check_all(history: &History, c3_config: &c3::Config) -> Vec<Report> {
-    vec![
-        c1::check(history),
-        c2::check(history),
-        c3::check(history, c3_config),
-    ]
+pub fn check_all(history: &History, c3_config: &linearizable::Config) -> Vec<Report> {
+    vec![etcd_log::check(history), fence::check(history), linearizable::check(history, c3_config)]
 }

@@ -61,11 +61,7 @@ pub enum Rule {
 #[serde(tag = "in", rename_all = "snake_case")]
 pub enum OpRef {
     /// `History::ops[index]`.
-    Client {
-        index: usize,
-        invoke_ns: u64,
-        complete_ns: Option<u64>,
-    },
+    Client { index: usize, invoke_ns: u64, complete_ns: Option<u64> },
     /// `History::etcd.events[index]`.
     Etcd { index: usize, revision: u64 },
     /// `History::fence[index]`.
@@ -104,22 +100,11 @@ pub struct Report {
 
 impl Report {
     pub(crate) fn new(checker: Checker) -> Self {
-        Report {
-            checker,
-            violations: Vec::new(),
-            inconclusive: Vec::new(),
-            checked: 0,
-        }
+        Report { checker, violations: Vec::new(), inconclusive: Vec::new(), checked: 0 }
     }
 
     pub(crate) fn push(&mut self, rule: Rule, key: &str, ops: Vec<OpRef>, explanation: String) {
-        self.violations.push(Violation {
-            checker: self.checker,
-            rule,
-            key: key.to_string(),
-            ops,
-            explanation,
-        });
+        self.violations.push(Violation { checker: self.checker, rule, key: key.to_string(), ops, explanation });
     }
 
     /// True when nothing was violated and nothing was left undecided.
@@ -135,16 +120,8 @@ impl Report {
 
 pub(crate) fn client_ref(history: &crate::History, index: usize) -> OpRef {
     match history.ops.get(index) {
-        Some(op) => OpRef::Client {
-            index,
-            invoke_ns: op.invoke_ns,
-            complete_ns: op.complete_ns,
-        },
-        None => OpRef::Client {
-            index,
-            invoke_ns: 0,
-            complete_ns: None,
-        },
+        Some(op) => OpRef::Client { index, invoke_ns: op.invoke_ns, complete_ns: op.complete_ns },
+        None => OpRef::Client { index, invoke_ns: 0, complete_ns: None },
     }
 }
 

@@ -4,10 +4,10 @@
 mod common;
 
 use common::{B, tok};
-use holdfast_checkers::{History, Outcome, Rule, c1, c2, c3};
+use holdfast_checkers::{History, Outcome, Rule, etcd_log, fence, linearizable};
 
 fn c3_default(h: &History) -> holdfast_checkers::Report {
-    c3::check(h, &c3::Config::default())
+    linearizable::check(h, &linearizable::Config::default())
 }
 
 // ---------- C1 ----------
@@ -18,7 +18,7 @@ fn c1_passes_sequential_grants_that_match_etcd() {
     b.hold("ns/a", 1, 0, 5);
     b.hold("ns/a", 2, 100, 7);
     b.hold("ns/b", 1, 200, 9);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.passed(), "{:?}", r.violations);
     assert_eq!(r.checked, 2);
 }
@@ -30,7 +30,7 @@ fn c1_catches_overlapping_holds_in_etcd_log() {
     b.put("ns/a", 5, 1);
     b.ok_acq("ns/a", 2, 20, 30, 6);
     b.put("ns/a", 6, 2);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::HolderIntervalOverlap), "{:?}", r.violations);
 }
 
@@ -39,7 +39,7 @@ fn c1_catches_grant_without_etcd_event() {
     let mut b = B::new();
     b.hold("ns/a", 1, 0, 5);
     b.ok_acq("ns/a", 2, 100, 110, 42); // a token from a local counter
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::GrantWithoutEtcdEvent), "{:?}", r.violations);
 }
 
@@ -49,7 +49,7 @@ fn c1_catches_grant_in_a_stale_epoch() {
     b.ok_acq("ns/a", 1, 0, 10, 5);
     b.put("ns/a", 5, 1);
     b.h.ops[0].token = Some(holdfast_checkers::history::make_token(0, 5));
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::GrantWrongEpoch), "{:?}", r.violations);
 }
 
@@ -72,7 +72,7 @@ fn across_an_advance(new_grant_epoch: u64) -> B {
 #[test]
 fn grants_across_an_epoch_advance_pass_every_checker() {
     let b = across_an_advance(2);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.passed(), "{:?}", r.violations);
     let r = c3_default(&b.h);
     assert!(r.passed(), "{:?}", r.violations);
@@ -81,7 +81,7 @@ fn grants_across_an_epoch_advance_pass_every_checker() {
 
 #[test]
 fn c1_catches_a_grant_in_the_old_epoch_after_an_advance() {
-    let r = c1::check(&across_an_advance(1).h);
+    let r = etcd_log::check(&across_an_advance(1).h);
     assert!(r.has(Rule::GrantWrongEpoch), "{:?}", r.violations);
 }
 
@@ -93,11 +93,11 @@ fn c1_catches_a_hold_created_on_a_session_whose_record_was_deleted() {
     b.del("ns/a", 6, 5, 1, false);
     b.h.etcd.session_ends.push(SessionEnd { lease: 1, revision: 7 });
     b.hold("ns/a", 1, 100, 8);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::GrantOnEndedSession), "{:?}", r.violations);
     // The same history with the record deleted after the grant is fine.
     b.h.etcd.session_ends[0].revision = 9;
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.passed(), "{:?}", r.violations);
 }
 
@@ -106,7 +106,7 @@ fn c1_catches_grant_whose_etcd_put_is_on_another_lease() {
     let mut b = B::new();
     b.ok_acq("ns/a", 1, 0, 10, 5);
     b.put("ns/a", 5, 2);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::GrantEventMismatch), "{:?}", r.violations);
 }
 
@@ -115,7 +115,7 @@ fn c1_catches_reused_token_across_keys() {
     let mut b = B::new();
     b.hold("ns/a", 1, 0, 5);
     b.ok_acq("ns/b", 2, 100, 110, 5);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::TokenReused), "{:?}", r.violations);
 }
 
@@ -128,7 +128,7 @@ fn c1_allows_equal_tokens_on_keys_that_etcd_created_in_one_commit() {
     b.ok_acq("ns/b", 2, 0, 10, 5);
     b.put("ns/a", 5, 1);
     b.put("ns/b", 5, 2);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(!r.has(Rule::TokenReused), "{:?}", r.violations);
 }
 
@@ -143,7 +143,7 @@ fn c1_catches_token_below_one_granted_earlier_in_real_time() {
     b.del("ns/a", 9, 8, 1, false);
     b.ok_acq("ns/a", 1, 0, 10, 8);
     b.ok_acq("ns/a", 2, 20, 30, 6);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::RealTimeOrder), "{:?}", r.violations);
     assert!(!c3_default(&b.h).passed());
 }
@@ -156,11 +156,11 @@ fn retried_acquire_returning_the_same_hold_is_not_a_reuse() {
     b.ok_acq("ns/a", 1, 20, 30, 5); // retry after a lost answer
     b.rel("ns/a", 1, 40, 50, Outcome::Ok, 5);
     b.del("ns/a", 6, 5, 1, false);
-    assert!(c1::check(&b.h).passed(), "{:?}", c1::check(&b.h).violations);
+    assert!(etcd_log::check(&b.h).passed(), "{:?}", etcd_log::check(&b.h).violations);
     assert!(c3_default(&b.h).passed());
     // The same token returned to another session is a reuse.
     b.h.ops[1].session = Some(2);
-    assert!(c1::check(&b.h).has(Rule::TokenReused));
+    assert!(etcd_log::check(&b.h).has(Rule::TokenReused));
     assert!(!c3_default(&b.h).passed());
 }
 
@@ -169,7 +169,7 @@ fn c1_catches_etcd_log_out_of_order() {
     let mut b = B::new();
     b.put("ns/a", 8, 1);
     b.del("ns/a", 7, 8, 1, false);
-    let r = c1::check(&b.h);
+    let r = etcd_log::check(&b.h);
     assert!(r.has(Rule::EtcdLogOutOfOrder), "{:?}", r.violations);
 }
 
@@ -179,7 +179,7 @@ fn c1_ignores_unknown_and_failed_grants() {
     b.hold("ns/a", 1, 0, 5);
     b.acq("ns/a", 2, 100, 110, Outcome::Unknown, None);
     b.acq("ns/a", 3, 100, 110, Outcome::Fail, None);
-    assert!(c1::check(&b.h).passed());
+    assert!(etcd_log::check(&b.h).passed());
 }
 
 // ---------- C2 ----------
@@ -198,7 +198,7 @@ fn c2_passes_writes_in_token_order_with_stale_write_rejected() {
     b.write("ns/a", "r", 1, 5, 30, Outcome::Fail, Some(false)); // zombie, rejected
     b.write("ns/a", "r", 2, 7, 40, Outcome::Ok, Some(true));
     b.counter("r", 4);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.passed(), "{:?}", r.violations);
 }
 
@@ -207,7 +207,7 @@ fn c2_catches_stale_write_accepted_after_newer() {
     let mut b = fenced_base();
     b.write("ns/a", "r", 3, 6, 30, Outcome::Ok, Some(true));
     b.counter("r", 4);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::FenceTokenDecreased), "{:?}", r.violations);
     assert!(!r.has(Rule::FenceInterleaving));
 }
@@ -217,7 +217,7 @@ fn c2_catches_holder_interleaving_aba() {
     let mut b = fenced_base();
     b.write("ns/a", "r", 1, 5, 30, Outcome::Ok, Some(true));
     b.counter("r", 4);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::FenceInterleaving), "{:?}", r.violations);
 }
 
@@ -225,7 +225,7 @@ fn c2_catches_holder_interleaving_aba() {
 fn c2_catches_lost_increment() {
     let mut b = fenced_base();
     b.counter("r", 2);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::LostUpdate), "{:?}", r.violations);
 }
 
@@ -235,7 +235,7 @@ fn c2_catches_lost_increment_without_fence_log() {
     let mut b = fenced_base();
     b.h.fence.clear();
     b.counter("r", 2);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::LostUpdate), "{:?}", r.violations);
     assert!(!r.has(Rule::CounterMismatch));
 }
@@ -244,7 +244,7 @@ fn c2_catches_lost_increment_without_fence_log() {
 fn c2_catches_phantom_increment() {
     let mut b = fenced_base();
     b.counter("r", 4);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::PhantomUpdate), "{:?}", r.violations);
 }
 
@@ -254,7 +254,7 @@ fn c2_allows_unknown_increment_to_count_or_not() {
         let mut b = fenced_base();
         b.write("ns/a", "r", 2, 7, 30, Outcome::Unknown, Some(accepted));
         b.counter("r", fin);
-        let r = c2::check(&b.h);
+        let r = fence::check(&b.h);
         assert!(r.passed(), "{:?}", r.violations);
     }
 }
@@ -264,7 +264,7 @@ fn c2_catches_counter_that_disagrees_with_fence_log() {
     let mut b = fenced_base();
     b.write("ns/a", "r", 2, 7, 30, Outcome::Unknown, Some(false));
     b.counter("r", 4);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::CounterMismatch), "{:?}", r.violations);
 }
 
@@ -273,7 +273,7 @@ fn c2_catches_acknowledged_write_rejected_at_fence() {
     let mut b = fenced_base();
     b.write("ns/a", "r", 2, 7, 30, Outcome::Ok, Some(false));
     b.counter("r", 3);
-    let r = c2::check(&b.h);
+    let r = fence::check(&b.h);
     assert!(r.has(Rule::AckedButRejected), "{:?}", r.violations);
 }
 
@@ -458,18 +458,12 @@ fn c3_reports_inconclusive_instead_of_searching_forever() {
     b.put("ns/a", 5, 1);
     b.ok_acq("ns/a", 2, 20, 30, 7);
     b.put("ns/a", 7, 2);
-    let config = c3::Config {
-        max_steps_per_key: 50,
-        ..c3::Config::default()
-    };
-    let r = c3::check(&b.h, &config);
+    let config = linearizable::Config { max_steps_per_key: 50, ..linearizable::Config::default() };
+    let r = linearizable::check(&b.h, &config);
     assert!(!r.passed());
     assert_eq!(r.inconclusive.len(), 1, "{:?}", r);
-    let config = c3::Config {
-        max_ops_per_key: 3,
-        ..c3::Config::default()
-    };
-    assert_eq!(c3::check(&b.h, &config).inconclusive.len(), 1);
+    let config = linearizable::Config { max_ops_per_key: 3, ..linearizable::Config::default() };
+    assert_eq!(linearizable::check(&b.h, &config).inconclusive.len(), 1);
 }
 
 #[test]
@@ -495,11 +489,11 @@ fn history_and_reports_round_trip_through_json() {
     let text = serde_json::to_string(&b.h).unwrap();
     let back: History = serde_json::from_str(&text).unwrap();
     assert_eq!(back, b.h);
-    let reports = holdfast_checkers::check_all(&back, &c3::Config::default());
+    let reports = holdfast_checkers::check_all(&back, &linearizable::Config::default());
     assert!(reports.iter().all(|r| r.passed()), "{reports:?}");
     let mut bad = b.h.clone();
     bad.ops[0].token = Some(tok(99));
-    let reports = holdfast_checkers::check_all(&bad, &c3::Config::default());
+    let reports = holdfast_checkers::check_all(&bad, &linearizable::Config::default());
     let text = serde_json::to_string(&reports).unwrap();
     let back: Vec<holdfast_checkers::Report> = serde_json::from_str(&text).unwrap();
     assert_eq!(back, reports);
@@ -525,13 +519,9 @@ fn c3_decides_a_long_contended_key_quickly() {
         rev += 2;
     }
     let started = std::time::Instant::now();
-    let reports = holdfast_checkers::check_all(&b.h, &c3::Config::default());
+    let reports = holdfast_checkers::check_all(&b.h, &linearizable::Config::default());
     assert!(reports.iter().all(|r| r.passed()), "{reports:?}");
-    assert!(
-        started.elapsed().as_secs() < 5,
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed().as_secs() < 5, "took {:?}", started.elapsed());
 }
 
 #[test]
@@ -545,10 +535,7 @@ fn stats_count_lock_ops_expiries_and_rejected_writes() {
     b.write("ns/a", "r", 2, 7, 120, Outcome::Ok, Some(true));
     b.write("ns/a", "r", 1, 5, 130, Outcome::Fail, Some(false));
     let s = b.h.stats();
-    assert_eq!(
-        (s.ops, s.lock_ops, s.ok_grants, s.unknown_ops),
-        (6, 4, 2, 1)
-    );
+    assert_eq!((s.ops, s.lock_ops, s.ok_grants, s.unknown_ops), (6, 4, 2, 1));
     assert_eq!((s.expiries, s.accepted_writes, s.stale_rejected), (1, 1, 1));
 }
 
@@ -583,11 +570,7 @@ fn c3_many_pending_unknown_acquires_do_not_blow_up_the_search() {
     let started = std::time::Instant::now();
     let r = c3_default(&b.h);
     assert!(r.passed(), "{:?} {:?}", r.violations, r.inconclusive);
-    assert!(
-        started.elapsed().as_secs() < 5,
-        "took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed().as_secs() < 5, "took {:?}", started.elapsed());
 }
 
 #[test]

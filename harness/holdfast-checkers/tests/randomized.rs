@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{B, tok};
-use holdfast_checkers::{History, OpKind, Outcome, Rule, c1, c2, c3, check_all};
+use holdfast_checkers::{History, OpKind, Outcome, Rule, check_all, etcd_log, fence, linearizable};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -21,14 +21,7 @@ const KEYS: [&str; 2] = ["ns/a", "ns/b"];
 fn generate_with(seed: u64, jitter: u64) -> History {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut span = |t: u64| -> (u64, u64) {
-        if jitter == 0 {
-            (t, t + 10)
-        } else {
-            (
-                t.saturating_sub(rng.random_range(0..jitter)),
-                t + rng.random_range(0..jitter),
-            )
-        }
+        if jitter == 0 { (t, t + 10) } else { (t.saturating_sub(rng.random_range(0..jitter)), t + rng.random_range(0..jitter)) }
     };
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut b = B::new();
@@ -114,9 +107,7 @@ fn generate(seed: u64) -> History {
 }
 
 fn passes(h: &History) -> bool {
-    check_all(h, &c3::Config::default())
-        .iter()
-        .all(|r| r.passed())
+    check_all(h, &linearizable::Config::default()).iter().all(|r| r.passed())
 }
 
 /// Indices of ok acquires, grouped by key.
@@ -134,13 +125,8 @@ fn ok_grants(h: &History) -> BTreeMap<String, Vec<usize>> {
 fn generated_sequential_histories_pass_all_checkers() {
     for seed in 0..300 {
         let h = generate(seed);
-        for r in check_all(&h, &c3::Config::default()) {
-            assert!(
-                r.passed(),
-                "seed {seed}: {:?} {:?}",
-                r.violations,
-                r.inconclusive
-            );
+        for r in check_all(&h, &linearizable::Config::default()) {
+            assert!(r.passed(), "seed {seed}: {:?} {:?}", r.violations, r.inconclusive);
         }
     }
 }
@@ -149,13 +135,8 @@ fn generated_sequential_histories_pass_all_checkers() {
 fn generated_concurrent_histories_pass_all_checkers() {
     for seed in 0..300 {
         let h = generate_with(seed, 70);
-        for r in check_all(&h, &c3::Config::default()) {
-            assert!(
-                r.passed(),
-                "seed {seed}: {:?} {:?}",
-                r.violations,
-                r.inconclusive
-            );
+        for r in check_all(&h, &linearizable::Config::default()) {
+            assert!(r.passed(), "seed {seed}: {:?} {:?}", r.violations, r.inconclusive);
         }
     }
 }
@@ -168,10 +149,7 @@ fn swapping_two_grant_tokens_is_caught_by_c1_and_c3() {
         // Two grants of one key with different tokens (not a retry pair).
         let found = ok_grants(&h).into_values().find_map(|v| {
             let first = *v.first()?;
-            let other = v
-                .iter()
-                .copied()
-                .find(|&j| h.ops[j].token != h.ops[first].token)?;
+            let other = v.iter().copied().find(|&j| h.ops[j].token != h.ops[first].token)?;
             Some((first, other))
         });
         let Some((i, j)) = found else { continue };
@@ -179,19 +157,10 @@ fn swapping_two_grant_tokens_is_caught_by_c1_and_c3() {
         h.ops[i].token = tj;
         h.ops[j].token = ti;
         tried += 1;
-        assert!(
-            !c1::check(&h).passed(),
-            "seed {seed}: C1 missed a token swap"
-        );
-        assert!(
-            !c3::check(&h, &c3::Config::default()).passed(),
-            "seed {seed}: C3 missed a token swap"
-        );
+        assert!(!etcd_log::check(&h).passed(), "seed {seed}: C1 missed a token swap");
+        assert!(!linearizable::check(&h, &linearizable::Config::default()).passed(), "seed {seed}: C3 missed a token swap");
     }
-    assert!(
-        tried > 50,
-        "only {tried} histories had two grants on one key"
-    );
+    assert!(tried > 50, "only {tried} histories had two grants on one key");
 }
 
 #[test]
@@ -202,12 +171,7 @@ fn duplicating_a_grant_is_caught_as_token_reuse_and_non_linearizable() {
         let Some(&i) = ok_grants(&h).values().flatten().next() else {
             continue;
         };
-        let end = h
-            .ops
-            .iter()
-            .filter_map(|o| o.complete_ns)
-            .max()
-            .unwrap_or(0);
+        let end = h.ops.iter().filter_map(|o| o.complete_ns).max().unwrap_or(0);
         // The same token handed to another session.
         let mut dup = h.ops[i].clone();
         dup.session = dup.session.map(|s| s % 4 + 1);
@@ -215,11 +179,8 @@ fn duplicating_a_grant_is_caught_as_token_reuse_and_non_linearizable() {
         dup.complete_ns = Some(end + 110);
         h.ops.push(dup);
         tried += 1;
-        assert!(c1::check(&h).has(Rule::TokenReused), "seed {seed}");
-        assert!(
-            c3::check(&h, &c3::Config::default()).has(Rule::NotLinearizable),
-            "seed {seed}"
-        );
+        assert!(etcd_log::check(&h).has(Rule::TokenReused), "seed {seed}");
+        assert!(linearizable::check(&h, &linearizable::Config::default()).has(Rule::NotLinearizable), "seed {seed}");
         assert!(!passes(&h));
     }
     assert!(tried > 200);
@@ -235,7 +196,7 @@ fn losing_an_acknowledged_increment_is_caught_by_c2() {
         };
         *v -= 1;
         tried += 1;
-        assert!(c2::check(&h).has(Rule::LostUpdate), "seed {seed}");
+        assert!(fence::check(&h).has(Rule::LostUpdate), "seed {seed}");
     }
     assert!(tried > 100);
 }

@@ -9,8 +9,8 @@
 //! `holdfast`, no password. Durability is off (`fsync=off`): it is a test
 //! fixture.
 
+use anyhow::{Context, bail};
 use holdfast_devkit::ports::free_port;
-use anyhow::{bail, Context};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -154,7 +154,7 @@ impl PgCluster {
     /// Fast shutdown (SIGINT: roll back open transactions, disconnect
     /// clients), SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {
-        use nix::sys::signal::{kill, Signal};
+        use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
         let Some(mut child) = self.child.take() else { return };
         let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);

@@ -9,8 +9,8 @@
 //! The posix backend treats every directory under its root as a bucket, so
 //! buckets are made by creating directories before the server starts.
 
+use anyhow::{Context, bail};
 use holdfast_devkit::ports::free_port;
-use anyhow::{bail, Context};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -59,7 +59,8 @@ impl S3Server {
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let mut server = S3Server { child: Some(child), port, root: root.to_path_buf(), log: log.to_path_buf(), access_key_id, secret_access_key };
+        let mut server =
+            S3Server { child: Some(child), port, root: root.to_path_buf(), log: log.to_path_buf(), access_key_id, secret_access_key };
         server.wait_ready(Duration::from_secs(30))?;
         Ok(server)
     }

@@ -124,7 +124,14 @@ impl holdfast_client::KeepaliveObserver for Log {
 /// flight) leaves the outcome unknown.
 pub fn outcome_of(e: &Error) -> Outcome {
     match e.reason() {
-        Some(ErrorReason::Contention | ErrorReason::Leak | ErrorReason::Sealed | ErrorReason::InvalidArgument | ErrorReason::Denied | ErrorReason::Unauthenticated) => Outcome::Fail,
+        Some(
+            ErrorReason::Contention
+            | ErrorReason::Leak
+            | ErrorReason::Sealed
+            | ErrorReason::InvalidArgument
+            | ErrorReason::Denied
+            | ErrorReason::Unauthenticated,
+        ) => Outcome::Fail,
         _ => Outcome::Unknown,
     }
 }
@@ -143,7 +150,9 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     let endpoints: Vec<String> = args.arbiters.split(',').map(str::to_string).collect();
     let clients: Vec<Client> = endpoints
         .iter()
-        .map(|e| Client::connect_lazy(&ClientConfig { endpoint: e.clone(), ca: args.ca.clone(), cert: args.cert.clone(), key: args.key.clone() }))
+        .map(|e| {
+            Client::connect_lazy(&ClientConfig { endpoint: e.clone(), ca: args.ca.clone(), cert: args.cert.clone(), key: args.key.clone() })
+        })
         .collect::<Result<_, _>>()?;
     let log = Arc::new(Log::create(&args.out, args.process)?);
     let resource: Option<Arc<dyn Resource>> = match &args.resource {
@@ -153,9 +162,11 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     if let Some(path) = args.clock_report.clone() {
         // A thread, not a task: a backward clock jump stalls tokio's timers.
         // Written aside and renamed, so the gate never reads half a report.
-        std::thread::spawn(move || loop {
-            let _ = super::faults::write_aside(&path, &format!("{} {}\n", libc_monotonic_ns(), raw_monotonic_ns()));
-            std::thread::sleep(Duration::from_millis(200));
+        std::thread::spawn(move || {
+            loop {
+                let _ = super::faults::write_aside(&path, &format!("{} {}\n", libc_monotonic_ns(), raw_monotonic_ns()));
+                std::thread::sleep(Duration::from_millis(200));
+            }
         });
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
@@ -191,7 +202,13 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         // arrives after the session was lost, and that release would be
         // missing from the history. Here every release is recorded.
         let sid = s.id();
-        let req = AcquireRequest { session_id: sid, namespace: key.namespace().into(), key: key.key().into(), wait_millis: rng.random_range(100..1000), durable: false };
+        let req = AcquireRequest {
+            session_id: sid,
+            namespace: key.namespace().into(),
+            key: key.key().into(),
+            wait_millis: rng.random_range(100..1000),
+            durable: false,
+        };
         let invoke = raw_monotonic_ns();
         let token = match clients[preferred].rpc().acquire(req).await.map_err(Error::from) {
             Ok(r) => {
@@ -270,7 +287,16 @@ pub async fn release(log: &Log, client: &Client, key: &LockKey, sid: u64, token:
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn write(log: &Log, res: &dyn Resource, key: &LockKey, record: &str, sid: u64, token: u64, think: Duration, state: Option<&std::path::Path>) {
+async fn write(
+    log: &Log,
+    res: &dyn Resource,
+    key: &LockKey,
+    record: &str,
+    sid: u64,
+    token: u64,
+    think: Duration,
+    state: Option<&std::path::Path>,
+) {
     let invoke = raw_monotonic_ns();
     let outcome = match res.increment(record, token, think, state).await {
         Ok(true) => Outcome::Ok,

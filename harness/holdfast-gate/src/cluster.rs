@@ -6,8 +6,8 @@
 use super::net::{Host, Net};
 use super::proxy::{self, Controls};
 use anyhow::Context;
-use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
 use holdfast_config::EtcdConfig;
+use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
 use holdfast_devkit::arbiter::{ArbiterProcess, Launch};
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
 use holdfast_devkit::pki::{DevCa, Issued};
@@ -69,22 +69,16 @@ impl Cluster {
                 .collect(),
             token: format!("holdfast-gate-{}", std::process::id()),
         };
-        let mut cluster = Cluster {
-            dir: dir.to_path_buf(),
-            bin,
-            spec,
-            members: Vec::new(),
-            arbiters: Vec::new(),
-            proxies: Vec::new(),
-            ca,
-            client_cert,
-        };
+        let mut cluster =
+            Cluster { dir: dir.to_path_buf(), bin, spec, members: Vec::new(), arbiters: Vec::new(), proxies: Vec::new(), ca, client_cert };
         for i in 0..3 {
             let p = cluster.spawn_member(i, net)?;
             cluster.members.push(Some(p));
         }
         let urls = cluster.spec.client_urls();
-        holdfast_devkit::etcd::wait_ready(&urls, Duration::from_secs(60)).await.context("the gate's etcd cluster did not start; see etcd-e*.log")?;
+        holdfast_devkit::etcd::wait_ready(&urls, Duration::from_secs(60))
+            .await
+            .context("the gate's etcd cluster did not start; see etcd-e*.log")?;
         let etcd = cluster.holdfast_etcd().await?;
         holdfast_store::epoch::init(&etcd, |m| say(m)).await.context("initialising the epoch")?;
 

@@ -5,12 +5,12 @@
 
 use super::cluster::{self, Cluster, ELECTION_TIMEOUT};
 use super::net::Net;
-use anyhow::{bail, Context};
-use nix::sys::signal::{kill, Signal};
+use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use rand::Rng;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
-use rand::Rng;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -88,7 +88,10 @@ fn signal(pid: u32, sig: Signal) {
 }
 
 fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T'))).unwrap_or(false)
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
 }
 
 async fn wait_for<F: std::future::Future<Output = bool>>(timeout: Duration, mut f: impl FnMut() -> F) -> bool {
@@ -172,7 +175,16 @@ fn clock_offset_ms(report: &PathBuf) -> Option<i64> {
 }
 
 /// Injects `kind`, confirms it, keeps it for `hold`, heals it.
-pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: &mut Cluster, clients: &[ClientProc], hold: Duration, t0: Instant) -> anyhow::Result<FaultRecord> {
+pub async fn inject(
+    kind: FaultKind,
+    seed: u64,
+    rng: &mut StdRng,
+    net: &Net,
+    c: &mut Cluster,
+    clients: &[ClientProc],
+    hold: Duration,
+    t0: Instant,
+) -> anyhow::Result<FaultRecord> {
     let at_ms = t0.elapsed().as_millis() as u64;
     let ttl = clients.first().map(|c| c.ttl).unwrap_or(Duration::from_secs(5));
     let hold = hold.max(ELECTION_TIMEOUT * 4);
@@ -263,7 +275,10 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             if in_flight == 0 {
                 bail!("no etcd answer to arbiter 1 was in flight when it was killed");
             }
-            ("kill -9 arbiter 1 with etcd's answers held (transactions applied, unanswered), restart".to_string(), format!("{in_flight} answers in flight at the kill; the new process sent READY=1"))
+            (
+                "kill -9 arbiter 1 with etcd's answers held (transactions applied, unanswered), restart".to_string(),
+                format!("{in_flight} answers in flight at the kill; the new process sent READY=1"),
+            )
         }
         FaultKind::LeaderIsolation => {
             let l = current_leader(c).await?;
@@ -309,7 +324,11 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             }
             let lone_moved = matches!((before[lone], after[lone]), (Some(b), Some(a)) if a > b);
             let rest_moved = rest.iter().any(|r| matches!((before[*r], after[*r]), (Some(b), Some(a)) if a > b));
-            let confirmed = format!("lone member e{lone} applied index {}, majority {}; packets dropped at e{lone}: {dropped}", if lone_moved { "moved" } else { "stalled" }, if rest_moved { "moved" } else { "stalled" });
+            let confirmed = format!(
+                "lone member e{lone} applied index {}, majority {}; packets dropped at e{lone}: {dropped}",
+                if lone_moved { "moved" } else { "stalled" },
+                if rest_moved { "moved" } else { "stalled" }
+            );
             if lone_moved {
                 bail!("partition of e{lone} did not take effect: {confirmed}");
             }
@@ -368,7 +387,11 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             if after == before {
                 bail!("no traffic went through the proxies");
             }
-            let what = if kind == FaultKind::ProxyDelay { format!("delay arbiter 1 <-> etcd by {delay:?} per chunk for {hold:?}") } else { format!("stall arbiter 1 <-> etcd for {hold:?}") };
+            let what = if kind == FaultKind::ProxyDelay {
+                format!("delay arbiter 1 <-> etcd by {delay:?} per chunk for {hold:?}")
+            } else {
+                format!("stall arbiter 1 <-> etcd for {hold:?}")
+            };
             (what, format!("{} chunks held", after - before))
         }
         FaultKind::FsyncDelay => {
@@ -377,7 +400,17 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             let delay_us = rng.random_range(50_000..300_000u64);
             let out = c.dir.join(format!("strace-{at_ms}.log"));
             let mut strace = std::process::Command::new("strace")
-                .args(["-f", "-qq", "-p", &pid.to_string(), "-e", "trace=fdatasync,fsync", "-e", &format!("inject=fdatasync,fsync:delay_enter={delay_us}"), "-o"])
+                .args([
+                    "-f",
+                    "-qq",
+                    "-p",
+                    &pid.to_string(),
+                    "-e",
+                    "trace=fdatasync,fsync",
+                    "-e",
+                    &format!("inject=fdatasync,fsync:delay_enter={delay_us}"),
+                    "-o",
+                ])
                 .arg(&out)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
@@ -414,11 +447,18 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             let after: Vec<Option<i64>> = faked.iter().map(|p| p.clock_report.as_ref().and_then(clock_offset_ms)).collect();
             // The clients' clocks also run at their own rates (±15 % over
             // the hold: well inside the tolerance).
-            let moved = before.iter().zip(&after).filter(|(b, a)| matches!((b, a), (Some(b), Some(a)) if (a - b - jump * 1000).abs() < 2000)).count();
+            let moved = before
+                .iter()
+                .zip(&after)
+                .filter(|(b, a)| matches!((b, a), (Some(b), Some(a)) if (a - b - jump * 1000).abs() < 2000))
+                .count();
             if moved == 0 {
                 bail!("no clock-faulted client saw its clock jump by {jump}s");
             }
-            (format!("jump the clocks of arbiter 1 and {} clients forward by {jump}s", faked.len()), format!("{moved} clients saw the jump"))
+            (
+                format!("jump the clocks of arbiter 1 and {} clients forward by {jump}s", faked.len()),
+                format!("{moved} clients saw the jump"),
+            )
         }
         FaultKind::EpochAdvance => {
             // Two orders, alternating by epoch: the clients race the
@@ -461,7 +501,10 @@ pub async fn inject(kind: FaultKind, seed: u64, rng: &mut StdRng, net: &Net, c: 
             }
             let order = if frozen { "clients frozen until both arbiters served it" } else { "clients racing the arbiters' switch" };
             (
-                format!("advance epoch {from} -> {to} ({order}); the {} old sessions' leases revoked {late:?} later", advanced.old_leases.len()),
+                format!(
+                    "advance epoch {from} -> {to} ({order}); the {} old sessions' leases revoked {late:?} later",
+                    advanced.old_leases.len()
+                ),
                 format!("both arbiters serve epoch {to}; {revoked} old leases were still alive at the revoke"),
             )
         }

@@ -14,15 +14,15 @@ pub mod resource;
 use anyhow::Context;
 use faults::{ClientProc, FaultKind, FaultRecord};
 use holdfast_checkers::history::{ClientOp, FenceEntry, History, OpKind, Outcome};
-use holdfast_checkers::{c1, c2, c3};
+use holdfast_checkers::{etcd_log, fence, linearizable};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -111,9 +111,7 @@ enum GateAction {
     #[command(hide = true)]
     Client(client::ClientArgs),
     /// Run the checkers again over a kept history (episode-N/history.json).
-    Check {
-        history: PathBuf,
-    },
+    Check { history: PathBuf },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -236,7 +234,8 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let mut _pg = None;
     let resource_url = match args.resource.as_deref() {
         Some("postgres-local") => {
-            let pg = holdfast_fixtures::postgres::PgCluster::start(&dir.join("postgres.log")).context("starting a throwaway PostgreSQL cluster")?;
+            let pg = holdfast_fixtures::postgres::PgCluster::start(&dir.join("postgres.log"))
+                .context("starting a throwaway PostgreSQL cluster")?;
             let url = pg.url();
             _pg = Some(pg);
             Some(url)
@@ -280,7 +279,10 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         } else {
             (0..64).map(|_| kinds[ep_rng.random_range(0..kinds.len())]).collect()
         };
-        say(&format!("episode {episode} (seed {ep_seed}): {} faults planned", if args.profile == Profile::Short { plan.len().to_string() } else { "random".into() }));
+        say(&format!(
+            "episode {episode} (seed {ep_seed}): {} faults planned",
+            if args.profile == Profile::Short { plan.len().to_string() } else { "random".into() }
+        ));
         let ep = Episode { dir: dir.join(format!("episode-{episode}")), keys: args.keys, prefix: format!("gate/e{episode}k") };
         std::fs::create_dir_all(&ep.dir)?;
         let start_rev = cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
@@ -359,9 +361,9 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         summary.expiries += stats.expiries;
         summary.stale_rejected += stats.stale_rejected;
         summary.accepted_writes += stats.accepted_writes;
-        let mut reports = vec![c1::check(&history), c3::check(&history, &c3::Config::default())];
+        let mut reports = vec![etcd_log::check(&history), linearizable::check(&history, &linearizable::Config::default())];
         if resource_url.is_some() {
-            reports.push(c2::check(&history));
+            reports.push(fence::check(&history));
         }
         let file = ep.dir.join("history.json");
         std::fs::write(&file, serde_json::to_vec(&history)?)?;
@@ -420,7 +422,7 @@ fn check_file(path: &std::path::Path) -> u8 {
             return 2;
         }
     };
-    let reports = [c1::check(&history), c2::check(&history), c3::check(&history, &c3::Config::default())];
+    let reports = [etcd_log::check(&history), fence::check(&history), linearizable::check(&history, &linearizable::Config::default())];
     let mut bad = false;
     for r in &reports {
         println!("{:?}: {} checked, {} violations, {} inconclusive", r.checker, r.checked, r.violations.len(), r.inconclusive.len());
@@ -476,7 +478,13 @@ impl Drop for ClientChild {
 
 impl ClientChild {
     fn view(&self) -> ClientProc {
-        ClientProc { pid: self.child.id(), clock_file: self.clock_file.clone(), clock_report: self.clock_report.clone(), state_file: self.state_file.clone(), ttl: CLIENT_TTL }
+        ClientProc {
+            pid: self.child.id(),
+            clock_file: self.clock_file.clone(),
+            clock_report: self.clock_report.clone(),
+            state_file: self.state_file.clone(),
+            ttl: CLIENT_TTL,
+        }
     }
 }
 
@@ -510,7 +518,13 @@ fn measured_rates(before: &[ClockSample], after: &[ClockSample]) -> Vec<(usize, 
 }
 
 /// Starts the client processes; the first two run under libfaketime.
-fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, resource: Option<&str>, seed: u64) -> anyhow::Result<Vec<ClientChild>> {
+fn spawn_clients(
+    ep: &Episode,
+    cluster: &cluster::Cluster,
+    args: &GateArgs,
+    resource: Option<&str>,
+    seed: u64,
+) -> anyhow::Result<Vec<ClientChild>> {
     let exe = std::env::current_exe()?;
     let mut out = Vec::new();
     for p in 0..args.clients {
@@ -546,7 +560,12 @@ fn spawn_clients(ep: &Episode, cluster: &cluster::Cluster, args: &GateArgs, reso
             cmd.arg("--clock-report").arg(r);
             cmd.env("LD_PRELOAD", cluster::LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
         }
-        out.push(ClientChild { child: cmd.spawn().context("starting a gate client")?, state_file: ep.dir.join(format!("client{p}.state")), clock_file, clock_report });
+        out.push(ClientChild {
+            child: cmd.spawn().context("starting a gate client")?,
+            state_file: ep.dir.join(format!("client{p}.state")),
+            clock_file,
+            clock_report,
+        });
     }
     Ok(out)
 }
@@ -624,7 +643,14 @@ async fn liveness(cluster: &cluster::Cluster, ep: &Episode, healed: Instant, bud
 }
 
 /// Reads the clients' operation logs, etcd's log and the fence log.
-async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, start_epoch: u32, resource: Option<&str>, fence: &str) -> anyhow::Result<History> {
+async fn collect(
+    ep: &Episode,
+    cluster: &cluster::Cluster,
+    start_rev: i64,
+    start_epoch: u32,
+    resource: Option<&str>,
+    fence: &str,
+) -> anyhow::Result<History> {
     let mut ops: Vec<ClientOp> = Vec::new();
     for entry in std::fs::read_dir(&ep.dir)? {
         let path = entry?.path();
@@ -639,7 +665,8 @@ async fn collect(ep: &Episode, cluster: &cluster::Cluster, start_rev: i64, start
     let mut history = History { ops, etcd, ..Default::default() };
     if let Some(url) = resource {
         let res = resource::open(url, fence).await?;
-        let rejected: Vec<&ClientOp> = history.ops.iter().filter(|o| matches!(o.kind, OpKind::Write { .. }) && o.outcome == Outcome::Fail).collect();
+        let rejected: Vec<&ClientOp> =
+            history.ops.iter().filter(|o| matches!(o.kind, OpKind::Write { .. }) && o.outcome == Outcome::Fail).collect();
         let mut fence_log = Vec::new();
         for k in 0..ep.keys {
             let record = resource::record_of(&format!("{}{k}", ep.prefix));
@@ -665,11 +692,25 @@ fn timeline(history: &History, key: &str) -> String {
     let etcd_key = holdfast_checkers::history::etcd_key_of(key);
     out.push_str(&format!("  timeline of {key} (client ops by invoke time; tokens shown as epoch/revision):\n"));
     for o in history.ops.iter().filter(|o| o.key() == Some(key)).take(60) {
-        let tok = o.token.map(|t| format!("{}/{}", holdfast_checkers::history::token_epoch(t), holdfast_checkers::history::token_revision(t))).unwrap_or_else(|| "-".into());
-        out.push_str(&format!("    {:>14} .. {:>14}  p{:<3} {:<40} {:?} {}\n", o.invoke_ns, o.complete_ns.map(|c| c.to_string()).unwrap_or_else(|| "?".into()), o.process, format!("{:?}", o.kind), o.outcome, tok));
+        let tok = o
+            .token
+            .map(|t| format!("{}/{}", holdfast_checkers::history::token_epoch(t), holdfast_checkers::history::token_revision(t)))
+            .unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "    {:>14} .. {:>14}  p{:<3} {:<40} {:?} {}\n",
+            o.invoke_ns,
+            o.complete_ns.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
+            o.process,
+            format!("{:?}", o.kind),
+            o.outcome,
+            tok
+        ));
     }
     for e in history.etcd.events.iter().filter(|e| e.key == etcd_key).take(60) {
-        out.push_str(&format!("    etcd rev {:>8} {:?} create {} lease {:x} expired {:?}\n", e.revision, e.kind, e.create_revision, e.lease, e.expired));
+        out.push_str(&format!(
+            "    etcd rev {:>8} {:?} create {} lease {:x} expired {:?}\n",
+            e.revision, e.kind, e.create_revision, e.lease, e.expired
+        ));
     }
     out
 }
@@ -679,7 +720,10 @@ fn print_table(s: &Summary) {
     println!("  episodes            {:>8}   ({:.0} s)", s.episodes, s.duration_s);
     println!("  operations          {:>8}   (lock ops {}, grants {}, unknown {})", s.ops, s.lock_ops, s.ok_grants, s.unknown_ops);
     println!("  expiries            {:>8}", s.expiries);
-    println!("  stale writes reject {:>8}   (accepted {}; resource {}, fence {})", s.stale_rejected, s.accepted_writes, s.resource, s.fence);
+    println!(
+        "  stale writes reject {:>8}   (accepted {}; resource {}, fence {})",
+        s.stale_rejected, s.accepted_writes, s.resource, s.fence
+    );
     println!("  leader changes      {:>8}", s.leader_changes);
     for (k, n) in &s.faults {
         println!("  fault {:<22} {:>3}", k, n);

@@ -3,7 +3,7 @@
 //! Partitions and packet loss are iptables rules inside the namespaces, so
 //! nothing outside the namespaces this run created is ever touched.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use std::process::Command;
 
 /// A host (network namespace) on the gate's bridge.
@@ -57,7 +57,9 @@ impl Net {
             }
             id = (id + 1) % 250;
             if id == start % 250 {
-                bail!("no free gate network: every bridge hfg0..hfg249 exists (remove stale ones with `ip link del hfgN` and `ip netns del hfgN-…`)");
+                bail!(
+                    "no free gate network: every bridge hfg0..hfg249 exists (remove stale ones with `ip link del hfgN` and `ip netns del hfgN-…`)"
+                );
             }
         };
         let subnet = format!("10.213.{id}");
@@ -115,7 +117,10 @@ impl Net {
 
     /// Drops a random share of every packet `host` receives.
     pub fn lossy(&self, host: &Host, probability: f64) -> anyhow::Result<()> {
-        self.iptables(host, &["-A", "INPUT", "-m", "statistic", "--mode", "random", "--probability", &format!("{probability:.2}"), "-j", "DROP"])?;
+        self.iptables(
+            host,
+            &["-A", "INPUT", "-m", "statistic", "--mode", "random", "--probability", &format!("{probability:.2}"), "-j", "DROP"],
+        )?;
         Ok(())
     }
 

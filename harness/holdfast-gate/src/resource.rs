@@ -63,7 +63,10 @@ impl Resource for Fenced {
 pub async fn open(url: &str, fence: &str) -> anyhow::Result<Arc<dyn Resource>> {
     let mode: FenceMode = fence.parse().map_err(|e| anyhow::anyhow!("--fence {fence:?}: {e}"))?;
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        anyhow::bail!("--resource {:?}: the gate writes to PostgreSQL (postgres://USER@HOST:PORT/DB, or postgres-local for a throwaway cluster)", super::redact_url(url));
+        anyhow::bail!(
+            "--resource {:?}: the gate writes to PostgreSQL (postgres://USER@HOST:PORT/DB, or postgres-local for a throwaway cluster)",
+            super::redact_url(url)
+        );
     }
     let config: tokio_postgres::Config = url.parse().map_err(|e| anyhow::anyhow!("--resource is not a PostgreSQL URL: {e}"))?;
     let fence = PgFence::connect(&config, TABLE, mode).await?;

@@ -16,12 +16,7 @@ pub fn require(tools: &[&str]) {
         let found = if t.starts_with('/') {
             Path::new(t).exists()
         } else {
-            Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false)
+            Command::new("sh").args(["-c", &format!("command -v {t}")]).stdout(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
         };
         assert!(
             found,
@@ -35,10 +30,7 @@ pub fn bin() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port on 127.0.0.1")
 }
 
 /// A real tangd, served by socat on 127.0.0.1:<free port>.
@@ -54,16 +46,9 @@ impl Tang {
         let dir = tempfile::tempdir().expect("tempdir");
         let keys = dir.path().join("keys");
         std::fs::create_dir(&keys).expect("keys dir");
-        let st = Command::new(TANGD_KEYGEN)
-            .arg(&keys)
-            .status()
-            .expect("tangd-keygen");
+        let st = Command::new(TANGD_KEYGEN).arg(&keys).status().expect("tangd-keygen");
         assert!(st.success(), "tangd-keygen failed");
-        let mut t = Tang {
-            port: free_port(),
-            dir,
-            child: None,
-        };
+        let mut t = Tang { port: free_port(), dir, child: None };
         t.spawn();
         t
     }
@@ -72,10 +57,7 @@ impl Tang {
         let keys = self.dir.path().join("keys");
         let log = std::fs::File::create(self.dir.path().join("tangd.log")).expect("log");
         let child = Command::new("socat")
-            .arg(format!(
-                "TCP-LISTEN:{},bind=127.0.0.1,reuseaddr,fork",
-                self.port
-            ))
+            .arg(format!("TCP-LISTEN:{},bind=127.0.0.1,reuseaddr,fork", self.port))
             .arg(format!("EXEC:{TANGD} {}", keys.display()))
             .stdout(Stdio::null())
             .stderr(log)
@@ -128,16 +110,8 @@ impl Loop {
         let img = dir.path().join("disk.img");
         let f = std::fs::File::create(&img).expect("image");
         f.set_len(size_mb << 20).expect("size");
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&img)
-            .output()
-            .expect("losetup");
-        assert!(
-            out.status.success(),
-            "losetup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new("losetup").args(["-f", "--show"]).arg(&img).output().expect("losetup");
+        assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
         let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         Loop { dev, dir }
     }
@@ -150,17 +124,10 @@ impl Drop for Loop {
 }
 
 /// A node config for tests, written into `dir`.
-pub fn node_config(
-    dir: &Path,
-    device: &Path,
-    tang_urls: &[(String, &str)],
-    threshold: u32,
-) -> PathBuf {
+pub fn node_config(dir: &Path, device: &Path, tang_urls: &[(String, &str)], threshold: u32) -> PathBuf {
     let mut servers = String::new();
     for (url, hall) in tang_urls {
-        servers.push_str(&format!(
-            "[[tang.servers]]\nurl = \"{url}\"\nhall = \"{hall}\"\n\n"
-        ));
+        servers.push_str(&format!("[[tang.servers]]\nurl = \"{url}\"\nhall = \"{hall}\"\n\n"));
     }
     let text = format!(
         r#"host = "test-node"
@@ -207,10 +174,6 @@ samples = 200
 /// Runs a `--json` command that must succeed and returns its JSON output.
 pub fn run_ok_json(cmd: &mut Command) -> serde_json::Value {
     let out = cmd.output().expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("json")
 }

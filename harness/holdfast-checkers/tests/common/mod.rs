@@ -22,107 +22,32 @@ impl B {
         b
     }
 
-    fn op(
-        &mut self,
-        process: u64,
-        kind: OpKind,
-        session: i64,
-        token: Option<u64>,
-        inv: u64,
-        comp: Option<u64>,
-        outcome: Outcome,
-    ) -> usize {
-        self.h.ops.push(ClientOp {
-            process,
-            kind,
-            session: Some(session),
-            token,
-            invoke_ns: inv,
-            complete_ns: comp,
-            outcome,
-        });
+    fn op(&mut self, process: u64, kind: OpKind, session: i64, token: Option<u64>, inv: u64, comp: Option<u64>, outcome: Outcome) -> usize {
+        self.h.ops.push(ClientOp { process, kind, session: Some(session), token, invoke_ns: inv, complete_ns: comp, outcome });
         self.h.ops.len() - 1
     }
 
     /// Acquire of `key` by session `s`; `rev` is the granted token's revision when known.
-    pub fn acq(
-        &mut self,
-        key: &str,
-        s: i64,
-        inv: u64,
-        comp: u64,
-        outcome: Outcome,
-        rev: Option<u64>,
-    ) -> usize {
+    pub fn acq(&mut self, key: &str, s: i64, inv: u64, comp: u64, outcome: Outcome, rev: Option<u64>) -> usize {
         let comp = (outcome != Outcome::Unknown).then_some(comp);
-        self.op(
-            s as u64,
-            OpKind::Acquire { key: key.into() },
-            s,
-            rev.map(tok),
-            inv,
-            comp,
-            outcome,
-        )
+        self.op(s as u64, OpKind::Acquire { key: key.into() }, s, rev.map(tok), inv, comp, outcome)
     }
 
     pub fn ok_acq(&mut self, key: &str, s: i64, inv: u64, comp: u64, rev: u64) -> usize {
         self.acq(key, s, inv, comp, Outcome::Ok, Some(rev))
     }
 
-    pub fn rel(
-        &mut self,
-        key: &str,
-        s: i64,
-        inv: u64,
-        comp: u64,
-        outcome: Outcome,
-        rev: u64,
-    ) -> usize {
+    pub fn rel(&mut self, key: &str, s: i64, inv: u64, comp: u64, outcome: Outcome, rev: u64) -> usize {
         let comp = (outcome != Outcome::Unknown).then_some(comp);
-        self.op(
-            s as u64,
-            OpKind::Release { key: key.into() },
-            s,
-            Some(tok(rev)),
-            inv,
-            comp,
-            outcome,
-        )
+        self.op(s as u64, OpKind::Release { key: key.into() }, s, Some(tok(rev)), inv, comp, outcome)
     }
 
     /// A write of `record` with token revision `rev`; `fence` = Some(accepted) logs it at the fence.
-    pub fn write(
-        &mut self,
-        key: &str,
-        record: &str,
-        s: i64,
-        rev: u64,
-        at: u64,
-        outcome: Outcome,
-        fence: Option<bool>,
-    ) -> usize {
+    pub fn write(&mut self, key: &str, record: &str, s: i64, rev: u64, at: u64, outcome: Outcome, fence: Option<bool>) -> usize {
         let comp = (outcome != Outcome::Unknown).then_some(at + 5);
-        let i = self.op(
-            s as u64,
-            OpKind::Write {
-                key: key.into(),
-                record: record.into(),
-            },
-            s,
-            Some(tok(rev)),
-            at,
-            comp,
-            outcome,
-        );
+        let i = self.op(s as u64, OpKind::Write { key: key.into(), record: record.into() }, s, Some(tok(rev)), at, comp, outcome);
         if let Some(accepted) = fence {
-            self.h.fence.push(FenceEntry {
-                record: record.into(),
-                token: tok(rev),
-                accepted,
-                at_ns: at + 2,
-                op: Some(i),
-            });
+            self.h.fence.push(FenceEntry { record: record.into(), token: tok(rev), accepted, at_ns: at + 2, op: Some(i) });
         }
         i
     }

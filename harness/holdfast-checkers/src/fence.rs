@@ -1,4 +1,4 @@
-//! C2: the fenced resource's accept/reject log and final counters.
+//! C2 (`fence`): the fenced resource's accept/reject log and final counters.
 //!
 //! The fence log ([`History::fence`]) is in the resource's own serial order.
 //! Per record:
@@ -65,19 +65,13 @@ pub fn check(history: &History) -> Report {
     for (i, entry) in history.fence.iter().enumerate() {
         let record = entry.record.as_str();
         if let Some(op) = entry.op {
-            let acked = history
-                .ops
-                .get(op)
-                .is_some_and(|o| o.outcome == Outcome::Ok);
+            let acked = history.ops.get(op).is_some_and(|o| o.outcome == Outcome::Ok);
             if acked && !entry.accepted {
                 report.push(
                     Rule::AckedButRejected,
                     record,
                     vec![client_ref(history, op), fence_ref(history, i)],
-                    format!(
-                        "write with token {} acknowledged to the client but rejected at the fence",
-                        entry.token
-                    ),
+                    format!("write with token {} acknowledged to the client but rejected at the fence", entry.token),
                 );
             }
         }
@@ -102,10 +96,7 @@ pub fn check(history: &History) -> Report {
                         Rule::FenceInterleaving,
                         record,
                         vec![fence_ref(history, j), fence_ref(history, i)],
-                        format!(
-                            "holder with token {} wrote again after holder with token {prev} had written",
-                            entry.token
-                        ),
+                        format!("holder with token {} wrote again after holder with token {prev} had written", entry.token),
                     );
                 }
             }
@@ -119,18 +110,9 @@ pub fn check(history: &History) -> Report {
         let Some(c) = records.get(record) else {
             continue;
         };
-        let ops: Vec<OpRef> = c
-            .last_ok
-            .map(|i| client_ref(history, i))
-            .into_iter()
-            .collect();
+        let ops: Vec<OpRef> = c.last_ok.map(|i| client_ref(history, i)).into_iter().collect();
         let Some(&fin) = history.final_counters.get(record) else {
-            report.push(
-                Rule::Malformed,
-                record,
-                ops,
-                "record was written but its final counter was not recorded".to_string(),
-            );
+            report.push(Rule::Malformed, record, ops, "record was written but its final counter was not recorded".to_string());
             continue;
         };
         if fin < c.ok {
@@ -138,10 +120,7 @@ pub fn check(history: &History) -> Report {
                 Rule::LostUpdate,
                 record,
                 ops.clone(),
-                format!(
-                    "final counter {fin} is below the {} acknowledged increments",
-                    c.ok
-                ),
+                format!("final counter {fin} is below the {} acknowledged increments", c.ok),
             );
         }
         if fin > c.ok + c.unknown {
@@ -149,10 +128,7 @@ pub fn check(history: &History) -> Report {
                 Rule::PhantomUpdate,
                 record,
                 ops.clone(),
-                format!(
-                    "final counter {fin} exceeds {} acknowledged plus {} unknown increments",
-                    c.ok, c.unknown
-                ),
+                format!("final counter {fin} exceeds {} acknowledged plus {} unknown increments", c.ok, c.unknown),
             );
         }
         let logged = !history.fence.is_empty();
@@ -161,10 +137,7 @@ pub fn check(history: &History) -> Report {
                 Rule::CounterMismatch,
                 record,
                 ops,
-                format!(
-                    "final counter {fin} but the fence log accepted {} writes",
-                    c.accepted
-                ),
+                format!("final counter {fin} but the fence log accepted {} writes", c.accepted),
             );
         }
     }

@@ -1,4 +1,4 @@
-//! C3: per-key linearizability of the lock operations.
+//! C3 (`linearizable`): per-key linearizability of the lock operations.
 //!
 //! Wing–Gong–Lowe search with Porcupine's memoization, one key at a time,
 //! against a sequential **fenced mutex with expiry**:
@@ -47,9 +47,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::history::{
-    EtcdEventKind, History, OpKind, Outcome, lock_key_of, make_token, token_revision,
-};
+use crate::history::{EtcdEventKind, History, OpKind, Outcome, lock_key_of, make_token, token_revision};
 use crate::report::{Checker, Inconclusive, OpRef, Report, Rule, client_ref, etcd_ref};
 
 /// Search bounds.
@@ -63,10 +61,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
-            max_steps_per_key: 2_000_000,
-            max_ops_per_key: 100_000,
-        }
+        Config { max_steps_per_key: 2_000_000, max_ops_per_key: 100_000 }
     }
 }
 
@@ -126,35 +121,20 @@ impl State {
                 }
                 match token {
                     Some(t) if t <= self.highest => None,
-                    Some(t) => Some(State {
-                        holder: Some((session, Some(t))),
-                        highest: t,
-                    }),
-                    None => Some(State {
-                        holder: Some((session, None)),
-                        highest: self.highest,
-                    }),
+                    Some(t) => Some(State { holder: Some((session, Some(t))), highest: t }),
+                    None => Some(State { holder: Some((session, None)), highest: self.highest }),
                 }
             }
-            Action::Release { session, token } => (self.holder == Some((session, Some(token))))
-                .then_some(State {
-                    holder: None,
-                    highest: self.highest,
-                }),
-            Action::Expire {
-                lease,
-                create_revision,
-                unclaimed,
-            } => match self.holder {
+            Action::Release { session, token } => {
+                (self.holder == Some((session, Some(token)))).then_some(State { holder: None, highest: self.highest })
+            }
+            Action::Expire { lease, create_revision, unclaimed } => match self.holder {
                 Some((s, t)) if s == lease => {
                     let same = match t {
                         Some(t) => create_revision == 0 || token_revision(t) == create_revision,
                         None => unclaimed,
                     };
-                    same.then_some(State {
-                        holder: None,
-                        highest: self.highest,
-                    })
+                    same.then_some(State { holder: None, highest: self.highest })
                 }
                 _ => None,
             },
@@ -179,42 +159,26 @@ pub fn check(history: &History, config: &Config) -> Report {
         if entries.len() > config.max_ops_per_key {
             report.inconclusive.push(Inconclusive {
                 key: key.to_string(),
-                reason: format!(
-                    "{} operations exceed the limit of {}",
-                    entries.len(),
-                    config.max_ops_per_key
-                ),
+                reason: format!("{} operations exceed the limit of {}", entries.len(), config.max_ops_per_key),
             });
             continue;
         }
         entries.sort_by_key(|e| e.invoke);
         match search(&entries, config.max_steps_per_key) {
             Outcome3::Linearizable => {}
-            Outcome3::TooLarge(steps) => report.inconclusive.push(Inconclusive {
-                key: key.to_string(),
-                reason: format!("search gave up after {steps} steps (unknown / too large)"),
-            }),
-            Outcome3::Not {
-                linearized,
-                state,
-                stuck,
-            } => {
+            Outcome3::TooLarge(steps) => report
+                .inconclusive
+                .push(Inconclusive { key: key.to_string(), reason: format!("search gave up after {steps} steps (unknown / too large)") }),
+            Outcome3::Not { linearized, state, stuck } => {
                 let required = entries.iter().filter(|e| e.required).count();
                 // The operations that could have come next at the deepest
                 // point, or else every required operation.
                 let stuck = if stuck.is_empty() {
-                    (0..entries.len())
-                        .filter(|&i| entries.get(i).is_some_and(|e| e.required))
-                        .collect()
+                    (0..entries.len()).filter(|&i| entries.get(i).is_some_and(|e| e.required)).collect()
                 } else {
                     stuck
                 };
-                let ops: Vec<OpRef> = stuck
-                    .iter()
-                    .filter_map(|&i| entries.get(i))
-                    .map(|e| e.source.clone())
-                    .take(6)
-                    .collect();
+                let ops: Vec<OpRef> = stuck.iter().filter_map(|&i| entries.get(i)).map(|e| e.source.clone()).take(6).collect();
                 report.push(
                     Rule::NotLinearizable,
                     key,
@@ -248,18 +212,10 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
         keys.entry(key).or_default();
         match ev.kind {
             EtcdEventKind::Put if ev.create_revision == ev.revision => {
-                puts.entry(key)
-                    .or_default()
-                    .insert(ev.revision, (ev.lease, i));
+                puts.entry(key).or_default().insert(ev.revision, (ev.lease, i));
             }
             EtcdEventKind::Put => {}
-            EtcdEventKind::Delete => deletes.entry(key).or_default().push((
-                ev.create_revision,
-                ev.revision,
-                ev.lease,
-                ev.expired,
-                i,
-            )),
+            EtcdEventKind::Delete => deletes.entry(key).or_default().push((ev.create_revision, ev.revision, ev.lease, ev.expired, i)),
         }
     }
 
@@ -295,24 +251,14 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
         }
         let source = client_ref(history, index);
         let Some(session) = op.session else {
-            report.push(
-                Rule::Malformed,
-                key,
-                vec![source],
-                "lock operation without a session".to_string(),
-            );
+            report.push(Rule::Malformed, key, vec![source], "lock operation without a session".to_string());
             continue;
         };
         let known = op.outcome == Outcome::Ok;
         let complete = match (known, op.complete_ns) {
             (true, Some(c)) => c,
             (true, None) => {
-                report.push(
-                    Rule::Malformed,
-                    key,
-                    vec![source],
-                    "ok operation without completion time".to_string(),
-                );
+                report.push(Rule::Malformed, key, vec![source], "ok operation without completion time".to_string());
                 continue;
             }
             (false, _) => u64::MAX,
@@ -320,10 +266,7 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
         let entry = if is_acquire {
             match (known, op.token) {
                 (true, Some(t)) => Entry {
-                    action: Action::Acquire {
-                        session,
-                        token: Some(t),
-                    },
+                    action: Action::Acquire { session, token: Some(t) },
                     invoke: op.invoke_ns,
                     complete,
                     revision: Some(token_revision(t)),
@@ -331,33 +274,21 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
                     source,
                 },
                 (true, None) => {
-                    report.push(
-                        Rule::Malformed,
-                        key,
-                        vec![source],
-                        "ok acquire without a token".to_string(),
-                    );
+                    report.push(Rule::Malformed, key, vec![source], "ok acquire without a token".to_string());
                     continue;
                 }
                 (false, _) => {
                     // Did etcd record it? The first unclaimed creation on
                     // this session's lease.
                     let found = puts.get(key).and_then(|m| {
-                        m.iter()
-                            .find(|&(&rev, &(lease, _))| {
-                                lease == session && !claimed.contains(&(key, rev))
-                            })
-                            .map(|(&rev, _)| rev)
+                        m.iter().find(|&(&rev, &(lease, _))| lease == session && !claimed.contains(&(key, rev))).map(|(&rev, _)| rev)
                     });
                     match found {
                         Some(rev) => {
                             claimed.insert((key, rev));
                             undelivered.insert((key, rev));
                             Entry {
-                                action: Action::Acquire {
-                                    session,
-                                    token: Some(make_token(history.etcd.epoch_at(rev), rev)),
-                                },
+                                action: Action::Acquire { session, token: Some(make_token(history.etcd.epoch_at(rev), rev)) },
                                 invoke: op.invoke_ns,
                                 complete,
                                 revision: Some(rev),
@@ -366,10 +297,7 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
                             }
                         }
                         None => Entry {
-                            action: Action::Acquire {
-                                session,
-                                token: None,
-                            },
+                            action: Action::Acquire { session, token: None },
                             invoke: op.invoke_ns,
                             complete,
                             revision: None,
@@ -381,20 +309,13 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
             }
         } else {
             let Some(token) = op.token else {
-                report.push(
-                    Rule::Malformed,
-                    key,
-                    vec![source],
-                    "release without a token".to_string(),
-                );
+                report.push(Rule::Malformed, key, vec![source], "release without a token".to_string());
                 continue;
             };
             // The non-expiry delete of the hold this release presented.
             let found = deletes.get(key).and_then(|d| {
                 d.iter().find(|&&(create, _, _, expired, ev)| {
-                    create == token_revision(token)
-                        && expired != Some(true)
-                        && !explained.contains(&ev)
+                    create == token_revision(token) && expired != Some(true) && !explained.contains(&ev)
                 })
             });
             let revision = found.map(|&(_, rev, _, _, ev)| {
@@ -425,17 +346,11 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
                     Rule::UnexplainedDelete,
                     key,
                     vec![etcd_ref(history, ev)],
-                    format!(
-                        "hold created at revision {create} was deleted at revision {rev} but no release presented its token"
-                    ),
+                    format!("hold created at revision {create} was deleted at revision {rev} but no release presented its token"),
                 );
             }
             keys.entry(key).or_default().push(Entry {
-                action: Action::Expire {
-                    lease,
-                    create_revision: create,
-                    unclaimed: create == 0 || !claimed.contains(&(*key, create)),
-                },
+                action: Action::Expire { lease, create_revision: create, unclaimed: create == 0 || !claimed.contains(&(*key, create)) },
                 invoke: 0,
                 complete: u64::MAX,
                 revision: Some(rev),
@@ -453,19 +368,12 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
         let freeing: HashSet<i64> = entries
             .iter()
             .filter_map(|e| match e.action {
-                Action::Expire {
-                    lease,
-                    unclaimed: true,
-                    ..
-                } => Some(lease),
+                Action::Expire { lease, unclaimed: true, .. } => Some(lease),
                 _ => None,
             })
             .collect();
         entries.retain(|e| match e.action {
-            Action::Acquire {
-                session,
-                token: None,
-            } => freeing.contains(&session),
+            Action::Acquire { session, token: None } => freeing.contains(&session),
             _ => true,
         });
     }
@@ -475,11 +383,7 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
 enum Outcome3 {
     Linearizable,
     TooLarge(u64),
-    Not {
-        linearized: usize,
-        state: State,
-        stuck: Vec<usize>,
-    },
+    Not { linearized: usize, state: State, stuck: Vec<usize> },
 }
 
 /// A search node: the state before, the candidates, and the next to try.
@@ -532,16 +436,8 @@ fn search(entries: &[Entry], max_steps: u64) -> Outcome3 {
     let mut done = vec![0u64; words];
     let mut done_required = 0usize;
     let mut seen: HashSet<(Vec<u64>, State)> = HashSet::new();
-    let start = State {
-        holder: None,
-        highest: 0,
-    };
-    let mut stack = vec![Frame {
-        state: start,
-        candidates: candidates(entries, &done),
-        next: 0,
-        via: None,
-    }];
+    let start = State { holder: None, highest: 0 };
+    let mut stack = vec![Frame { state: start, candidates: candidates(entries, &done), next: 0, via: None }];
     let mut steps = 0u64;
     let mut best: (usize, State, Vec<usize>) = (0, start, Vec::new());
 
@@ -589,17 +485,8 @@ fn search(entries: &[Entry], max_steps: u64) -> Outcome3 {
         }
         done_required += counted;
         let cands = candidates(entries, &done);
-        stack.push(Frame {
-            state: next,
-            candidates: cands,
-            next: 0,
-            via: Some(c),
-        });
+        stack.push(Frame { state: next, candidates: cands, next: 0, via: Some(c) });
     }
     let (linearized, state, stuck) = best;
-    Outcome3::Not {
-        linearized,
-        state,
-        stuck,
-    }
+    Outcome3::Not { linearized, state, stuck }
 }

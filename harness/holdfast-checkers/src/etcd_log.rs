@@ -1,4 +1,4 @@
-//! C1: client-visible grants against etcd's event log (ground truth).
+//! C1 (`etcd_log`): client-visible grants against etcd's event log (ground truth).
 //!
 //! Rules, each reported under its own [`Rule`]:
 //!
@@ -104,10 +104,7 @@ fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
                 Rule::EtcdLogOutOfOrder,
                 key,
                 vec![etcd_ref(history, j), etcd_ref(history, i)],
-                format!(
-                    "etcd event at revision {} follows one at revision {rev}",
-                    ev.revision
-                ),
+                format!("etcd event at revision {} follows one at revision {rev}", ev.revision),
             );
         }
         last = Some((i, ev.revision));
@@ -118,10 +115,7 @@ fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
                         Rule::HolderIntervalOverlap,
                         key,
                         vec![etcd_ref(history, j), etcd_ref(history, i)],
-                        format!(
-                            "hold created at revision {} while the hold created at {held} was never deleted",
-                            ev.revision
-                        ),
+                        format!("hold created at revision {} while the hold created at {held} was never deleted", ev.revision),
                     );
                 }
                 if let Some(&end) = ended.get(&ev.lease)
@@ -174,10 +168,7 @@ impl Grant<'_> {
     /// a session's repeated acquire of a key it holds with the existing hold
     /// (same key, session and token). Such a pair is not a reuse.
     fn same_hold(&self, other: &Grant<'_>) -> bool {
-        self.key == other.key
-            && self.token == other.token
-            && self.session.is_some()
-            && self.session == other.session
+        self.key == other.key && self.token == other.token && self.session.is_some() && self.session == other.session
     }
 }
 
@@ -192,14 +183,9 @@ fn ok_grants<'a>(history: &'a History, report: &mut Report) -> Vec<Grant<'a>> {
             continue;
         }
         match (op.token, op.complete_ns) {
-            (Some(token), Some(complete_ns)) => grants.push(Grant {
-                index,
-                key,
-                session: op.session,
-                token,
-                invoke_ns: op.invoke_ns,
-                complete_ns,
-            }),
+            (Some(token), Some(complete_ns)) => {
+                grants.push(Grant { index, key, session: op.session, token, invoke_ns: op.invoke_ns, complete_ns })
+            }
             _ => report.push(
                 Rule::Malformed,
                 key,
@@ -212,12 +198,7 @@ fn ok_grants<'a>(history: &'a History, report: &mut Report) -> Vec<Grant<'a>> {
 }
 
 /// Every ok grant has its creating put, on its lease, in the current epoch.
-fn check_grants_in_log(
-    history: &History,
-    grants: &[Grant<'_>],
-    creations: &Creations<'_>,
-    report: &mut Report,
-) {
+fn check_grants_in_log(history: &History, grants: &[Grant<'_>], creations: &Creations<'_>, report: &mut Report) {
     for g in grants {
         let epoch = token_epoch(g.token);
         let revision = token_revision(g.token);
@@ -227,10 +208,7 @@ fn check_grants_in_log(
                 Rule::GrantWrongEpoch,
                 g.key,
                 vec![client_ref(history, g.index)],
-                format!(
-                    "grant token {} has epoch {epoch}; the epoch at its revision {revision} is {current}",
-                    g.token
-                ),
+                format!("grant token {} has epoch {epoch}; the epoch at its revision {revision} is {current}", g.token),
             );
         }
         match creations.get(&(g.key, revision)) {
@@ -238,23 +216,18 @@ fn check_grants_in_log(
                 Rule::GrantWithoutEtcdEvent,
                 g.key,
                 vec![client_ref(history, g.index)],
-                format!(
-                    "grant token {} has no etcd put creating the key at revision {revision}",
-                    g.token
-                ),
+                format!("grant token {} has no etcd put creating the key at revision {revision}", g.token),
             ),
             Some(&(ev, lease)) => {
                 if let Some(session) = g.session
                     && session != lease
                 {
                     report.push(
-                            Rule::GrantEventMismatch,
-                            g.key,
-                            vec![client_ref(history, g.index), etcd_ref(history, ev)],
-                            format!(
-                                "grant to session {session} but the put at revision {revision} is on lease {lease}"
-                            ),
-                        );
+                        Rule::GrantEventMismatch,
+                        g.key,
+                        vec![client_ref(history, g.index), etcd_ref(history, ev)],
+                        format!("grant to session {session} but the put at revision {revision} is on lease {lease}"),
+                    );
                 }
             }
         }
@@ -283,14 +256,8 @@ fn check_reuse(history: &History, grants: &[Grant<'_>], report: &mut Report) {
             report.push(
                 Rule::TokenReused,
                 g.key,
-                vec![
-                    client_ref(history, first.index),
-                    client_ref(history, g.index),
-                ],
-                format!(
-                    "token {} granted twice (keys {} and {})",
-                    g.token, first.key, g.key
-                ),
+                vec![client_ref(history, first.index), client_ref(history, g.index)],
+                format!("token {} granted twice (keys {} and {})", g.token, first.key, g.key),
             );
         } else {
             seen.insert(g.token, g);
@@ -301,21 +268,9 @@ fn check_reuse(history: &History, grants: &[Grant<'_>], report: &mut Report) {
 /// In the order of their etcd creation events, a key's grants' tokens
 /// strictly increase. Grants without an event are left to
 /// [`check_grants_in_log`].
-fn check_increasing(
-    history: &History,
-    key: &str,
-    grants: &[&Grant<'_>],
-    creations: &Creations<'_>,
-    report: &mut Report,
-) {
-    let mut placed: Vec<(usize, &Grant<'_>)> = grants
-        .iter()
-        .filter_map(|g| {
-            creations
-                .get(&(key, token_revision(g.token)))
-                .map(|&(ev, _)| (ev, *g))
-        })
-        .collect();
+fn check_increasing(history: &History, key: &str, grants: &[&Grant<'_>], creations: &Creations<'_>, report: &mut Report) {
+    let mut placed: Vec<(usize, &Grant<'_>)> =
+        grants.iter().filter_map(|g| creations.get(&(key, token_revision(g.token))).map(|&(ev, _)| (ev, *g))).collect();
     placed.sort_by_key(|&(ev, g)| (ev, g.index));
     for pair in placed.windows(2) {
         let [(_, a), (_, b)] = pair else { continue };
@@ -357,10 +312,7 @@ fn check_real_time(history: &History, key: &str, grants: &[&Grant<'_>], report: 
                 Rule::RealTimeOrder,
                 key,
                 vec![client_ref(history, a.index), client_ref(history, b.index)],
-                format!(
-                    "grant with token {} completed before a grant with token {} was invoked",
-                    a.token, b.token
-                ),
+                format!("grant with token {} completed before a grant with token {} was invoked", a.token, b.token),
             );
         }
     }
