@@ -4,6 +4,8 @@
 //! Regenerate the golden files after an intended change with
 //! `UPDATE_GOLDEN=1 cargo test -p holdfast-provision --test plan`, and review the diff.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
+
 mod common;
 
 use std::collections::BTreeMap;

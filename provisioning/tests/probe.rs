@@ -1,5 +1,7 @@
 //! fsync probe on a real file system (a temp dir), and its 2 ms gate.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
+
 mod common;
 
 use std::process::Command;

@@ -57,10 +57,10 @@ impl TestDir {
 
 impl Drop for TestDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            if let Some(d) = self.dir.take() {
-                eprintln!("test files kept in {}", d.keep().display());
-            }
+        if std::thread::panicking()
+            && let Some(d) = self.dir.take()
+        {
+            eprintln!("test files kept in {}", d.keep().display());
         }
     }
 }

@@ -341,7 +341,7 @@ async fn a_deposed_leader_never_extends_the_client_deadline_past_the_server_expi
     let leader = statuses.iter().position(|s| s.member_id == leader_id).unwrap();
     let leader_url = etcd.endpoints()[leader].clone();
     let others: Vec<String> = etcd.endpoints().into_iter().filter(|e| *e != leader_url).collect();
-    let arbiter = Arbiter::start(&dir.path, "arbiter", &[leader_url.clone()], &pki);
+    let arbiter = Arbiter::start(&dir.path, "arbiter", std::slice::from_ref(&leader_url), &pki);
     let cert = pki.workload("svc", "svc/deposed");
     let locker = holdfast_client::Locker::new(
         holdfast_client::LockerConfig { endpoints: vec![arbiter.endpoint()], ca: pki.ca.ca_path(), cert: cert.cert, key: cert.key },

@@ -11,7 +11,7 @@ async fn ready_is_sent_only_once_the_arbiter_can_serve() {
     // etcd is not there yet: the arbiter must not claim readiness.
     let port = holdfast_devkit::ports::free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let mut arbiter = Arbiter::spawn(&dir.path, "arbiter", &[endpoint.clone()], &pki);
+    let mut arbiter = Arbiter::spawn(&dir.path, "arbiter", std::slice::from_ref(&endpoint), &pki);
     let early = arbiter.wait_ready(Duration::from_secs(3));
     assert!(early.is_err(), "READY=1 before etcd answered");
     assert!(!arbiter.notify.messages().iter().any(|m| m.contains("READY=1")));

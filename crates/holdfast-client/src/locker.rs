@@ -142,10 +142,10 @@ impl Locker {
     /// The session used for holds of this TTL, opening it if needed.
     async fn slot(&self, ttl: Duration) -> Result<Arc<Slot>, Error> {
         let mut slots = self.inner.slots.lock().await;
-        if let Some(s) = slots.get(&ttl) {
-            if *s.session.health().borrow() != Health::Lost {
-                return Ok(s.clone());
-            }
+        if let Some(s) = slots.get(&ttl)
+            && *s.session.health().borrow() != Health::Lost
+        {
+            return Ok(s.clone());
         }
         // Sessions are spread by TTL over the arbiters, with failover.
         let order = ranked(&format!("session/{}", ttl.as_millis()), &self.inner.endpoints);

@@ -295,17 +295,17 @@ impl ArbiterConfig {
             ("etcd.ca_file", self.etcd.ca_file.as_ref()),
             ("etcd.cert_file", self.etcd.cert_file.as_ref()),
         ] {
-            if let Some(file) = file {
-                if let Err(e) = std::fs::metadata(file) {
-                    p.push(format!("{key} = {:?}: {e}; point it at a PEM file", file.display().to_string()));
-                }
+            if let Some(file) = file
+                && let Err(e) = std::fs::metadata(file)
+            {
+                p.push(format!("{key} = {:?}: {e}; point it at a PEM file", file.display().to_string()));
             }
         }
         for (key, file) in [("tls.key_file", Some(&self.tls.key_file)), ("etcd.key_file", self.etcd.key_file.as_ref())] {
-            if let Some(file) = file {
-                if let Some(problem) = secret_file_problem(file) {
-                    p.push(format!("{key} = {:?}: {problem}", file.display().to_string()));
-                }
+            if let Some(file) = file
+                && let Some(problem) = secret_file_problem(file)
+            {
+                p.push(format!("{key} = {:?}: {problem}", file.display().to_string()));
             }
         }
         if self.etcd.cert_file.is_some() != self.etcd.key_file.is_some() {
@@ -333,10 +333,10 @@ impl ArbiterConfig {
 impl TracingConfig {
     fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
-        if let Some(endpoint) = &self.otlp_endpoint {
-            if let Err(problem) = otlp_endpoint_problem(endpoint) {
-                p.push(format!("tracing.otlp_endpoint = {endpoint:?}: {problem}"));
-            }
+        if let Some(endpoint) = &self.otlp_endpoint
+            && let Err(problem) = otlp_endpoint_problem(endpoint)
+        {
+            p.push(format!("tracing.otlp_endpoint = {endpoint:?}: {problem}"));
         }
         if !(0.0..=1.0).contains(&self.sampling_ratio) {
             p.push(format!("tracing.sampling_ratio = {}: must be between 0.0 and 1.0 (1.0 records every trace)", self.sampling_ratio));

@@ -5,8 +5,8 @@
 //! a daemon's config from the same struct the daemon reads, so a new key is
 //! added in one place.
 //!
-//! - [`arbiter`]: `arbiter.toml`.
-//! - [`etcd`]: the `[etcd]` section shared by every daemon and tool.
+//! The modules: [`arbiter`] (`arbiter.toml`) and [`etcd`] (the `[etcd]`
+//! section shared by every daemon and tool).
 
 pub mod arbiter;
 pub mod etcd;

@@ -15,10 +15,10 @@ pub fn free_port() -> u16 {
         let port = base + (n % 100);
         if n >= 100 {
             // Sequence exhausted: let the kernel pick.
-            if let Ok(l) = TcpListener::bind(("127.0.0.1", 0)) {
-                if let Ok(a) = l.local_addr() {
-                    return a.port();
-                }
+            if let Ok(l) = TcpListener::bind(("127.0.0.1", 0))
+                && let Ok(a) = l.local_addr()
+            {
+                return a.port();
             }
         }
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {

@@ -63,13 +63,10 @@ pub async fn read_sys(etcd: &Etcd) -> Result<SysState, EpochError> {
         Some(kv) => Some((layout::decode(layout::EPOCH_KEY, kv.value()).map_err(EpochError::Malformed)?, kv.value().to_vec())),
         None => None,
     };
-    let seal = match seal_kv {
-        Some(kv) => Some(
-            layout::decode(layout::SEAL_KEY, kv.value())
-                .unwrap_or(SealRecord { reason: String::from_utf8_lossy(kv.value()).into_owned(), sealed_at_unix: 0 }),
-        ),
-        None => None,
-    };
+    let seal = seal_kv.map(|kv| {
+        layout::decode(layout::SEAL_KEY, kv.value())
+            .unwrap_or(SealRecord { reason: String::from_utf8_lossy(kv.value()).into_owned(), sealed_at_unix: 0 })
+    });
     let watermark = match wm_kv {
         Some(kv) => (layout::decode(layout::WATERMARK_KEY, kv.value()).ok(), kv.mod_revision()),
         None => (None, 0),

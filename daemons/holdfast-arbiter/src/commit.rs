@@ -45,14 +45,14 @@ pub struct Job {
 
 #[derive(Clone)]
 pub enum Committer {
-    Direct(Etcd),
+    Direct(Box<Etcd>),
     Grouped(mpsc::Sender<Job>),
 }
 
 impl Committer {
     pub fn new(etcd: Etcd, group: bool) -> Self {
         if !group {
-            return Committer::Direct(etcd);
+            return Committer::Direct(Box::new(etcd));
         }
         let (tx, rx) = mpsc::channel(4096);
         tokio::spawn(run(etcd, rx));

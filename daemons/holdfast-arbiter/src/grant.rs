@@ -179,12 +179,11 @@ async fn attempt_txn(
     let holder: Option<HoldRecord> = layout::decode(hold_key, hold_kv.value()).ok();
     if hold_kv.lease() == session.lease {
         // Already held by this very session (a retried acquire): the same hold.
-        if let Some(h) = &holder {
-            if let Ok(token) = Token::new(h.epoch, hold_kv.create_revision() as u64) {
-                if h.epoch == epoch {
-                    return Ok(Attempt::Granted(token));
-                }
-            }
+        if let Some(h) = &holder
+            && let Ok(token) = Token::new(h.epoch, hold_kv.create_revision() as u64)
+            && h.epoch == epoch
+        {
+            return Ok(Attempt::Granted(token));
         }
     }
     Ok(Attempt::Held { watch_from: revision + 1, holder: holder.map(|h| h.spiffe_id) })
@@ -234,12 +233,12 @@ async fn release_txn_traced(etcd: &Etcd, hold_key: &str, lease: i64, create_revi
         for op in resp.op_responses() {
             if let TxnOpResponse::Delete(d) = op {
                 for kv in d.prev_kvs() {
-                    if let Ok(h) = layout::decode::<HoldRecord>(hold_key, kv.value()) {
-                        if h.granted_unix_ms > 0 {
-                            let secs = now_unix_ms().saturating_sub(h.granted_unix_ms) as f64 / 1000.0;
-                            let m = &*crate::metrics::METRICS;
-                            m.hold_duration.get_or_create(m.labels()).observe(secs);
-                        }
+                    if let Ok(h) = layout::decode::<HoldRecord>(hold_key, kv.value())
+                        && h.granted_unix_ms > 0
+                    {
+                        let secs = now_unix_ms().saturating_sub(h.granted_unix_ms) as f64 / 1000.0;
+                        let m = &*crate::metrics::METRICS;
+                        m.hold_duration.get_or_create(m.labels()).observe(secs);
                     }
                 }
             }

@@ -162,14 +162,13 @@ pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
             let Ok((stream, _)) = listener.accept().await else { continue };
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| async move {
-                    let resp = if req.uri().path() == "/metrics" {
+                    if req.uri().path() == "/metrics" {
                         Response::builder()
                             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
                             .body(Full::new(Bytes::from(METRICS.encode())))
                     } else {
                         Response::builder().status(StatusCode::NOT_FOUND).body(Full::new(Bytes::from_static(b"see /metrics\n")))
-                    };
-                    resp
+                    }
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;

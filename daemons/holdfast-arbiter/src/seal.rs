@@ -238,10 +238,10 @@ impl WatermarkPacer {
         let Ok(bounds) = etcd.offset_lower_bounds().await else { return };
         let Some(lowest) = bounds.into_iter().min() else { return };
         let current_floor = sys.watermark.0.as_ref().map(|w| w.log_floor).unwrap_or(current.record.log_floor);
-        if lowest > current_floor {
-            if let Err(e) = epoch::raise_watermark(etcd, &current.bytes, sys.watermark.1, lowest).await {
-                tracing::debug!(error = %e, "watermark not raised this time");
-            }
+        if lowest > current_floor
+            && let Err(e) = epoch::raise_watermark(etcd, &current.bytes, sys.watermark.1, lowest).await
+        {
+            tracing::debug!(error = %e, "watermark not raised this time");
         }
     }
 }

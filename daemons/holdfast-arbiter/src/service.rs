@@ -42,10 +42,10 @@ impl LockService {
     /// Any etcd failure pauses granting until the cluster is re-checked: a
     /// reconnect may have reached a restored cluster.
     fn seen<T>(&self, r: Result<T, Refusal>) -> Result<T, Refusal> {
-        if let Err(e) = &r {
-            if e.reason == holdfast_proto::ErrorReason::Unavailable {
-                self.guard.etcd_failed(&e.message);
-            }
+        if let Err(e) = &r
+            && e.reason == holdfast_proto::ErrorReason::Unavailable
+        {
+            self.guard.etcd_failed(&e.message);
         }
         r
     }

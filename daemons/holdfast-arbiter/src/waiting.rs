@@ -158,13 +158,12 @@ impl Waiters {
         loop {
             match self.wait_for_release(etcd, &hold_key, watch_from, deadline).await {
                 Hint::Deadline => return Err(contention_or_leak(key, session, &holder)),
-                Hint::Poll => match key_revision_if_held(etcd, &hold_key).await {
-                    Some(rev) => {
+                Hint::Poll => {
+                    if let Some(rev) = key_revision_if_held(etcd, &hold_key).await {
                         watch_from = rev + 1;
                         continue;
                     }
-                    None => {}
-                },
+                }
                 Hint::Event => {}
             }
             match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await {

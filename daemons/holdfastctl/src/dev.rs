@@ -269,7 +269,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("banner.txt"), &banner)?;
     std::fs::write(dir.join("ready"), "")?;
     if !detached {
-        print!("{banner}Press Ctrl-C to stop.\n");
+        println!("{banner}Press Ctrl-C to stop.");
     } else {
         say("ready");
     }
@@ -285,10 +285,10 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         if let Some(s) = children.arbiter.as_mut().and_then(ArbiterProcess::exited) {
             break format!("the arbiter exited ({s}); see {}", dir.join("arbiter.log").display());
         }
-        if let Some(e) = children.etcd.as_mut() {
-            if !e.is_running() {
-                break format!("etcd exited; see {}", dir.join("etcd.log").display());
-            }
+        if let Some(e) = children.etcd.as_mut()
+            && !e.is_running()
+        {
+            break format!("etcd exited; see {}", dir.join("etcd.log").display());
         }
     };
     say(&format!("{why}; stopping the arbiter, then etcd"));

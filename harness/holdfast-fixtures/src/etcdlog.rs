@@ -36,16 +36,17 @@ pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, sta
             let Some(kv) = e.kv() else { continue };
             let key = kv.key_str().unwrap_or_default().to_string();
             let revision = kv.mod_revision() as u64;
-            if let (Some(hex), etcd_client::EventType::Delete) = (key.strip_prefix("/s/"), e.event_type()) {
-                if let Ok(lease) = u64::from_str_radix(hex, 16) {
-                    session_ends.entry(lease as i64).or_insert(revision);
-                    ends.push(SessionEnd { lease: lease as i64, revision });
-                }
+            if let (Some(hex), etcd_client::EventType::Delete) = (key.strip_prefix("/s/"), e.event_type())
+                && let Ok(lease) = u64::from_str_radix(hex, 16)
+            {
+                session_ends.entry(lease as i64).or_insert(revision);
+                ends.push(SessionEnd { lease: lease as i64, revision });
             }
-            if key == layout::EPOCH_KEY && e.event_type() == etcd_client::EventType::Put {
-                if let Ok(r) = layout::decode::<EpochRecord>(&key, kv.value()) {
-                    epochs.push(EpochChange { revision, epoch: r.epoch as u64 });
-                }
+            if key == layout::EPOCH_KEY
+                && e.event_type() == etcd_client::EventType::Put
+                && let Ok(r) = layout::decode::<EpochRecord>(&key, kv.value())
+            {
+                epochs.push(EpochChange { revision, epoch: r.epoch as u64 });
             }
             if !key.starts_with(&lock_prefix) {
                 continue;

@@ -109,7 +109,7 @@ pub struct GateArgs {
 enum GateAction {
     /// One client process of the gate (started by the gate itself).
     #[command(hide = true)]
-    Client(client::ClientArgs),
+    Client(Box<client::ClientArgs>),
     /// Run the checkers again over a kept history (episode-N/history.json).
     Check { history: PathBuf },
 }
@@ -163,7 +163,7 @@ struct Summary {
 
 pub async fn run(args: GateArgs) -> u8 {
     match args.action {
-        Some(GateAction::Client(c)) => return client::run(c).await,
+        Some(GateAction::Client(c)) => return client::run(*c).await,
         Some(GateAction::Check { history }) => return check_file(&history),
         None => {}
     }
