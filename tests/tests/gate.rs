@@ -1,7 +1,7 @@
 //! The correctness gate's checkers on real histories: a fault-free workload
 //! with contention and lease expiries passes C1 and C3, and a deliberately
 //! broken arbiter (a release not guarded by create revision) fails.
-//! The fault-injecting gate (`holdfastctl gate`) is still to be built.
+//! The fault-injecting gate itself (`holdfast-gate`) is tested in `gate_faults.rs`.
 
 use holdfast_checkers::{etcd_log, linearizable};
 use holdfast_model::LockKey;

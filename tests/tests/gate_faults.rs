@@ -59,32 +59,27 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert!((0.8..0.9).contains(&slow) && (1.1..1.2).contains(&fast), "clock rates seen: {rates}");
 }
 
-/// Deliberately broken arbiters (test builds only) fail the whole gate, not
-/// just a hand-made scenario. A mutation is a bug in the arbiter, not in
-/// etcd: these run against the pinned etcd 3.6 line only (the short profile
-/// above runs against every target), which keeps the suite's time down.
-fn mutation_gate(faults: &str, mutation: &str) -> Option<GateRun> {
-    let version = etcd_binary().version_string();
-    if !version.starts_with("3.6.") {
-        eprintln!("skipped against etcd {version}: mutations are run against the pinned etcd 3.6 line");
-        return None;
-    }
+/// Deliberately broken arbiters (test builds with the `mutations` feature)
+/// fail the whole gate, not just a hand-made scenario, against every etcd
+/// target.
+fn mutation_gate(faults: &str, mutation: &str) -> GateRun {
     let run = gate(&["--faults", faults, "--mutation", mutation]);
     assert_eq!(run.code, 1, "the gate must fail with {mutation}:\n{}", run.output);
-    eprintln!("{mutation}: {}", run.summary["violations_by_rule"]);
-    Some(run)
+    assert_eq!(run.summary["mutation"], mutation);
+    eprintln!("{mutation} against etcd {}: {}", run.summary["etcd_version"], run.summary["violations_by_rule"]);
+    run
 }
 
 #[test]
 fn an_arbiter_with_an_unguarded_release_fails_the_gate() {
-    let Some(run) = mutation_gate("client-pause", "release_unguarded") else { return };
+    let run = mutation_gate("client-pause", "release_unguarded");
     let rules = run.summary["violation_rules"].to_string();
     assert!(rules.contains("C3/"), "caught by C3 (retried releases delete the next holder's hold): {rules}");
 }
 
 #[test]
 fn an_arbiter_minting_tokens_from_a_counter_fails_the_gate() {
-    let Some(run) = mutation_gate("arbiter-kill", "token_from_counter") else { return };
+    let run = mutation_gate("arbiter-kill", "token_from_counter");
     let rules = run.summary["violation_rules"].to_string();
     assert!(rules.contains("C1/GrantWithoutEtcdEvent"), "caught by C1: {rules}");
 }
@@ -97,7 +92,7 @@ fn an_arbiter_minting_tokens_from_a_counter_fails_the_gate() {
 fn an_arbiter_without_the_epoch_compare_fails_the_gate() {
     // Advances alternate: clients racing the arbiters' switch (epochs 2
     // and 4, the ones this mutation can be caught in) and frozen clients.
-    let Some(run) = mutation_gate("epoch-advance,epoch-advance,epoch-advance", "no_epoch_compare") else { return };
+    let run = mutation_gate("epoch-advance,epoch-advance,epoch-advance", "no_epoch_compare");
     let by_rule = &run.summary["violations_by_rule"];
     assert!(by_rule["C1/GrantWrongEpoch"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
 }
@@ -109,7 +104,7 @@ fn an_arbiter_without_the_epoch_compare_fails_the_gate() {
 fn an_arbiter_without_the_session_record_compare_fails_the_gate() {
     // Two advances: the second (to epoch 3) freezes the clients until both
     // arbiters serve the new epoch, then lets them use their old sessions.
-    let Some(run) = mutation_gate("epoch-advance,epoch-advance", "no_session_compare") else { return };
+    let run = mutation_gate("epoch-advance,epoch-advance", "no_session_compare");
     let by_rule = &run.summary["violations_by_rule"];
     assert!(by_rule["C1/GrantOnEndedSession"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
 }

@@ -38,18 +38,8 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca));
 
     crate::metrics::init(&config.cluster_name);
-    let mutations = config.mutation.on();
-    if !mutations.is_empty() {
-        #[cfg(not(feature = "mutations"))]
-        anyhow::bail!(
-            "[mutation] turns on {} but this arbiter was built without the `mutations` feature \
-             (deliberate bugs exist only in the correctness gate's test builds); remove the [mutation] table",
-            mutations.join(", ")
-        );
-        #[cfg(feature = "mutations")]
-        for name in holdfast_store::mutation::enable(&config.mutation) {
-            tracing::warn!(mutation = name, "MUTATION on: this arbiter is deliberately broken (test builds only)");
-        }
+    for name in apply_mutations(&config.mutation)? {
+        tracing::warn!(mutation = name, "MUTATION on: this arbiter is deliberately broken (test builds only)");
     }
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
@@ -143,4 +133,48 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         Err(_) => tracing::warn!("drain timeout passed; exiting with calls still in flight"),
     }
     Ok(())
+}
+
+/// Switches on the deliberate bugs `[mutation]` names, if this arbiter was
+/// built with the `mutations` feature (the gate's test builds); any other
+/// arbiter refuses a config that turns one on. Returns the names switched on.
+pub fn apply_mutations(config: &holdfast_config::arbiter::MutationConfig) -> anyhow::Result<Vec<&'static str>> {
+    let on = config.on();
+    if on.is_empty() {
+        return Ok(on);
+    }
+    #[cfg(feature = "mutations")]
+    return Ok(holdfast_store::mutation::enable(config));
+    #[cfg(not(feature = "mutations"))]
+    anyhow::bail!(
+        "[mutation] turns on {} but this arbiter was built without the `mutations` feature \
+         (deliberate bugs exist only in the correctness gate's test builds); remove the [mutation] table",
+        on.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod mutation_tests {
+    use super::apply_mutations;
+    use holdfast_config::arbiter::MutationConfig;
+
+    /// Runs in both builds: scripts/test runs it with and without the
+    /// `mutations` feature.
+    #[test]
+    fn mutations_apply_only_in_a_build_with_the_feature() {
+        assert_eq!(apply_mutations(&MutationConfig::default()).unwrap(), Vec::<&str>::new());
+        let mut m = MutationConfig::default();
+        m.set("token_from_counter").unwrap();
+        let r = apply_mutations(&m);
+        if cfg!(feature = "mutations") {
+            assert_eq!(r.unwrap(), vec!["token_from_counter"]);
+            // Leave the process-wide flag as it was.
+            apply_mutations(&MutationConfig::default()).unwrap();
+            #[cfg(feature = "mutations")]
+            holdfast_store::mutation::enable(&MutationConfig::default());
+        } else {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("without the `mutations` feature") && e.contains("token_from_counter"), "{e}");
+        }
+    }
 }

@@ -27,8 +27,10 @@ Examples:
   source /tmp/hf/env && holdfastctl lock exec demo/job -- echo hello
   holdfastctl dev stop --dir /tmp/hf
 
-Files in DIR: env (export lines), tls/ (CA, certificates), etcd/ (data),
-arbiter.toml, etcd.log, arbiter.log, dev.log (detached supervisor).")]
+Files in DIR: env (export lines for spiffe://holdfast.dev/dev/operator),
+env-second (the same for a second identity, dev/second), tls/ (CA,
+certificates), etcd/ (data), arbiter.toml, etcd.log, arbiter.log, dev.log
+(detached supervisor).")]
 pub struct DevArgs {
     #[command(subcommand)]
     action: Option<DevAction>,
@@ -198,6 +200,9 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let ca = DevCa::open_or_create(&dir.join("tls"))?;
     let server = ca.server("arbiter")?;
     let client = ca.workload("client", "dev/operator")?;
+    // A second identity, for the tour's second shell: the same identity
+    // under another session is a leaked hold (exit 76), not contention.
+    let second = ca.workload("second", "dev/second")?;
 
     // Ports: reuse the last ones when the directory is kept.
     let ports_file = dir.join("ports");
@@ -252,16 +257,20 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     children.arbiter = Some(ArbiterProcess::start(&launch, Duration::from_secs(60))?);
 
     // Tell the user.
-    let env = format!(
-        "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\nexport HOLDFAST_ETCD_ENDPOINT={}\n",
-        ca.ca_path().display(),
-        client.cert.display(),
-        client.key.display(),
-        cluster.members[0].client_url(),
-    );
+    let env_for = |cert: &holdfast_devkit::pki::Issued| {
+        format!(
+            "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\nexport HOLDFAST_ETCD_ENDPOINT={}\n",
+            ca.ca_path().display(),
+            cert.cert.display(),
+            cert.key.display(),
+            cluster.members[0].client_url(),
+        )
+    };
+    let env = env_for(&client);
+    std::fs::write(dir.join("env-second"), env_for(&second))?;
     std::fs::write(dir.join("env"), &env)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  state     {dir}   (logs: arbiter.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 5'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  state     {dir}   (logs: arbiter.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = cluster.members[0].client_url(),
         dir = dir.display(),

@@ -1,0 +1,92 @@
+//! The README's first command and its tour, as a new user runs them:
+//! `holdfastctl dev --detach`, a lock held in one shell, the second shell's
+//! identity seeing contention (75), the first identity seeing its own leaked
+//! hold (76), inspect, epoch status, and `dev stop`.
+
+use holdfast_tests::*;
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `export K=V` lines of a dev env file.
+fn env_file(path: &std::path::Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn ctl(env: &HashMap<String, String>, args: &[&str]) -> std::process::Output {
+    Command::new(bin("holdfastctl")).envs(env).args(args).output().expect("run holdfastctl")
+}
+
+/// Stops the detached appliance even when an assertion fails.
+struct Stop(std::path::PathBuf);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = Command::new(bin("holdfastctl")).args(["dev", "stop", "--dir"]).arg(&self.0).output();
+    }
+}
+
+#[test]
+fn the_dev_tour_works_as_the_readme_says() {
+    let dir = TestDir::new("dev-tour");
+    let state = dir.path.join("hf");
+    let out = Command::new(bin("holdfastctl"))
+        .args(["dev", "--detach", "--dir"])
+        .arg(&state)
+        .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
+        .output()
+        .expect("holdfastctl dev --detach");
+    let _stop = Stop(state.clone());
+    let banner = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "dev --detach failed:\n{banner}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(banner.contains("source") && banner.contains("env-second") && banner.contains("holdfastctl lock exec"), "{banner}");
+    let first = env_file(&state.join("env"));
+    let second = env_file(&state.join("env-second"));
+    assert_ne!(first["HOLDFAST_CERT"], second["HOLDFAST_CERT"], "two identities");
+    assert_eq!(first["HOLDFAST_ENDPOINT"], second["HOLDFAST_ENDPOINT"]);
+    // The rendered arbiter config is what the arbiter parsed (no mutation).
+    let config = std::fs::read_to_string(state.join("arbiter.toml")).unwrap();
+    assert!(config.starts_with("# Written by `holdfastctl dev`") && !config.contains("[mutation]"), "{config}");
+
+    // First shell: hold demo/report for a while.
+    let ready = state.join("held");
+    let mut holder = Command::new(bin("holdfastctl"))
+        .envs(&first)
+        .args(["lock", "exec", "demo/report", "--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 20", ready.display()))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < end, "the first lock exec did not start its command");
+        assert!(holder.try_wait().unwrap().is_none(), "the first lock exec exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // Second shell, second identity: contention.
+    let out = ctl(&second, &["lock", "exec", "demo/report", "--wait", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", String::from_utf8_lossy(&out.stderr));
+    // The first identity from another process: its own hold under another
+    // session, a leaked hold.
+    let out = ctl(&first, &["lock", "exec", "demo/report", "--wait", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(76), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let out = ctl(&second, &["inspect", "demo/report", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let inspect = String::from_utf8_lossy(&out.stdout);
+    assert!(inspect.contains("dev/operator"), "inspect names the holder: {inspect}");
+    let out = ctl(&first, &["epoch", "status"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out = Command::new(bin("holdfastctl")).args(["dev", "stop", "--dir"]).arg(&state).output().unwrap();
+    assert!(out.status.success(), "dev stop: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!state.join("dev.pid").exists(), "dev stop removed the pid file");
+}
