@@ -154,20 +154,10 @@ impl PgCluster {
     /// Fast shutdown (SIGINT: roll back open transactions, disconnect
     /// clients), SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        let Some(mut child) = self.child.take() else { return };
-        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGINT);
-        let end = Instant::now() + grace;
-        while Instant::now() < end {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if let Some(mut child) = self.child.take() {
+            // The postmaster's children are in its process group.
+            holdfast_devkit::process::signal_then_kill(&mut child, nix::sys::signal::Signal::SIGINT, grace, true);
         }
-        // The postmaster's children are in its process group.
-        let _ = kill(Pid::from_raw(-(child.id() as i32)), Signal::SIGKILL);
-        let _ = child.wait();
     }
 }
 

@@ -123,6 +123,73 @@ impl Drop for Loop {
     }
 }
 
+/// Whether this host can activate a dm-crypt mapping, probed the way
+/// `disk::activate` needs it: a real `cryptsetup open --allow-discards` of a
+/// throwaway LUKS2 image (aes-xts-plain64, 512-bit key, as `disk` formats),
+/// then `cryptsetup close`. Neither `/dev/mapper/control` (libdevmapper creates
+/// it when the kernel has device-mapper) nor `dmsetup version` (no dm-crypt
+/// target, no cipher) says as much.
+///
+/// `Err` carries cryptsetup's words when device-mapper itself is missing. Any
+/// other failure panics: a probe that cannot tell must not choose a branch.
+pub fn device_mapper() -> Result<(), String> {
+    let lo = Loop::new(32);
+    let with_key = |args: &[&str]| {
+        let mut c = Command::new("cryptsetup")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cryptsetup");
+        std::io::Write::write_all(&mut c.stdin.take().expect("stdin"), b"probe").expect("write key");
+        c.wait_with_output().expect("wait for cryptsetup")
+    };
+    let dev = lo.dev.to_str().expect("loop device path");
+    let format = with_key(&[
+        "luksFormat",
+        "-q",
+        "--type",
+        "luks2",
+        "--cipher",
+        "aes-xts-plain64",
+        "--key-size",
+        "512",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+        "-",
+        dev,
+    ]);
+    assert!(format.status.success(), "device-mapper probe: luksFormat {dev}: {}", String::from_utf8_lossy(&format.stderr));
+    let name = format!("holdfast-dmprobe-{}", std::process::id());
+    let open = with_key(&["open", "--allow-discards", "--key-file", "-", dev, &name]);
+    if !open.status.success() {
+        let mut lines: Vec<&str> = Vec::new();
+        let stderr = String::from_utf8_lossy(&open.stderr);
+        for l in stderr.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !lines.contains(&l) {
+                lines.push(l); // cryptsetup says it twice
+            }
+        }
+        let why = lines.join(" ");
+        assert!(
+            why.contains("Cannot initialize device-mapper"),
+            "device-mapper probe: cryptsetup open failed, but not for want of device-mapper, so this test cannot tell which kind of host this is: {why}"
+        );
+        return Err(why);
+    }
+    let close = Command::new("cryptsetup").args(["close", &name]).output().expect("cryptsetup close");
+    assert!(
+        close.status.success(),
+        "device-mapper probe: /dev/mapper/{name} was opened but does not close: {}; close it by hand (cryptsetup close {name})",
+        String::from_utf8_lossy(&close.stderr)
+    );
+    Ok(())
+}
+
 /// A node config for tests, written into `dir`.
 pub fn node_config(dir: &Path, device: &Path, tang_urls: &[(String, &str)], threshold: u32) -> PathBuf {
     let mut servers = String::new();

@@ -14,19 +14,30 @@
 //! checks it (`crypt_activate_by_passphrase` with no name, the library form
 //! of `cryptsetup open --test-passphrase`) and then activates the mapping. No
 //! passphrase is ever asked for: without Tang, the node stays locked.
+//!
+//! This module holds the two entry points ([`format_and_bind`], [`unlock`]),
+//! [`inspect`] and the types they share; the steps live in:
+//! - `luks`: libcryptsetup: the LUKS2 header, keyslots, key checks, activation;
+//! - `clevis`: the Clevis binding: the `sss` policy over Tang, `clevis luks
+//!   bind`, the Clevis tokens in the header, `clevis luks pass`;
+//! - `mount`: the unlocked volume: mkfs, mount, the data directory.
+
+mod clevis;
+mod luks;
+mod mount;
 
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use libcryptsetup_rs::consts::flags::{CryptActivate, CryptVolumeKey};
-use libcryptsetup_rs::consts::vals::{CryptKdf, EncryptionFormat, KeyslotInfo};
-use libcryptsetup_rs::{CryptDevice, CryptInit, CryptPbkdfType, Either};
 use serde::Serialize;
 
 use crate::config::{DiskConfig, TangConfig};
 use crate::error::{ProvisionError, Result};
+
+pub use clevis::{recover_key, sss_policy};
+pub use luks::{activate, remove_other_keyslots, verify_key};
+pub use mount::{ensure_data_dir, filesystem_and_mount, is_mounted};
 
 /// Key material: zeroed when dropped, never printed.
 pub struct Secret(Vec<u8>);
@@ -60,9 +71,6 @@ impl Drop for Secret {
     }
 }
 
-/// LUKS2 maximum keyslots / tokens.
-const MAX_SLOTS: u32 = 32;
-
 /// What a device holds.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct DeviceState {
@@ -85,11 +93,6 @@ impl DeviceState {
     pub fn is_provisioned(&self) -> bool {
         self.luks.as_deref() == Some("LUKS2") && !self.clevis_keyslots.is_empty() && self.other_keyslots.is_empty()
     }
-}
-
-fn crypt_err(step: &str, device: &Path) -> impl FnOnce(libcryptsetup_rs::LibcryptErr) -> ProvisionError {
-    let (step, device) = (step.to_string(), device.display().to_string());
-    move |source| ProvisionError::Crypt { step, device, source }
 }
 
 /// Runs a tool, feeding `stdin`; returns stdout, or an error with its stderr and `hint`.
@@ -144,35 +147,6 @@ pub fn signature(device: &Path) -> Result<Option<String>> {
     }
 }
 
-fn open_luks(device: &Path) -> Result<Option<CryptDevice>> {
-    let mut cd = CryptInit::init(device).map_err(crypt_err("opening", device))?;
-    match cd.context_handle().load::<()>(None, None) {
-        Ok(()) => Ok(Some(cd)),
-        Err(_) => Ok(None),
-    }
-}
-
-/// Keyslots referenced by Clevis tokens.
-fn clevis_slots(cd: &mut CryptDevice) -> Vec<u32> {
-    let mut slots = Vec::new();
-    for t in 0..MAX_SLOTS {
-        let Ok(json) = cd.token_handle().json_get(t) else {
-            continue;
-        };
-        if json.get("type").and_then(|v| v.as_str()) != Some("clevis") {
-            continue;
-        }
-        for s in json.get("keyslots").and_then(|v| v.as_array()).into_iter().flatten() {
-            if let Some(n) = s.as_str().and_then(|s| s.parse().ok()) {
-                slots.push(n);
-            }
-        }
-    }
-    slots.sort_unstable();
-    slots.dedup();
-    slots
-}
-
 /// Inspects a device: signature, LUKS header, keyslots and Clevis tokens.
 pub fn inspect(device: &Path) -> Result<DeviceState> {
     if !device.exists() {
@@ -182,34 +156,13 @@ pub fn inspect(device: &Path) -> Result<DeviceState> {
         )));
     }
     let mut st = DeviceState { device: device.to_owned(), signature: signature(device)?, ..Default::default() };
-    if let Some(mut cd) = open_luks(device)? {
-        st.luks = cd.format_handle().get_type().ok().map(|t| match t {
-            EncryptionFormat::Luks2 => "LUKS2".to_string(),
-            EncryptionFormat::Luks1 => "LUKS1".to_string(),
-            other => format!("{other:?}"),
-        });
-        for s in 0..MAX_SLOTS {
-            if matches!(cd.keyslot_handle().status(s), Ok(KeyslotInfo::Active | KeyslotInfo::ActiveLast)) {
-                st.keyslots.push(s);
-            }
-        }
-        st.clevis_keyslots = clevis_slots(&mut cd);
+    if let Some(mut cd) = luks::open_luks(device)? {
+        st.luks = luks::version(&mut cd);
+        st.keyslots = luks::active_keyslots(&mut cd);
+        st.clevis_keyslots = clevis::clevis_slots(&mut cd);
         st.other_keyslots = st.keyslots.iter().copied().filter(|s| !st.clevis_keyslots.contains(s)).collect();
     }
     Ok(st)
-}
-
-/// The Clevis `sss` policy: threshold `t` over one `tang` pin per server.
-pub fn sss_policy(tang: &TangConfig) -> Result<String> {
-    let mut pins = Vec::new();
-    for s in &tang.servers {
-        let mut pin = serde_json::json!({ "url": s.url });
-        if let Some(adv) = &s.adv_file {
-            pin["adv"] = serde_json::Value::String(adv.display().to_string());
-        }
-        pins.push(pin);
-    }
-    Ok(serde_json::json!({ "t": tang.threshold, "pins": { "tang": pins } }).to_string())
 }
 
 /// What `format_and_bind` did.
@@ -293,33 +246,9 @@ pub fn format_and_bind(
         b.fill(0);
         Secret(hex)
     };
-    {
-        let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-        cd.context_handle()
-            .format::<()>(EncryptionFormat::Luks2, ("aes", "xts-plain64"), None, Either::Right(64), None)
-            .map_err(crypt_err("formatting LUKS2", dev))?;
-        // The temporary slot is destroyed within seconds: a cheap KDF is enough.
-        let cheap = CryptPbkdfType {
-            type_: CryptKdf::Pbkdf2,
-            hash: "sha256".into(),
-            time_ms: 0,
-            iterations: 1000,
-            max_memory_kb: 0,
-            parallel_threads: 0,
-            flags: libcryptsetup_rs::consts::flags::CryptPbkdf::NO_BENCHMARK,
-        };
-        cd.settings_handle().set_pbkdf_type(&cheap).map_err(crypt_err("setting the temporary keyslot's KDF", dev))?;
-        cd.keyslot_handle()
-            .add_by_key(None, None, temp.bytes(), CryptVolumeKey::empty())
-            .map_err(crypt_err("adding the temporary keyslot", dev))?;
-    }
+    luks::format_with_temporary_keyslot(dev, &temp)?;
     progress("binding to Tang with clevis luks bind (sss)");
-    let policy = sss_policy(tang)?;
-    run(
-        Command::new("clevis").args(["luks", "bind", "-y", "-d"]).arg(dev).args(["-k", "-", "sss", &policy]),
-        Some(temp.bytes()),
-        "check that the Tang servers in provision.toml answer GET /adv from this host",
-    )?;
+    clevis::bind(dev, tang, &temp)?;
     let bound = inspect(dev)?;
     if bound.clevis_keyslots.is_empty() {
         return Err(ProvisionError::State(format!(
@@ -346,73 +275,6 @@ fn finished(dev: &Path) -> Result<DeviceState> {
         )));
     }
     Ok(st)
-}
-
-/// Destroys every active keyslot no Clevis token references.
-pub fn remove_other_keyslots(dev: &Path) -> Result<Vec<u32>> {
-    let st = inspect(dev)?;
-    if st.clevis_keyslots.is_empty() {
-        return Err(ProvisionError::State(format!(
-            "refusing to destroy keyslots on {}: it has no Clevis keyslot, the volume would be lost",
-            dev.display()
-        )));
-    }
-    let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-    cd.context_handle().load::<()>(Some(EncryptionFormat::Luks2), None).map_err(crypt_err("loading the LUKS2 header", dev))?;
-    for &s in &st.other_keyslots {
-        cd.keyslot_handle().destroy(s).map_err(crypt_err(&format!("destroying keyslot {s}"), dev))?;
-    }
-    Ok(st.other_keyslots)
-}
-
-/// Recovers a Clevis keyslot's key through Tang (`clevis luks pass`). Without
-/// Tang this fails: there is no fallback.
-pub fn recover_key(dev: &Path, tang: &TangConfig, slots: &[u32]) -> Result<Secret> {
-    let mut last = String::from("no Clevis keyslot");
-    for s in slots {
-        let out = Command::new("clevis")
-            .args(["luks", "pass", "-d"])
-            .arg(dev)
-            .args(["-s", &s.to_string()])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| ProvisionError::io("running clevis luks pass (install clevis-luks with scripts/install-deps)", e))?;
-        let secret = Secret(out.stdout);
-        if out.status.success() && !secret.is_empty() {
-            return Ok(secret);
-        }
-        last = String::from_utf8_lossy(&out.stderr).trim().replace('\n', "; ");
-    }
-    Err(ProvisionError::TangUnreachable {
-        device: dev.display().to_string(),
-        servers: tang.servers.iter().map(|s| format!("{} in {}", s.url, s.hall)).collect::<Vec<_>>().join(", "),
-        detail: last,
-    })
-}
-
-/// Checks a key against the header without activating (the library form of
-/// `cryptsetup open --test-passphrase`). Returns the keyslot it opened.
-pub fn verify_key(dev: &Path, key: &[u8]) -> Result<u32> {
-    let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-    cd.context_handle().load::<()>(Some(EncryptionFormat::Luks2), None).map_err(crypt_err("loading the LUKS2 header", dev))?;
-    cd.activate_handle()
-        .activate_by_passphrase(None, None, key, CryptActivate::empty())
-        .map_err(crypt_err("checking the key recovered from Tang", dev))
-}
-
-/// Activates `/dev/mapper/<name>` with a key. Needs device-mapper (dm_crypt).
-pub fn activate(dev: &Path, name: &str, key: &[u8]) -> Result<()> {
-    let mut cd = CryptInit::init(dev).map_err(crypt_err("opening", dev))?;
-    cd.context_handle().load::<()>(Some(EncryptionFormat::Luks2), None).map_err(crypt_err("loading the LUKS2 header", dev))?;
-    cd.activate_handle()
-        .activate_by_passphrase(Some(name), None, key, CryptActivate::ALLOW_DISCARDS)
-        .map(|_| ())
-        .map_err(|e| {
-            ProvisionError::State(format!(
-                "activating {} as /dev/mapper/{name} failed: {e}. The key from Tang is valid; this is the kernel side: check that device-mapper and dm_crypt are available (`modprobe dm_crypt`, `ls /dev/mapper/control`)",
-                dev.display()
-            ))
-        })
 }
 
 /// What `unlock` did.
@@ -456,100 +318,4 @@ pub fn unlock(disk: &DiskConfig, tang: &TangConfig, dry_run: bool, progress: &mu
     changed |= fs.changed;
     steps.extend(fs.steps);
     Ok(UnlockOutcome { changed, steps })
-}
-
-/// Whether `path` is a mount point (per /proc/self/mountinfo).
-pub fn is_mounted(path: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = path.display().to_string();
-    info.lines().any(|l| l.split_whitespace().nth(4) == Some(want.as_str()))
-}
-
-/// mkfs when the unlocked volume is empty, mount it, create the data directory.
-pub fn filesystem_and_mount(mapper: &Path, disk: &DiskConfig, dry_run: bool, progress: &mut dyn FnMut(&str)) -> Result<UnlockOutcome> {
-    let mut steps = Vec::new();
-    let mut changed = false;
-    let sig = if mapper.exists() { signature(mapper)? } else { None };
-    match sig.as_deref() {
-        Some(fs) if fs == disk.filesystem => {}
-        Some(other) => {
-            return Err(ProvisionError::State(format!(
-                "{} holds {other}, not {}: refusing to reformat the unlocked volume; fix disk.filesystem or wipe it by hand",
-                mapper.display(),
-                disk.filesystem
-            )));
-        }
-        None => {
-            changed = true;
-            steps.push(format!("mkfs.{} {}", disk.filesystem, mapper.display()));
-            if !dry_run {
-                progress("creating the file system");
-                run(
-                    Command::new(format!("mkfs.{}", disk.filesystem)).arg("-q").arg(mapper),
-                    None,
-                    "check disk.filesystem names an installed mkfs",
-                )?;
-            }
-        }
-    }
-    if !is_mounted(&disk.mount_point) {
-        changed = true;
-        steps.push(format!("mount {} on {}", mapper.display(), disk.mount_point.display()));
-        if !dry_run {
-            std::fs::create_dir_all(&disk.mount_point)
-                .map_err(|e| ProvisionError::io(format!("creating {}", disk.mount_point.display()), e))?;
-            run(
-                Command::new("mount").args(["-t", &disk.filesystem, "-o", "noatime"]).arg(mapper).arg(&disk.mount_point),
-                None,
-                "check the mount point and the kernel log",
-            )?;
-        }
-    }
-    let mode = u32::from_str_radix(disk.mode.trim_start_matches("0o"), 8).unwrap_or(0o700);
-    let d = ensure_data_dir(&disk.data_dir, &disk.owner, &disk.group, mode, dry_run)?;
-    changed |= d;
-    if d {
-        steps.push(format!("data directory {} owned by {}:{} mode {:o}", disk.data_dir.display(), disk.owner, disk.group, mode));
-    }
-    Ok(UnlockOutcome { changed, steps })
-}
-
-fn resolve_ids(owner: &str, group: &str) -> Result<(nix::unistd::Uid, nix::unistd::Gid)> {
-    use nix::unistd::{Gid, Group, Uid, User};
-    let uid = match owner.parse::<u32>() {
-        Ok(n) => Uid::from_raw(n),
-        Err(_) => User::from_name(owner).ok().flatten().map(|u| u.uid).ok_or_else(|| {
-            ProvisionError::State(format!("disk.owner: no user {owner:?}; create it (the etcd package's sysusers.d does) or give a uid"))
-        })?,
-    };
-    let gid = match group.parse::<u32>() {
-        Ok(n) => Gid::from_raw(n),
-        Err(_) => Group::from_name(group)
-            .ok()
-            .flatten()
-            .map(|g| g.gid)
-            .ok_or_else(|| ProvisionError::State(format!("disk.group: no group {group:?}; create it or give a gid")))?,
-    };
-    Ok((uid, gid))
-}
-
-/// Creates the data directory with owner, group and mode; fixes them if they
-/// differ. Returns whether anything changed (or would change).
-pub fn ensure_data_dir(dir: &Path, owner: &str, group: &str, mode: u32, dry_run: bool) -> Result<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let (uid, gid) = resolve_ids(owner, group)?;
-    let ok = std::fs::metadata(dir)
-        .map(|m| m.is_dir() && m.uid() == uid.as_raw() && m.gid() == gid.as_raw() && m.mode() & 0o7777 == mode)
-        .unwrap_or(false);
-    if ok || dry_run {
-        return Ok(!ok);
-    }
-    std::fs::create_dir_all(dir).map_err(|e| ProvisionError::io(format!("creating {}", dir.display()), e))?;
-    nix::unistd::chown(dir, Some(uid), Some(gid))
-        .map_err(|e| ProvisionError::io(format!("chown {}", dir.display()), std::io::Error::from(e)))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| ProvisionError::io(format!("chmod {}", dir.display()), e))?;
-    Ok(true)
 }
