@@ -1,0 +1,410 @@
+//! One episode of the gate: client processes started on fresh keys, the
+//! planned faults injected one after another, the workload stopped, every
+//! key checked grantable again (liveness), and the recorded history
+//! collected and checked.
+
+use crate::cluster::{self, Cluster};
+use crate::faults::{self, ClientProc, FaultCtx, FaultKind, FaultRecord};
+use crate::net::Net;
+use crate::summary::{Summary, timeline};
+use crate::{CLIENT_TTL, GateArgs, Profile, client, resource, say};
+use anyhow::Context;
+use holdfast_checkers::history::{ClientOp, FenceEntry, History, OpKind, Outcome};
+use holdfast_checkers::report::Report;
+use holdfast_checkers::{etcd_log, fence, linearizable};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The first clients run under libfaketime with clocks this much slow and
+/// fast, from their start (and take the clock jumps).
+pub const CLIENT_CLOCK_RATES: [f64; 2] = [0.85, 1.15];
+/// The short profile's least length of workload.
+const SHORT_MIN: Duration = Duration::from_secs(120);
+
+/// What every episode runs against, set up once by the gate.
+pub struct Setup<'a> {
+    pub args: &'a GateArgs,
+    /// The run's state directory; each episode keeps its own under it.
+    pub dir: &'a Path,
+    pub net: &'a Net,
+    pub cluster: &'a mut Cluster,
+    /// The fenced resource's URL, if any.
+    pub resource: Option<&'a str>,
+    /// The fault kinds to draw from.
+    pub kinds: &'a [FaultKind],
+    /// The run's start, from which fault times are counted.
+    pub t0: Instant,
+}
+
+/// Runs episode `episode` with its own `seed`, adding its counts to
+/// `summary` and its faults to `all_faults`. Returns whether it passed: every
+/// key grantable in time after healing, and no checker found a violation.
+pub async fn run(
+    setup: &mut Setup<'_>,
+    episode: u32,
+    seed: u64,
+    summary: &mut Summary,
+    all_faults: &mut Vec<FaultRecord>,
+) -> anyhow::Result<bool> {
+    let args = setup.args;
+    let mut passed = true;
+    let mut ep_rng = StdRng::seed_from_u64(seed);
+    let plan = plan(args.profile, setup.kinds, &mut ep_rng);
+    say(&format!(
+        "episode {episode} (seed {seed}): {} faults planned",
+        if args.profile == Profile::Short { plan.len().to_string() } else { "random".into() }
+    ));
+    let ep = Episode { dir: setup.dir.join(format!("episode-{episode}")), keys: args.keys, prefix: format!("gate/e{episode}k") };
+    std::fs::create_dir_all(&ep.dir)?;
+    let start_rev = setup.cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
+    let start_epoch = cluster::epoch_of(&setup.cluster.holdfast_etcd().await?).await?;
+    let ep_start = Instant::now();
+    let mut procs = spawn_clients(&ep, setup.cluster, args, setup.resource, seed)?;
+    let views: Vec<ClientProc> = procs.iter().map(|p| p.view()).collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let clocks_at_start = clock_samples(&procs);
+    let ep_end = Instant::now() + if args.profile == Profile::Short { Duration::from_secs(3600) } else { args.duration };
+    for kind in plan {
+        if args.profile == Profile::Long && Instant::now() + Duration::from_secs(12) > ep_end {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(ep_rng.random_range(300..1500))).await;
+        strike(setup, &views, kind, &mut ep_rng, summary, all_faults).await?;
+    }
+    // Let the workload run on the healed system (the short profile for
+    // at least SHORT_MIN in all, so its counts mean something), then stop
+    // the clients.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if args.profile == Profile::Short && args.faults.is_empty() {
+        tokio::time::sleep(SHORT_MIN.saturating_sub(ep_start.elapsed())).await;
+    }
+    for (p, rate) in measured_rates(&clocks_at_start, &clock_samples(&procs)) {
+        summary.clock_rates_measured.insert(format!("client{p}"), rate);
+    }
+    // From here on no fault and no new work: the clock of the liveness check.
+    let healed = Instant::now();
+    std::fs::write(ep.dir.join("stop"), "")?;
+    // Liveness: every key grantable within TTL + election timeout + 5 s
+    // of healing, while the clients wind down (their zombies' holds end
+    // with their leases).
+    let budget = CLIENT_TTL + cluster::ELECTION_TIMEOUT + Duration::from_secs(5);
+    let (worst, failures) = liveness(setup.cluster, &ep, healed, budget).await?;
+    for p in &mut procs {
+        wait_child(&mut p.child, Duration::from_secs(60));
+    }
+    summary.liveness_max_ms = summary.liveness_max_ms.max(worst.as_millis() as u64);
+    summary.liveness_failures += failures;
+    if failures > 0 {
+        say(&format!("{failures} keys were not grantable within {budget:?} of healing"));
+        passed = false;
+    }
+
+    // The history.
+    let history = collect(&ep, setup.cluster, start_rev, start_epoch, setup.resource, &args.fence).await?;
+    summary.count_history(&history.stats());
+    let reports = check(&history, setup.resource.is_some());
+    let file = ep.dir.join("history.json");
+    std::fs::write(&file, serde_json::to_vec(&history)?)?;
+    summary.count_reports(&reports);
+    if reports.iter().any(|r| !r.violations.is_empty()) {
+        passed = false;
+        say(&format!("VIOLATIONS in episode {episode}; history kept in {}", file.display()));
+        for r in &reports {
+            for v in r.violations.iter().take(3) {
+                eprintln!("  {:?} {:?} on {}: {}", v.checker, v.rule, v.key, v.explanation);
+                eprint!("{}", timeline(&history, &v.key));
+            }
+        }
+    }
+    Ok(passed)
+}
+
+/// The faults of an episode: every kind once in random order (short
+/// profile), or 64 drawn at random, as many as fit (long profile).
+fn plan(profile: Profile, kinds: &[FaultKind], rng: &mut StdRng) -> Vec<FaultKind> {
+    if profile == Profile::Short {
+        let mut k = kinds.to_vec();
+        k.shuffle(rng);
+        k
+    } else {
+        (0..64).map(|_| kinds[rng.random_range(0..kinds.len())]).collect()
+    }
+}
+
+/// Injects one fault with its own seed, drawn from the episode's `rng`,
+/// and records it (or that it was not confirmed, after healing what it
+/// may have left); restarts an arbiter that did not come back.
+async fn strike(
+    setup: &mut Setup<'_>,
+    clients: &[ClientProc],
+    kind: FaultKind,
+    rng: &mut StdRng,
+    summary: &mut Summary,
+    all_faults: &mut Vec<FaultRecord>,
+) -> anyhow::Result<()> {
+    let fault_seed = rng.random::<u64>();
+    let mut f_rng = StdRng::seed_from_u64(fault_seed);
+    let hold = Duration::from_millis(f_rng.random_range(2000..4000));
+    let mut ctx = FaultCtx { net: setup.net, cluster: setup.cluster, clients, t0: setup.t0 };
+    match faults::inject(&mut ctx, kind, fault_seed, &mut f_rng, hold).await {
+        Ok(r) => {
+            say(&format!("[{:>7.1}s] {}: {} — {}", r.at_ms as f64 / 1000.0, kind.name(), r.what, r.confirmed));
+            *summary.faults.entry(kind.name()).or_default() += 1;
+            all_faults.push(r);
+        }
+        Err(e) => {
+            say(&format!("{} (seed {fault_seed}) NOT confirmed: {e:#}", kind.name()));
+            summary.faults_unconfirmed.push(format!("{}: {e:#}", kind.name()));
+            let _ = setup.net.heal();
+            for p in &setup.cluster.proxies {
+                p.clear();
+            }
+        }
+    }
+    // A killed arbiter or member that did not come back is restarted.
+    for a in 0..setup.cluster.arbiters.len() {
+        if setup.cluster.arbiter_pid(a).is_none() {
+            setup.cluster.start_arbiter(a, setup.net)?;
+        }
+    }
+    Ok(())
+}
+
+/// C1 and C3 over the history, and C2 when there is a fenced resource.
+fn check(history: &History, fenced: bool) -> Vec<Report> {
+    let mut reports = vec![etcd_log::check(history), linearizable::check(history, &linearizable::Config::default())];
+    if fenced {
+        reports.push(fence::check(history));
+    }
+    reports
+}
+
+struct Episode {
+    dir: PathBuf,
+    keys: usize,
+    prefix: String,
+}
+
+struct ClientChild {
+    child: Child,
+    state_file: PathBuf,
+    clock_file: Option<PathBuf>,
+    clock_report: Option<PathBuf>,
+}
+
+impl Drop for ClientChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl ClientChild {
+    fn view(&self) -> ClientProc {
+        ClientProc {
+            pid: self.child.id(),
+            clock_file: self.clock_file.clone(),
+            clock_report: self.clock_report.clone(),
+            state_file: self.state_file.clone(),
+            ttl: CLIENT_TTL,
+        }
+    }
+}
+
+/// Per faked client: its clock report (own, raw ns) and its offset now.
+type ClockSample = Option<((i128, i128), i64)>;
+
+fn clock_samples(procs: &[ClientChild]) -> Vec<ClockSample> {
+    procs
+        .iter()
+        .map(|p| {
+            let report = faults::clock_report(p.clock_report.as_ref()?)?;
+            Some((report, faults::read_clock_spec(p.clock_file.as_ref()?).0))
+        })
+        .collect()
+}
+
+/// The rate each faked client's clock ran at between two samples, with the
+/// jumps (offset changes) in between taken out.
+fn measured_rates(before: &[ClockSample], after: &[ClockSample]) -> Vec<(usize, f64)> {
+    let mut out = Vec::new();
+    for (p, (b, a)) in before.iter().zip(after).enumerate() {
+        if let (Some(((own0, raw0), off0)), Some(((own1, raw1), off1))) = (b, a) {
+            let raw = (raw1 - raw0) as f64;
+            if raw > 1e9 {
+                let own = (own1 - own0) as f64 - (off1 - off0) as f64 * 1e9;
+                out.push((p, (own / raw * 1000.0).round() / 1000.0));
+            }
+        }
+    }
+    out
+}
+
+/// Starts the client processes; the first two run under libfaketime.
+fn spawn_clients(ep: &Episode, cluster: &Cluster, args: &GateArgs, resource: Option<&str>, seed: u64) -> anyhow::Result<Vec<ClientChild>> {
+    let exe = std::env::current_exe()?;
+    let mut out = Vec::new();
+    for p in 0..args.clients {
+        let faked = (p as usize) < CLIENT_CLOCK_RATES.len();
+        let clock_file = faked.then(|| ep.dir.join(format!("client{p}.faketime")));
+        let clock_report = faked.then(|| ep.dir.join(format!("client{p}.clock")));
+        let mut cmd = Command::new(&exe);
+        cmd.args(["client", "--arbiters", &cluster.arbiter_endpoints().join(",")])
+            .arg("--client-ca")
+            .arg(cluster.ca.ca_path())
+            .arg("--client-cert")
+            .arg(&cluster.client_cert.cert)
+            .arg("--client-key")
+            .arg(&cluster.client_cert.key)
+            .args(["--process", &p.to_string(), "--seed", &(seed ^ p.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_string()])
+            .args(["--keys", &ep.keys.to_string(), "--key-prefix", &ep.prefix])
+            .args(["--duration", "2h", "--ttl", &humantime::format_duration(CLIENT_TTL).to_string()])
+            .arg("--stop-file")
+            .arg(ep.dir.join("stop"))
+            .arg("--out")
+            .arg(ep.dir.join(format!("client{p}.jsonl")))
+            .args(["--fence", &args.fence])
+            .arg("--state-file")
+            .arg(ep.dir.join(format!("client{p}.state")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(ep.dir.join(format!("client{p}.log")))?);
+        if let Some(r) = resource {
+            cmd.args(["--resource", r]);
+        }
+        if let (Some(f), Some(r)) = (&clock_file, &clock_report) {
+            faults::write_clock_spec(f, 0, CLIENT_CLOCK_RATES[p as usize])?;
+            cmd.arg("--clock-report").arg(r);
+            cmd.env("LD_PRELOAD", cluster::LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
+        }
+        out.push(ClientChild {
+            child: cmd.spawn().context("starting a gate client")?,
+            state_file: ep.dir.join(format!("client{p}.state")),
+            clock_file,
+            clock_report,
+        });
+    }
+    Ok(out)
+}
+
+fn wait_child(child: &mut Child, timeout: Duration) {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Acquires every key of the episode once; returns the slowest time from
+/// `healed` to its grant and the number of keys not granted within `budget`.
+async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, budget: Duration) -> anyhow::Result<(Duration, usize)> {
+    let endpoint = cluster.arbiter_endpoints()[0].clone();
+    let client = holdfast_client::Client::connect(&holdfast_client::ClientConfig {
+        endpoint,
+        ca: cluster.ca.ca_path(),
+        cert: cluster.client_cert.cert.clone(),
+        key: cluster.client_cert.key.clone(),
+    })
+    .await?;
+    let session = client.open_session(CLIENT_TTL).await?;
+    // Recorded like any client (process 1000): its grants are in etcd's log.
+    let log = client::Log::create(&ep.dir.join("liveness.jsonl"), 1000)?;
+    let mut keys = Vec::new();
+    for k in 0..ep.keys {
+        keys.push(holdfast_model::LockKey::parse(&format!("{}{k}", ep.prefix))?);
+    }
+    let mut worst = Duration::ZERO;
+    let mut failures = 0;
+    let waits = keys.iter().map(|k| {
+        let session = &session;
+        let (log, client_ref) = (&log, &client);
+        async move {
+            // Retried until the budget is spent: "grantable" means a client
+            // that keeps asking gets it in time.
+            loop {
+                let left = budget.saturating_sub(healed.elapsed());
+                if left.is_zero() {
+                    return (false, healed.elapsed());
+                }
+                let invoke = client::raw_monotonic_ns();
+                let r = session.acquire(k, left).await;
+                let at = healed.elapsed();
+                let acquire = OpKind::Acquire { key: k.to_string() };
+                match r {
+                    Ok(h) => {
+                        let token = h.token().expose();
+                        log.push(acquire, Some(session.id()), Some(token), invoke, Outcome::Ok);
+                        client::release(log, client_ref, k, session.id(), token).await;
+                        return (true, at);
+                    }
+                    Err(e) => {
+                        log.push(acquire, Some(session.id()), None, invoke, client::outcome_of(&e));
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        }
+    });
+    for (ok, at) in futures::future::join_all(waits).await {
+        worst = worst.max(at);
+        if !ok || at > budget {
+            failures += 1;
+        }
+    }
+    let _ = session.close().await;
+    Ok((worst, failures))
+}
+
+/// Reads the clients' operation logs, etcd's log and the fence log.
+async fn collect(
+    ep: &Episode,
+    cluster: &Cluster,
+    start_rev: i64,
+    start_epoch: u32,
+    resource: Option<&str>,
+    fence: &str,
+) -> anyhow::Result<History> {
+    let mut ops: Vec<ClientOp> = Vec::new();
+    for entry in std::fs::read_dir(&ep.dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            for line in std::fs::read_to_string(&path)?.lines().filter(|l| !l.trim().is_empty()) {
+                ops.push(serde_json::from_str(line).with_context(|| format!("a line of {}", path.display()))?);
+            }
+        }
+    }
+    ops.sort_by_key(|o| o.invoke_ns);
+    let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, start_rev, start_epoch as u64).await?;
+    let mut history = History { ops, etcd, ..Default::default() };
+    if let Some(url) = resource {
+        let res = resource::open(url, fence).await?;
+        let rejected: Vec<&ClientOp> =
+            history.ops.iter().filter(|o| matches!(o.kind, OpKind::Write { .. }) && o.outcome == Outcome::Fail).collect();
+        let mut fence_log = Vec::new();
+        for k in 0..ep.keys {
+            let record = resource::record_of(&format!("{}{k}", ep.prefix));
+            for token in res.accepted_log(&record).await? {
+                fence_log.push(FenceEntry { record: record.clone(), token, accepted: true, at_ns: 0, op: None });
+            }
+            history.final_counters.insert(record.clone(), res.counter(&record).await?);
+        }
+        for o in rejected {
+            if let (OpKind::Write { record, .. }, Some(token)) = (&o.kind, o.token) {
+                fence_log.push(FenceEntry { record: record.clone(), token, accepted: false, at_ns: o.invoke_ns, op: None });
+            }
+        }
+        history.fence = fence_log;
+    }
+    Ok(history)
+}

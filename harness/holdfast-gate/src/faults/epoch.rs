@@ -1,0 +1,65 @@
+//! The epoch-advance fault: the epoch advanced under load, the old
+//! sessions' leases revoked late; confirmed by both arbiters logging that
+//! they serve the new epoch.
+
+use super::{Effect, FaultCtx, signal, wait_for};
+use crate::cluster::{self, Cluster};
+use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use rand::Rng;
+use rand::rngs::StdRng;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Advance the epoch by one, revoke the old sessions' leases 1–3 s later;
+/// both arbiters must serve the new epoch within 10 s.
+pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
+    // Two orders, alternating by epoch: the clients race the
+    // arbiters' switch to the new epoch (a grant in the old epoch
+    // after the advance is what the epoch compare prevents), or the
+    // clients are frozen across the switch and come back to an
+    // arbiter serving the new epoch with sessions whose records the
+    // advance deleted but whose leases still live (a grant on them
+    // is what the session-record compare prevents). In production
+    // the second is the common case: an arbiter re-checks within a
+    // second, and most clients' next call comes later.
+    let c: &Cluster = ctx.cluster;
+    let clients = ctx.clients;
+    let etcd = c.holdfast_etcd().await?;
+    let from = cluster::epoch_of(&etcd).await?;
+    let to = from + 1;
+    let frozen = to % 2 == 1;
+    let late = Duration::from_millis(rng.random_range(1000..3000));
+    let serving = format!("state=serving epoch {to}");
+    let logs: Vec<PathBuf> = c.arbiters.iter().map(|a| a.launch.log.clone()).collect();
+    let both_serve = || {
+        let (logs, serving) = (&logs, &serving);
+        async move { logs.iter().all(|l| std::fs::read_to_string(l).is_ok_and(|t| t.contains(serving.as_str()))) }
+    };
+    if frozen {
+        for p in clients {
+            signal(p.pid, Signal::SIGSTOP);
+        }
+    }
+    let advanced = holdfast_store::epoch::advance_txn(&etcd, from).await;
+    let switched = wait_for(Duration::from_secs(10), both_serve).await;
+    if frozen {
+        for p in clients {
+            signal(p.pid, Signal::SIGCONT);
+        }
+    }
+    let advanced = advanced.context("the advance transaction")?;
+    tokio::time::sleep(late).await;
+    let revoked = holdfast_store::epoch::revoke_sessions(&etcd, &advanced.old_leases).await;
+    if !switched {
+        bail!("epoch {to} committed but not every arbiter serves it within 10 s");
+    }
+    let order = if frozen { "clients frozen until both arbiters served it" } else { "clients racing the arbiters' switch" };
+    Ok(Effect {
+        what: format!(
+            "advance epoch {from} -> {to} ({order}); the {} old sessions' leases revoked {late:?} later",
+            advanced.old_leases.len()
+        ),
+        confirmed: format!("both arbiters serve epoch {to}; {revoked} old leases were still alive at the revoke"),
+    })
+}

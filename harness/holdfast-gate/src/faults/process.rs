@@ -1,0 +1,134 @@
+//! Process faults: SIGSTOP and kill -9 of etcd members, arbiters and
+//! clients, confirmed by a new leader, state T in `/proc`, a restarted
+//! process answering, or answers in flight at the kill.
+
+use super::{ClientProc, Effect, FaultCtx, current_leader, leader_among, signal, wait_for};
+use crate::cluster::Cluster;
+use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use rand::Rng;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use std::time::{Duration, Instant};
+
+/// SIGSTOP the etcd leader for `hold`; a new leader must be elected.
+pub async fn leader_pause(ctx: &FaultCtx<'_>, hold: Duration) -> anyhow::Result<Effect> {
+    let c: &Cluster = ctx.cluster;
+    let l = current_leader(c).await?;
+    let pid = c.member_pid(l).context("the leader has no process")?;
+    signal(pid, Signal::SIGSTOP);
+    let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+    let changed = wait_for(Duration::from_secs(10), || async { leader_among(c, &others).await.is_some_and(|n| n != l) }).await;
+    tokio::time::sleep(hold).await;
+    signal(pid, Signal::SIGCONT);
+    if !changed {
+        bail!("leader e{l} paused but no new leader was elected within 10 s");
+    }
+    Ok(Effect { what: format!("SIGSTOP leader e{l} for {hold:?}"), confirmed: "a new leader was elected".to_string() })
+}
+
+/// kill -9 the etcd leader, restart it after `hold`; it must answer again.
+pub async fn member_kill(ctx: &mut FaultCtx<'_>, hold: Duration) -> anyhow::Result<Effect> {
+    // The leader: the harsher case, and a leader change to count.
+    let i = current_leader(ctx.cluster).await?;
+    ctx.cluster.kill_member(i);
+    tokio::time::sleep(hold).await;
+    ctx.cluster.restart_member(i, ctx.net)?;
+    let c: &Cluster = ctx.cluster;
+    let back = wait_for(Duration::from_secs(30), || async { c.applied().await[i].is_some() }).await;
+    if !back {
+        bail!("member e{i} did not answer within 30 s of its restart");
+    }
+    Ok(Effect {
+        what: format!("kill -9 leader e{i}, restart after {hold:?}"),
+        confirmed: "the member was gone, then answered again".into(),
+    })
+}
+
+/// SIGSTOP a client for 2–3× its TTL, preferably in the middle of a write.
+pub async fn client_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
+    let clients = ctx.clients;
+    let ttl = client_ttl(clients);
+    // Preferably a client in the middle of a write (it read the
+    // record and is about to write it back): the zombie write that
+    // an unfenced resource would lose an update to.
+    let writing = |p: &&ClientProc| std::fs::read(&p.state_file).is_ok_and(|s| s == b"w");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut mid_write = None;
+    while mid_write.is_none() && Instant::now() < deadline {
+        mid_write = clients.iter().find(writing);
+        if mid_write.is_none() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let p = match mid_write {
+        Some(p) => p,
+        None => clients.choose(rng).context("no clients")?,
+    };
+    let pause = ttl * 2 + Duration::from_millis(rng.random_range(0..ttl.as_millis() as u64));
+    signal(p.pid, Signal::SIGSTOP);
+    let ok = wait_for(Duration::from_secs(2), || async { stopped(p.pid) }).await;
+    tokio::time::sleep(pause).await;
+    signal(p.pid, Signal::SIGCONT);
+    if !ok {
+        bail!("client pid {} did not stop", p.pid);
+    }
+    let when = if mid_write.is_some() { "in the middle of a write" } else { "between operations" };
+    Ok(Effect { what: format!("SIGSTOP client pid {} {when} for {pause:?}", p.pid), confirmed: "the process was in state T".into() })
+}
+
+/// SIGSTOP an arbiter past the session TTL.
+pub async fn arbiter_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
+    let c: &Cluster = ctx.cluster;
+    let ttl = client_ttl(ctx.clients);
+    let a = rng.random_range(0..c.arbiters.len());
+    let pid = c.arbiter_pid(a).context("arbiter not running")?;
+    let pause = ttl + Duration::from_millis(rng.random_range(500..2500));
+    signal(pid, Signal::SIGSTOP);
+    let ok = wait_for(Duration::from_secs(2), || async { stopped(pid) }).await;
+    tokio::time::sleep(pause).await;
+    signal(pid, Signal::SIGCONT);
+    if !ok {
+        bail!("arbiter {a} did not stop");
+    }
+    Ok(Effect { what: format!("SIGSTOP arbiter {a} for {pause:?}"), confirmed: "the process was in state T".into() })
+}
+
+/// kill -9 arbiter 1 while etcd's answers to it are held, restart it.
+pub async fn arbiter_kill(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
+    // Arbiter 1 reaches etcd through the proxies: hold etcd's answers
+    // so that its transactions are applied but unanswered, then kill
+    // it — a kill in the middle of a Txn, for certain.
+    let held = |c: &Cluster| c.proxies.iter().map(|p| p.affected.load(std::sync::atomic::Ordering::Relaxed)).sum::<u64>();
+    let before = held(ctx.cluster);
+    for p in &ctx.cluster.proxies {
+        p.set_replies_stalled(true);
+    }
+    tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+    let in_flight = held(ctx.cluster) - before;
+    ctx.cluster.kill_arbiter(1);
+    for p in &ctx.cluster.proxies {
+        p.clear();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ctx.cluster.start_arbiter(1, ctx.net)?;
+    if in_flight == 0 {
+        bail!("no etcd answer to arbiter 1 was in flight when it was killed");
+    }
+    Ok(Effect {
+        what: "kill -9 arbiter 1 with etcd's answers held (transactions applied, unanswered), restart".to_string(),
+        confirmed: format!("{in_flight} answers in flight at the kill; the new process sent READY=1"),
+    })
+}
+
+/// The clients' lease TTL (they all share one).
+fn client_ttl(clients: &[ClientProc]) -> Duration {
+    clients.first().map(|c| c.ttl).unwrap_or(Duration::from_secs(5))
+}
+
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}
