@@ -44,6 +44,11 @@ impl Recorder {
         self.ops.lock().unwrap().push(op);
     }
 
+    /// Records an operation the test made by hand.
+    pub fn record(&self, op: ClientOp) {
+        self.push(op);
+    }
+
     pub async fn acquire(&self, process: u64, session: &Session, key: &LockKey, wait: Duration) -> Option<Hold> {
         let invoke = self.now();
         let r = session.acquire(key, wait).await;

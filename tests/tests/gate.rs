@@ -162,3 +162,63 @@ async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() 
     let wrong: Vec<_> = r1.violations.iter().filter(|v| v.rule == holdfast_checkers::report::Rule::GrantWrongEpoch).collect();
     assert_eq!(wrong.len(), 1, "C1 must see exactly the grant after the advance in a stale epoch: {:?}", r1.violations);
 }
+
+/// A key too large for the linearizability search proves nothing: `holdfast-gate
+/// check` fails on an inconclusive key just as on a violation.
+#[test]
+fn gate_check_fails_on_an_inconclusive_key() {
+    use holdfast_checkers::history::make_token;
+    use holdfast_checkers::{ClientOp, EtcdEvent, EtcdEventKind, History, OpKind, Outcome};
+    let mut h = History::default();
+    h.etcd.epoch = 1;
+    for (i, rev) in [5u64, 7, 9].into_iter().enumerate() {
+        let (s, t) = (i as i64 + 1, i as u64 * 100);
+        let key = "ns/a".to_string();
+        h.ops.push(ClientOp {
+            process: s as u64,
+            kind: OpKind::Acquire { key: key.clone() },
+            session: Some(s),
+            token: Some(make_token(1, rev)),
+            invoke_ns: t,
+            complete_ns: Some(t + 10),
+            outcome: Outcome::Ok,
+        });
+        h.ops.push(ClientOp {
+            process: s as u64,
+            kind: OpKind::Release { key },
+            session: Some(s),
+            token: Some(make_token(1, rev)),
+            invoke_ns: t + 20,
+            complete_ns: Some(t + 30),
+            outcome: Outcome::Ok,
+        });
+        h.etcd.events.push(EtcdEvent {
+            kind: EtcdEventKind::Put,
+            key: "/l/ns/a".into(),
+            revision: rev,
+            create_revision: rev,
+            lease: s,
+            expired: None,
+        });
+        h.etcd.events.push(EtcdEvent {
+            kind: EtcdEventKind::Delete,
+            key: "/l/ns/a".into(),
+            revision: rev + 1,
+            create_revision: rev,
+            lease: s,
+            expired: Some(false),
+        });
+    }
+    let dir = TestDir::new("gate-check");
+    let file = dir.path.join("history.json");
+    std::fs::write(&file, serde_json::to_vec(&h).unwrap()).unwrap();
+    let check = |extra: &[&str]| {
+        std::process::Command::new(bin("holdfast-gate")).arg("check").args(extra).arg(&file).output().expect("holdfast-gate check")
+    };
+    let ok = check(&[]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stdout));
+    let out = check(&["--max-ops-per-key", "4"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "an inconclusive key must fail the check:\n{text}");
+    assert!(text.contains("inconclusive on ns/a"), "{text}");
+}

@@ -52,6 +52,8 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert!(s["stale_rejected"].as_u64().unwrap() >= 20, "stale writes rejected {}", s["stale_rejected"]);
     assert_eq!(s["liveness_failures"], 0, "every key grantable within TTL + election timeout + 5 s of healing");
     assert_eq!(s["false_seals"], 0, "no arbiter sealed itself: nothing was restored");
+    assert_eq!(s["inconclusive"], 0, "every key's history was decided");
+    eprintln!("withdrawn grants: {}", s["withdrawals"]);
     // Clock skew: the two libfaketime clients' clocks ran slow and fast all along.
     let rates = &s["clock_rates_measured"];
     let slow = rates["client0"].as_f64().unwrap_or(1.0);

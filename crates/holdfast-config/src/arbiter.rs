@@ -150,6 +150,10 @@ pub struct MutationConfig {
     /// Tokens come from a local counter instead of the commit revision.
     #[serde(default)]
     pub token_from_counter: bool,
+    /// A withdrawn grant's hold is deleted without the marker that names it
+    /// in etcd's log (`/sys/withdrawn/...`).
+    #[serde(default)]
+    pub no_withdrawal_marker: bool,
 }
 
 impl MutationConfig {
@@ -165,9 +169,11 @@ impl MutationConfig {
             "no_epoch_compare" => &mut self.no_epoch_compare,
             "no_session_compare" => &mut self.no_session_compare,
             "token_from_counter" => &mut self.token_from_counter,
+            "no_withdrawal_marker" => &mut self.no_withdrawal_marker,
             _ => {
                 return Err(format!(
-                    "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare and token_from_counter"
+                    "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare, \
+                     token_from_counter and no_withdrawal_marker"
                 ));
             }
         };
@@ -182,6 +188,7 @@ impl MutationConfig {
             (self.no_epoch_compare, "no_epoch_compare"),
             (self.no_session_compare, "no_session_compare"),
             (self.token_from_counter, "token_from_counter"),
+            (self.no_withdrawal_marker, "no_withdrawal_marker"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

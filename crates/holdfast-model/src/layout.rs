@@ -20,6 +20,13 @@ pub const PAUSETEST_PREFIX: &str = "/sys/pausetest/";
 /// How long a pause-test result counts.
 pub const PAUSETEST_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
+/// Withdrawal markers: `/sys/withdrawn/<ns>/<key>` (see [`withdrawn_key`]),
+/// written by the same transaction that withdraws a grant the arbiter cannot
+/// vouch for, on the withdrawn hold's session lease. They make a withdrawal
+/// visible in etcd's log: the only hold deletes that are neither a release
+/// nor the end of a session.
+pub const WITHDRAWN_PREFIX: &str = "/sys/withdrawn/";
+
 pub const SESSION_PREFIX: &str = "/s/";
 pub const HOLD_PREFIX: &str = "/l/";
 pub const WAITER_PREFIX: &str = "/q/";
@@ -32,6 +39,16 @@ pub fn session_key(lease: i64) -> String {
 /// `/l/<ns>/<key>`; the key must already be validated.
 pub fn hold_key(key: &crate::LockKey) -> String {
     format!("{HOLD_PREFIX}{}/{}", key.namespace(), key.key())
+}
+
+/// `/sys/withdrawn/<ns>/<key>` for the hold at `hold_key` (`/l/<ns>/<key>`).
+pub fn withdrawn_key(hold_key: &str) -> String {
+    format!("{WITHDRAWN_PREFIX}{}", hold_key.strip_prefix(HOLD_PREFIX).unwrap_or(hold_key))
+}
+
+/// The hold key a withdrawal marker names (the inverse of [`withdrawn_key`]).
+pub fn hold_key_of_withdrawn(marker_key: &str) -> Option<String> {
+    marker_key.strip_prefix(WITHDRAWN_PREFIX).map(|rest| format!("{HOLD_PREFIX}{rest}"))
 }
 
 /// `/sys/pausetest/<class>/<resource>`: the class is validated (see
@@ -114,6 +131,18 @@ pub struct HoldRecord {
     /// never used for correctness).
     #[serde(default)]
     pub granted_unix_ms: u64,
+}
+
+/// The record at [`withdrawn_key`]: which hold was withdrawn, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WithdrawnRecord {
+    /// The withdrawn hold's create revision (its grant's revision).
+    pub create_revision: i64,
+    /// The withdrawn hold's session lease.
+    pub session: i64,
+    /// Why the arbiter could not vouch for the grant.
+    pub reason: String,
 }
 
 /// Whether the fence held in a pause test.

@@ -184,6 +184,7 @@ pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochEr
         TxnOp::delete(layout::WATERMARK_KEY, None),
         TxnOp::delete(layout::HOLD_PREFIX, prefix()),
         TxnOp::delete(layout::WAITER_PREFIX, prefix()),
+        TxnOp::delete(layout::WITHDRAWN_PREFIX, prefix()),
         TxnOp::delete(layout::SESSION_PREFIX, prefix()),
     ]);
     let resp = etcd.client.clone().txn(txn).await?;

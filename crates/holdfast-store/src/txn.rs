@@ -43,13 +43,55 @@ pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: 
 }
 
 /// The release transaction: delete the hold only if it is exactly the one
-/// granted at `create_revision` to `lease`.
+/// granted at `create_revision` to `lease`, and only while the session's
+/// record exists.
+///
+/// The record guard makes etcd's log say by construction how a hold ended: a
+/// hold deleted while its session record exists was released (or withdrawn,
+/// see [`withdraw_txn`]); one deleted at or after its record's delete ended
+/// with its session (lease expiry, CloseSession — which deletes the record
+/// before revoking the lease — or an epoch advance). A release racing a
+/// session close therefore deletes nothing, and the hold ends with the
+/// session.
 pub fn release_txn_for(hold_key: &str, lease: i64, create_revision: i64) -> Txn {
     #[cfg(feature = "mutations")]
     if crate::mutation::on(&crate::mutation::RELEASE_UNGUARDED) {
         return Txn::new().when([Compare::version(hold_key, CompareOp::Greater, 0)]).and_then([TxnOp::delete(hold_key, None)]);
     }
+    let session_key = layout::session_key(lease);
     Txn::new()
-        .when([Compare::create_revision(hold_key, CompareOp::Equal, create_revision), Compare::lease(hold_key, CompareOp::Equal, lease)])
+        .when([
+            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
+            Compare::lease(hold_key, CompareOp::Equal, lease),
+            Compare::version(session_key.as_str(), CompareOp::Greater, 0),
+        ])
         .and_then([TxnOp::delete(hold_key, Some(etcd_client::DeleteOptions::new().with_prev_key()))])
+}
+
+/// The withdrawal transaction: like a release (the exact hold, its session
+/// record present), and in the same transaction a marker at
+/// [`layout::withdrawn_key`] naming the withdrawn hold, on its session's
+/// lease. The arbiter withdraws a grant that committed but whose token it
+/// will not hand out (it sealed, or lost track of etcd, while the grant was
+/// in flight); the marker lets a reader of etcd's log tell that delete from
+/// any other.
+pub fn withdraw_txn(hold_key: &str, lease: i64, create_revision: i64, reason: &str) -> Txn {
+    let session_key = layout::session_key(lease);
+    let marker = layout::WithdrawnRecord { create_revision, session: lease, reason: reason.to_string() };
+    #[allow(unused_mut)]
+    let mut then = vec![
+        TxnOp::delete(hold_key, None),
+        TxnOp::put(layout::withdrawn_key(hold_key), layout::encode(&marker), Some(PutOptions::new().with_lease(lease))),
+    ];
+    #[cfg(feature = "mutations")]
+    if crate::mutation::on(&crate::mutation::NO_WITHDRAWAL_MARKER) {
+        then.pop();
+    }
+    Txn::new()
+        .when([
+            Compare::create_revision(hold_key, CompareOp::Equal, create_revision),
+            Compare::lease(hold_key, CompareOp::Equal, lease),
+            Compare::version(session_key.as_str(), CompareOp::Greater, 0),
+        ])
+        .and_then(then)
 }

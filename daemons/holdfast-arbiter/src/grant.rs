@@ -114,7 +114,8 @@ async fn attempt_txn(
             epoch,
         );
         if resp.succeeded {
-            let _ = release_txn(etcd, hold_key, session.lease, revision).await;
+            let withdrawn = withdraw(etcd, hold_key, session.lease, revision, "the etcd cluster changed identity").await;
+            return Err(Refusal::withdrawn("the etcd cluster changed identity; this arbiter sealed", withdrawn));
         }
         return Err(Refusal::sealed("the etcd cluster changed identity"));
     }
@@ -129,17 +130,18 @@ async fn attempt_txn(
                     .into(),
                 epoch,
             );
-            let _ = release_txn(etcd, hold_key, session.lease, revision).await;
-            return Err(Refusal::sealed("the etcd cluster was rewound"));
+            let withdrawn = withdraw(etcd, hold_key, session.lease, revision, "the etcd cluster was rewound").await;
+            return Err(Refusal::withdrawn("the etcd cluster was rewound; this arbiter sealed", withdrawn));
         }
         if !guard.still_serving(epoch) {
             // Sealed, or an etcd error seen elsewhere, while this grant was in
             // flight: the token does not leave.
-            let _ = release_txn(etcd, hold_key, session.lease, revision).await;
-            return Err(match guard.state() {
-                Serve::Sealed { reason, .. } => Refusal::sealed(&reason),
-                other => Refusal::unavailable(&other.describe()),
-            });
+            let why = match guard.state() {
+                Serve::Sealed { reason, .. } => format!("this arbiter sealed while the grant was in flight: {reason}"),
+                other => format!("this arbiter lost track of etcd while the grant was in flight: {}", other.describe()),
+            };
+            let withdrawn = withdraw(etcd, hold_key, session.lease, revision, "not serving when the grant committed").await;
+            return Err(Refusal::withdrawn(&why, withdrawn));
         }
         guard.observe(epoch, revision);
         let m = &*crate::metrics::METRICS;
@@ -207,6 +209,22 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
         guard.etcd_failed(&e.to_string());
         Refusal::etcd(e)
     })
+}
+
+/// Withdraws a grant that committed but whose token will not leave: deletes
+/// the hold and writes its withdrawal marker in one transaction
+/// ([`holdfast_store::txn::withdraw_txn`]). Returns whether etcd confirmed
+/// the delete. Traced as a `withdraw transaction` span.
+async fn withdraw(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64, reason: &str) -> bool {
+    let span = txn_span!("withdraw transaction", hold_key, lease);
+    let txn = holdfast_store::txn::withdraw_txn(hold_key, lease, create_revision, reason);
+    let r = etcd.client.clone().txn(txn).instrument(span.clone()).await;
+    let done = matches!(&r, Ok(resp) if resp.succeeded());
+    span.record("outcome", if done { "withdrawn" } else { "unknown" });
+    if let Err(e) = &r {
+        tracing::warn!(hold_key, error = %e, "a withdrawn grant's hold could not be deleted; it ends with its session");
+    }
+    done
 }
 
 /// The release transaction, traced as a `release transaction` span (hold

@@ -101,6 +101,23 @@ impl Refusal {
         Self::new(Code::FailedPrecondition, ErrorReason::Sealed, format!("sealed, granting nothing: {reason}"))
     }
 
+    /// A grant committed in etcd, but its token did not leave the arbiter:
+    /// the outcome the client sees is not "no effect" (a hold existed for a
+    /// moment), so it is answered as unavailable, never as a plain refusal.
+    /// `withdrawn`: etcd confirmed the withdrawal (nothing is held now).
+    pub fn withdrawn(why: &str, withdrawn: bool) -> Self {
+        let now = if withdrawn {
+            "the hold was withdrawn and nothing is held now"
+        } else {
+            "withdrawing the hold failed, so it ends with the session at the latest"
+        };
+        Self::new(
+            Code::Unavailable,
+            ErrorReason::Unavailable,
+            format!("the grant committed in etcd but was not handed out ({why}); {now}; retry"),
+        )
+    }
+
     pub fn unavailable(reason: &str) -> Self {
         Self::new(Code::Unavailable, ErrorReason::Unavailable, format!("etcd is not available to this arbiter: {reason}; retry"))
     }

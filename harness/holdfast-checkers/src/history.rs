@@ -189,6 +189,10 @@ pub struct EtcdLog {
     /// Session records deleted during the run.
     #[serde(default)]
     pub session_ends: Vec<SessionEnd>,
+    /// Withdrawal markers the arbiters wrote (`/sys/withdrawn/...`): each
+    /// names the one hold its transaction deleted.
+    #[serde(default)]
+    pub withdrawals: Vec<Withdrawal>,
     /// Watch events in revision order, from revision 1.
     pub events: Vec<EtcdEvent>,
 }
@@ -203,6 +207,17 @@ impl EtcdLog {
     pub fn is_advance(&self, revision: u64) -> bool {
         self.epoch_changes.iter().any(|c| c.revision == revision)
     }
+}
+
+/// A withdrawal marker in etcd's log: the transaction at `revision` deleted
+/// the hold of `key` (`/l/<ns>/<key>`) created at `create_revision` on
+/// `lease`, because the arbiter would not hand out its token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Withdrawal {
+    pub key: String,
+    pub create_revision: u64,
+    pub lease: i64,
+    pub revision: u64,
 }
 
 /// A whole recorded history.

@@ -31,7 +31,7 @@ pub mod history;
 pub mod linearizable;
 pub mod report;
 
-pub use history::{ClientOp, EtcdEvent, EtcdEventKind, EtcdLog, FenceEntry, History, OpKind, Outcome, Stats};
+pub use history::{ClientOp, EtcdEvent, EtcdEventKind, EtcdLog, FenceEntry, History, OpKind, Outcome, Stats, Withdrawal};
 pub use report::{Checker, Inconclusive, OpRef, Report, Rule, Violation};
 
 /// Runs C1, C2 and C3 (with `c3_config`) and returns their reports in that

@@ -31,9 +31,12 @@
 //!   deletes of unknown cause that no release explains). An explicit
 //!   (non-expiry) delete that no ok or unknown release explains is reported
 //!   as [`Rule::UnexplainedDelete`] and then treated like an expiry — unless
-//!   the hold was created for an acquire whose outcome is unknown: its token
-//!   never reached the client, and the arbiter withdraws such a grant when it
-//!   cannot vouch for it (a *withdrawal*, freeing the lock like an expiry). They have no
+//!   etcd's log proves it a *withdrawal*: the arbiter withdraws a grant whose
+//!   token it will not hand out, and the withdrawing transaction writes a
+//!   marker naming that exact hold (key, create revision, lease) at the
+//!   delete's revision ([`crate::history::Withdrawal`]). A withdrawal frees
+//!   the lock like an expiry; a withdrawal of a grant whose client got its
+//!   token is still reported. Expiries and withdrawals have no
 //!   real-time interval but a fixed place: every operation that carries an
 //!   etcd revision (ok grants: their token's revision; releases and expiries:
 //!   their delete's revision) is linearized in revision order.
@@ -221,16 +224,20 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
 
     // Revisions claimed by ok grants, so unknown acquires match only the rest.
     let mut claimed: HashSet<(&str, u64)> = HashSet::new();
-    // Grants etcd shows for an acquire whose answer never reached the
-    // client: the arbiter may withdraw those (delete them without a client
-    // release) when it cannot vouch for the token, e.g. it saw an etcd error
-    // while the grant was in flight.
-    let mut undelivered: HashSet<(&str, u64)> = HashSet::new();
     for op in &history.ops {
         if let (OpKind::Acquire { key }, Outcome::Ok, Some(t)) = (&op.kind, op.outcome, op.token) {
             claimed.insert((key, token_revision(t)));
         }
     }
+    // Grants delivered to their client: the arbiter never withdraws those.
+    let delivered = claimed.clone();
+    // Withdrawals etcd's log proves: the arbiter withdraws a grant whose
+    // token it will not hand out (it sealed or lost track of etcd while the
+    // grant was in flight), deleting the hold and writing a marker naming
+    // that exact hold in one transaction. (key, create revision, lease,
+    // delete revision).
+    let withdrawn: HashSet<(&str, u64, i64, u64)> =
+        history.etcd.withdrawals.iter().filter_map(|w| Some((lock_key_of(&w.key)?, w.create_revision, w.lease, w.revision))).collect();
     let mut explained: HashSet<usize> = HashSet::new();
 
     // Ok operations first, so that when an ok and an unknown release present
@@ -286,7 +293,6 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
                     match found {
                         Some(rev) => {
                             claimed.insert((key, rev));
-                            undelivered.insert((key, rev));
                             Entry {
                                 action: Action::Acquire { session, token: Some(make_token(history.etcd.epoch_at(rev), rev)) },
                                 invoke: op.invoke_ns,
@@ -341,12 +347,23 @@ fn partition<'a>(history: &'a History, report: &mut Report) -> BTreeMap<&'a str,
             if explained.contains(&ev) {
                 continue;
             }
-            if expired == Some(false) && !undelivered.contains(&(*key, create)) {
+            let proven_withdrawal = withdrawn.contains(&(*key, create, lease, rev));
+            if expired == Some(false) && !proven_withdrawal {
                 report.push(
                     Rule::UnexplainedDelete,
                     key,
                     vec![etcd_ref(history, ev)],
-                    format!("hold created at revision {create} was deleted at revision {rev} but no release presented its token"),
+                    format!(
+                        "hold created at revision {create} was deleted at revision {rev} but no release presented its token \
+                         and no withdrawal marker names it"
+                    ),
+                );
+            } else if proven_withdrawal && delivered.contains(&(*key, create)) {
+                report.push(
+                    Rule::UnexplainedDelete,
+                    key,
+                    vec![etcd_ref(history, ev)],
+                    format!("hold created at revision {create} was withdrawn at revision {rev} although its grant reached the client"),
                 );
             }
             keys.entry(key).or_default().push(Entry {

@@ -576,21 +576,24 @@ fn c3_many_pending_unknown_acquires_do_not_blow_up_the_search() {
 #[test]
 fn c3_allows_the_arbiter_to_withdraw_a_grant_that_never_reached_its_client() {
     // Session 1's acquire timed out; etcd shows its grant, deleted without
-    // expiry and without a client release (the arbiter withdrew it). Then
+    // expiry and without a client release, and the withdrawal marker naming
+    // that hold at the delete's revision (the arbiter withdrew it). Then
     // session 2 acquires.
     let mut b = B::new();
     b.acq("ns/a", 1, 0, 0, Outcome::Unknown, None);
     b.put("ns/a", 5, 1);
     b.del("ns/a", 6, 5, 1, false);
+    b.withdrawn("ns/a", 6, 5, 1);
     b.ok_acq("ns/a", 2, 30, 40, 7);
     b.put("ns/a", 7, 2);
     let r = c3_default(&b.h);
     assert!(r.passed(), "{:?}", r.violations);
-    // The same delete of a grant that did reach its client is unexplained.
+    // The same withdrawal of a grant that did reach its client is unexplained.
     let mut b = B::new();
     b.ok_acq("ns/a", 1, 0, 10, 5);
     b.put("ns/a", 5, 1);
     b.del("ns/a", 6, 5, 1, false);
+    b.withdrawn("ns/a", 6, 5, 1);
     b.ok_acq("ns/a", 2, 30, 40, 7);
     b.put("ns/a", 7, 2);
     assert!(c3_default(&b.h).has(Rule::UnexplainedDelete));

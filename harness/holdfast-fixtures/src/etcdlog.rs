@@ -1,21 +1,25 @@
 //! etcd's own log of the lock key space, read through a watch from a given
 //! revision: the ground truth of the correctness gate's checkers.
 
-use holdfast_checkers::history::{EpochChange, EtcdEvent, EtcdEventKind, EtcdLog, SessionEnd};
-use holdfast_model::layout::{self, EpochRecord};
+use holdfast_checkers::history::{EpochChange, EtcdEvent, EtcdEventKind, EtcdLog, SessionEnd, Withdrawal};
+use holdfast_model::layout::{self, EpochRecord, WithdrawnRecord};
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// etcd's log as the checkers read it, from revision `from`: the events under
 /// `/l/<prefix>` with the deleted values; every session record's delete;
-/// every epoch advance (a put of `/sys/epoch`). `start_epoch` is the epoch in
-/// force at `from`.
+/// every epoch advance (a put of `/sys/epoch`); every withdrawal marker
+/// (a put under `/sys/withdrawn/`). `start_epoch` is the epoch in force at
+/// `from`.
 ///
 /// A delete is marked `expired` when the hold's session ended with it: etcd
 /// deleted the session record (`/s/<lease>`) in the same revision (lease
 /// expiry), or earlier (CloseSession deletes the record first, then revokes
-/// the lease; an epoch advance deletes both at once). A release transaction
-/// deletes only the hold.
+/// the lease; an epoch advance deletes both at once). This is exact by
+/// construction: a release or withdrawal transaction deletes only the hold
+/// and requires the session record to exist
+/// (`holdfast_store::txn::release_txn_for`), so no release can land at or
+/// after the record's delete.
 ///
 /// History is replayed in one burst; the watch is read until it has been
 /// quiet for two seconds (progress notifications are not relied on: etcd 3.4
@@ -23,6 +27,7 @@ use std::time::Duration;
 pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, start_epoch: u64) -> anyhow::Result<EtcdLog> {
     let mut ends = Vec::new();
     let mut epochs = Vec::new();
+    let mut withdrawals = Vec::new();
     let mut c = client.clone();
     let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(from.max(1)).with_prev_key();
     let mut stream = c.watch("/", Some(opts)).await?;
@@ -47,6 +52,13 @@ pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, sta
                 && let Ok(r) = layout::decode::<EpochRecord>(&key, kv.value())
             {
                 epochs.push(EpochChange { revision, epoch: r.epoch as u64 });
+            }
+            if e.event_type() == etcd_client::EventType::Put
+                && let Some(hold_key) = layout::hold_key_of_withdrawn(&key)
+                && hold_key.starts_with(&lock_prefix)
+                && let Ok(r) = layout::decode::<WithdrawnRecord>(&key, kv.value())
+            {
+                withdrawals.push(Withdrawal { key: hold_key, create_revision: r.create_revision as u64, lease: r.session, revision });
             }
             if !key.starts_with(&lock_prefix) {
                 continue;
@@ -79,5 +91,5 @@ pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, sta
             e.expired = Some(session_ends.get(&e.lease).is_some_and(|end| *end <= e.revision));
         }
     }
-    Ok(EtcdLog { epoch: start_epoch, epoch_changes: epochs, session_ends: ends, events })
+    Ok(EtcdLog { epoch: start_epoch, epoch_changes: epochs, session_ends: ends, withdrawals, events })
 }

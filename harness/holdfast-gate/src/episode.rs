@@ -110,13 +110,19 @@ pub async fn run(
     let file = ep.dir.join("history.json");
     std::fs::write(&file, serde_json::to_vec(&history)?)?;
     summary.count_reports(&reports);
-    if reports.iter().any(|r| !r.violations.is_empty()) {
+    summary.withdrawals += history.etcd.withdrawals.len();
+    // A violation fails the gate, and so does an inconclusive key: a key
+    // whose history the search could not decide proves nothing.
+    if !reports.iter().all(Report::passed) {
         passed = false;
-        say(&format!("VIOLATIONS in episode {episode}; history kept in {}", file.display()));
+        say(&format!("VIOLATIONS or INCONCLUSIVE keys in episode {episode}; history kept in {}", file.display()));
         for r in &reports {
             for v in r.violations.iter().take(3) {
                 eprintln!("  {:?} {:?} on {}: {}", v.checker, v.rule, v.key, v.explanation);
                 eprint!("{}", timeline(&history, &v.key));
+            }
+            for i in r.inconclusive.iter().take(3) {
+                eprintln!("  {:?} inconclusive on {}: {}", r.checker, i.key, i.reason);
             }
         }
     }

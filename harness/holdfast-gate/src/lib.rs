@@ -22,6 +22,7 @@ mod summary;
 use anyhow::Context;
 use faults::{FaultKind, FaultRecord};
 use holdfast_checkers::history::History;
+use holdfast_checkers::report::Report;
 use holdfast_checkers::{etcd_log, fence, linearizable};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -117,7 +118,19 @@ enum GateAction {
     #[command(hide = true)]
     Client(Box<client::ClientArgs>),
     /// Run the checkers again over a kept history (episode-N/history.json).
-    Check { history: PathBuf },
+    /// Exit status 0 only if no checker found a violation and no key was
+    /// inconclusive (too large for the linearizability search).
+    Check {
+        history: PathBuf,
+        /// Give up on a key's linearizability search after this many steps
+        /// (inconclusive, which fails the check).
+        #[arg(long, default_value_t = linearizable::Config::default().max_steps_per_key)]
+        max_steps_per_key: u64,
+        /// Keys with more operations than this are inconclusive without a
+        /// search (which fails the check).
+        #[arg(long, default_value_t = linearizable::Config::default().max_ops_per_key)]
+        max_ops_per_key: usize,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -130,7 +143,9 @@ enum Profile {
 pub async fn run(args: GateArgs) -> u8 {
     match args.action {
         Some(GateAction::Client(c)) => return client::run(*c).await,
-        Some(GateAction::Check { history }) => return check_file(&history),
+        Some(GateAction::Check { history, max_steps_per_key, max_ops_per_key }) => {
+            return check_file(&history, &linearizable::Config { max_steps_per_key, max_ops_per_key });
+        }
         None => {}
     }
     // Interrupted: dropping the run's future removes the namespaces and
@@ -293,7 +308,7 @@ fn false_seals(cluster: &cluster::Cluster) -> usize {
     seals
 }
 
-fn check_file(path: &std::path::Path) -> u8 {
+fn check_file(path: &std::path::Path, c3: &linearizable::Config) -> u8 {
     let history: History = match std::fs::read(path).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice(&b)?)) {
         Ok(h) => h,
         Err(e) => {
@@ -301,16 +316,18 @@ fn check_file(path: &std::path::Path) -> u8 {
             return 2;
         }
     };
-    let reports = [etcd_log::check(&history), fence::check(&history), linearizable::check(&history, &linearizable::Config::default())];
-    let mut bad = false;
+    let reports = [etcd_log::check(&history), fence::check(&history), linearizable::check(&history, c3)];
     for r in &reports {
         println!("{:?}: {} checked, {} violations, {} inconclusive", r.checker, r.checked, r.violations.len(), r.inconclusive.len());
         for v in &r.violations {
-            bad = true;
             println!("  {:?} on {}: {}", v.rule, v.key, v.explanation);
         }
+        for i in &r.inconclusive {
+            println!("  inconclusive on {}: {}", i.key, i.reason);
+        }
     }
-    if bad { 1 } else { 0 }
+    // An inconclusive key proves nothing: it fails like a violation.
+    if reports.iter().all(Report::passed) { 0 } else { 1 }
 }
 
 /// Hides a password in a resource URL.

@@ -38,6 +38,8 @@ pub struct Summary {
     pub clock_rates_measured: BTreeMap<String, f64>,
     /// Arbiters that sealed themselves (nothing is restored in the gate).
     pub false_seals: usize,
+    /// Grants the arbiters withdrew (withdrawal markers in etcd's log).
+    pub withdrawals: usize,
     pub liveness_failures: usize,
     pub resource: String,
     pub fence: String,
@@ -103,9 +105,8 @@ pub fn print_table(s: &Summary) {
     println!("  clock rates         {}", rates.join(", "));
     println!("  violations          {:>8}   {}", s.violations, s.violation_rules.join("; "));
     println!("  false seals         {:>8}", s.false_seals);
-    if s.inconclusive > 0 {
-        println!("  inconclusive keys   {:>8}", s.inconclusive);
-    }
+    println!("  withdrawn grants    {:>8}", s.withdrawals);
+    println!("  inconclusive keys   {:>8}   (any fails the gate)", s.inconclusive);
 }
 
 /// The operations and etcd events of one key, in order: what a reader needs

@@ -78,6 +78,17 @@ impl B {
         });
     }
 
+    /// The withdrawal marker the arbiter writes with the delete at `rev` of
+    /// the hold of `key` created at `create` on `lease`.
+    pub fn withdrawn(&mut self, key: &str, rev: u64, create: u64, lease: i64) {
+        self.h.etcd.withdrawals.push(holdfast_checkers::Withdrawal {
+            key: format!("/l/{key}"),
+            create_revision: create,
+            lease,
+            revision: rev,
+        });
+    }
+
     /// A clean acquire → release of `key` by `s` at revisions `rev` / `rev + 1`, in `[t, t+30]`.
     pub fn hold(&mut self, key: &str, s: i64, t: u64, rev: u64) {
         self.ok_acq(key, s, t, t + 10, rev);
