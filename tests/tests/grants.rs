@@ -130,48 +130,57 @@ async fn group_commit_keeps_each_key_exclusive_and_its_tokens_increasing() {
     use std::sync::{Arc, Mutex};
     let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } =
         Appliance::start_with("group-commit", 1, &|c| c.grants.group_commit = true).await;
-    let held: Arc<Mutex<HashMap<String, bool>>> = Arc::default();
-    let grants: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
-    let mut tasks = Vec::new();
-    for t in 0..16 {
-        let client = arbiter.client(&pki, &pki.workload(&format!("g{t}"), &format!("svc/g{t}"))).await;
-        let (held, grants) = (held.clone(), grants.clone());
-        tasks.push(tokio::spawn(async move {
-            let session = client.open_session(Duration::from_secs(30)).await.unwrap();
-            let name = format!("group/k{}", t % 4);
-            let k = key(&name);
-            for _ in 0..25 {
-                let hold = session.acquire(&k, Duration::from_secs(30)).await.unwrap();
-                {
-                    let mut h = held.lock().unwrap();
-                    assert!(!h.get(&name).copied().unwrap_or(false), "two holders of {name} at once");
-                    h.insert(name.clone(), true);
+    // Grouping needs grants of different keys queued at the same moment; on
+    // a loaded 2-core machine one round may not produce any, so up to three
+    // rounds run (each checks exclusivity and order) until one did.
+    let mut shared = 0;
+    for round in 0..3 {
+        let held: Arc<Mutex<HashMap<String, bool>>> = Arc::default();
+        let grants: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let client = arbiter.client(&pki, &pki.workload(&format!("g{t}"), &format!("svc/g{t}"))).await;
+            let (held, grants) = (held.clone(), grants.clone());
+            tasks.push(tokio::spawn(async move {
+                let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+                let name = format!("group{round}/k{}", t % 4);
+                let k = key(&name);
+                for _ in 0..25 {
+                    let hold = session.acquire(&k, Duration::from_secs(30)).await.unwrap();
+                    {
+                        let mut h = held.lock().unwrap();
+                        assert!(!h.get(&name).copied().unwrap_or(false), "two holders of {name} at once");
+                        h.insert(name.clone(), true);
+                    }
+                    grants.lock().unwrap().push((name.clone(), hold.token().expose()));
+                    tokio::task::yield_now().await;
+                    held.lock().unwrap().insert(name.clone(), false);
+                    assert!(hold.release().await.unwrap());
                 }
-                grants.lock().unwrap().push((name.clone(), hold.token().expose()));
-                tokio::task::yield_now().await;
-                held.lock().unwrap().insert(name.clone(), false);
-                assert!(hold.release().await.unwrap());
-            }
-        }));
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let grants = grants.lock().unwrap().clone();
+        assert_eq!(grants.len(), 400);
+        let mut per_key: HashMap<&str, Vec<u64>> = HashMap::new();
+        for (k, t) in &grants {
+            per_key.entry(k.as_str()).or_default().push(*t);
+        }
+        for (k, tokens) in &per_key {
+            assert!(tokens.windows(2).all(|w| w[1] > w[0]), "{k}: tokens not strictly increasing");
+        }
+        // Grouping happened: some grants of different keys share a revision.
+        let mut by_token: HashMap<u64, usize> = HashMap::new();
+        for (_, t) in &grants {
+            *by_token.entry(*t).or_default() += 1;
+        }
+        shared = by_token.values().filter(|n| **n > 1).count();
+        eprintln!("round {round}: {shared} revisions carried more than one grant");
+        if shared > 0 {
+            break;
+        }
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let grants = grants.lock().unwrap().clone();
-    assert_eq!(grants.len(), 400);
-    let mut per_key: HashMap<&str, Vec<u64>> = HashMap::new();
-    for (k, t) in &grants {
-        per_key.entry(k.as_str()).or_default().push(*t);
-    }
-    for (k, tokens) in &per_key {
-        assert!(tokens.windows(2).all(|w| w[1] > w[0]), "{k}: tokens not strictly increasing");
-    }
-    // Grouping happened: some grants of different keys share a revision.
-    let mut by_token: HashMap<u64, usize> = HashMap::new();
-    for (_, t) in &grants {
-        *by_token.entry(*t).or_default() += 1;
-    }
-    let shared = by_token.values().filter(|n| **n > 1).count();
-    eprintln!("{shared} revisions carried more than one grant");
     assert!(shared > 0, "no two grants were committed together: group commit did not engage");
 }
