@@ -45,7 +45,7 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert_eq!(s["violations"], 0);
     assert_eq!(s["etcd_version"].as_str().unwrap(), etcd_binary().version_string(), "the gate says which etcd it ran against");
     let faults = s["faults"].as_object().unwrap();
-    assert_eq!(faults.len(), 15, "every fault kind struck and was confirmed: {faults:?}; unconfirmed: {}", s["faults_unconfirmed"]);
+    assert_eq!(faults.len(), 16, "every fault kind struck and was confirmed: {faults:?}; unconfirmed: {}", s["faults_unconfirmed"]);
     assert!(s["lock_ops"].as_u64().unwrap() >= 5000, "lock ops {}", s["lock_ops"]);
     assert!(s["expiries"].as_u64().unwrap() >= 50, "expiries {}", s["expiries"]);
     assert!(s["leader_changes"].as_u64().unwrap() >= 3, "leader changes {}", s["leader_changes"]);
@@ -109,6 +109,17 @@ fn an_arbiter_without_the_session_record_compare_fails_the_gate() {
     let run = mutation_gate("epoch-advance,epoch-advance", "no_session_compare");
     let by_rule = &run.summary["violations_by_rule"];
     assert!(by_rule["C1/GrantOnEndedSession"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
+}
+
+/// Without restore detection, an arbiter serves a restored etcd in the old
+/// epoch: its tokens reuse revisions already handed out. The restore fault
+/// catches it: C1 proves every token after the restore above every token
+/// before it.
+#[test]
+fn an_arbiter_without_the_seal_check_fails_the_gate_after_a_restore() {
+    let run = mutation_gate("restore", "no_seal_check");
+    let by_rule = &run.summary["violations_by_rule"];
+    assert!(by_rule["C1/TokenNotAboveRestore"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
 }
 
 /// The same workload and client pauses (same seed) against an unfenced

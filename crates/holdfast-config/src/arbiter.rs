@@ -154,6 +154,10 @@ pub struct MutationConfig {
     /// in etcd's log (`/sys/withdrawn/...`).
     #[serde(default)]
     pub no_withdrawal_marker: bool,
+    /// Restore detection off: a rewound log (offset below the floor, or a
+    /// grant at a revision already seen) does not seal the arbiter.
+    #[serde(default)]
+    pub no_seal_check: bool,
 }
 
 impl MutationConfig {
@@ -170,10 +174,11 @@ impl MutationConfig {
             "no_session_compare" => &mut self.no_session_compare,
             "token_from_counter" => &mut self.token_from_counter,
             "no_withdrawal_marker" => &mut self.no_withdrawal_marker,
+            "no_seal_check" => &mut self.no_seal_check,
             _ => {
                 return Err(format!(
                     "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare, \
-                     token_from_counter and no_withdrawal_marker"
+                     token_from_counter, no_withdrawal_marker and no_seal_check"
                 ));
             }
         };
@@ -189,6 +194,7 @@ impl MutationConfig {
             (self.no_session_compare, "no_session_compare"),
             (self.token_from_counter, "token_from_counter"),
             (self.no_withdrawal_marker, "no_withdrawal_marker"),
+            (self.no_seal_check, "no_seal_check"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

@@ -13,6 +13,8 @@ pub static NO_EPOCH_COMPARE: AtomicBool = AtomicBool::new(false);
 pub static NO_SESSION_COMPARE: AtomicBool = AtomicBool::new(false);
 /// A withdrawal deletes the hold without writing its marker.
 pub static NO_WITHDRAWAL_MARKER: AtomicBool = AtomicBool::new(false);
+/// Restore detection off (the arbiter never seals on a rewound log).
+pub static NO_SEAL_CHECK: AtomicBool = AtomicBool::new(false);
 /// Tokens come from a local counter instead of the commit revision.
 pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -29,6 +31,7 @@ pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
         (config.no_session_compare, &NO_SESSION_COMPARE),
         (config.token_from_counter, &TOKEN_FROM_COUNTER),
         (config.no_withdrawal_marker, &NO_WITHDRAWAL_MARKER),
+        (config.no_seal_check, &NO_SEAL_CHECK),
     ] {
         flag.store(on, Ordering::Relaxed);
     }

@@ -200,7 +200,15 @@ fn judge(etcd: &Etcd, sys: &SysState, members: &[crate::etcd::MemberStatus]) -> 
         ));
     }
     let floor = record.log_floor.max(sys.watermark.0.as_ref().map(|w| w.log_floor).unwrap_or(i64::MIN));
-    match seal::judge(&epoch::positions(members), floor, etcd.members.len()) {
+    let verdict = seal::judge(&epoch::positions(members), floor, etcd.members.len());
+    #[cfg(feature = "mutations")]
+    let verdict = match verdict {
+        Verdict::Rewound { highest_offset, .. } if holdfast_store::mutation::on(&holdfast_store::mutation::NO_SEAL_CHECK) => {
+            Verdict::Intact { lowest_offset: highest_offset }
+        }
+        v => v,
+    };
+    match verdict {
         Verdict::Rewound { highest_offset, floor } => sealed(format!(
             "the etcd log was rewound (log offset {highest_offset} is below the floor {floor}): \
              the cluster was restored from a snapshot"

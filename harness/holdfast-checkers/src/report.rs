@@ -37,6 +37,9 @@ pub enum Rule {
     /// C1: a grant that completed before another was invoked (same key) has
     /// a token that is not smaller.
     RealTimeOrder,
+    /// C1: after an etcd restore, a grant carries a token not above every
+    /// token granted before the restore.
+    TokenNotAboveRestore,
     /// C2: the resource accepted a token lower than one it accepted before.
     FenceTokenDecreased,
     /// C2: a holder's accepted writes are split by another holder's (A,B,A).

@@ -38,6 +38,9 @@ pub struct Setup<'a> {
     pub kinds: &'a [FaultKind],
     /// The run's start, from which fault times are counted.
     pub t0: Instant,
+    /// A snapshot the restore fault took in this episode, restored after
+    /// its workload.
+    pub restore: Option<faults::PendingRestore>,
 }
 
 /// Runs episode `episode` with its own `seed`, adding its counts to
@@ -68,12 +71,21 @@ pub async fn run(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let clocks_at_start = clock_samples(&procs);
     let ep_end = Instant::now() + if args.profile == Profile::Short { Duration::from_secs(3600) } else { args.duration };
-    for kind in plan {
+    // The restore fault's snapshot is taken last: no epoch advance may
+    // follow it in the episode (restoring a snapshot older than an advance
+    // and advancing by one from the restored record would reissue an epoch
+    // that already issued tokens; see docs/gate.md).
+    let restore = plan.contains(&FaultKind::Restore);
+    for kind in plan.into_iter().filter(|k| *k != FaultKind::Restore) {
         if args.profile == Profile::Long && Instant::now() + Duration::from_secs(12) > ep_end {
             break;
         }
         tokio::time::sleep(Duration::from_millis(ep_rng.random_range(300..1500))).await;
         strike(setup, &views, kind, &mut ep_rng, summary, all_faults).await?;
+    }
+    if restore {
+        tokio::time::sleep(Duration::from_millis(ep_rng.random_range(300..1500))).await;
+        strike(setup, &views, FaultKind::Restore, &mut ep_rng, summary, all_faults).await?;
     }
     // Let the workload run on the healed system (the short profile for
     // at least SHORT_MIN in all, so its counts mean something), then stop
@@ -116,17 +128,30 @@ pub async fn run(
     if !reports.iter().all(Report::passed) {
         passed = false;
         say(&format!("VIOLATIONS or INCONCLUSIVE keys in episode {episode}; history kept in {}", file.display()));
-        for r in &reports {
-            for v in r.violations.iter().take(3) {
-                eprintln!("  {:?} {:?} on {}: {}", v.checker, v.rule, v.key, v.explanation);
-                eprint!("{}", timeline(&history, &v.key));
-            }
-            for i in r.inconclusive.iter().take(3) {
-                eprintln!("  {:?} inconclusive on {}: {}", r.checker, i.key, i.reason);
-            }
+        report_failures(&history, &reports);
+    }
+    if let Some(pending) = setup.restore.take() {
+        let after = ep.dir.join("after-restore");
+        let ep_after = Episode { dir: after, keys: args.keys, prefix: format!("gate/e{episode}r") };
+        if !crate::restore::phase(setup, &ep_after, pending, &history, seed, summary, all_faults).await? {
+            passed = false;
         }
     }
     Ok(passed)
+}
+
+/// Prints the first violations and inconclusive keys of each report, with
+/// a timeline of each offending key.
+pub(crate) fn report_failures(history: &History, reports: &[Report]) {
+    for r in reports {
+        for v in r.violations.iter().take(3) {
+            eprintln!("  {:?} {:?} on {}: {}", v.checker, v.rule, v.key, v.explanation);
+            eprint!("{}", timeline(history, &v.key));
+        }
+        for i in r.inconclusive.iter().take(3) {
+            eprintln!("  {:?} inconclusive on {}: {}", r.checker, i.key, i.reason);
+        }
+    }
 }
 
 /// The faults of an episode: every kind once in random order (short
@@ -155,11 +180,14 @@ async fn strike(
     let fault_seed = rng.random::<u64>();
     let mut f_rng = StdRng::seed_from_u64(fault_seed);
     let hold = Duration::from_millis(f_rng.random_range(2000..4000));
-    let mut ctx = FaultCtx { net: setup.net, cluster: setup.cluster, clients, t0: setup.t0 };
+    let mut ctx = FaultCtx { net: setup.net, cluster: setup.cluster, clients, t0: setup.t0, pending_restore: &mut setup.restore };
     match faults::inject(&mut ctx, kind, fault_seed, &mut f_rng, hold).await {
         Ok(r) => {
             say(&format!("[{:>7.1}s] {}: {} — {}", r.at_ms as f64 / 1000.0, kind.name(), r.what, r.confirmed));
-            *summary.faults.entry(kind.name()).or_default() += 1;
+            // The restore fault counts once its restore phase confirms it.
+            if kind != FaultKind::Restore {
+                *summary.faults.entry(kind.name()).or_default() += 1;
+            }
             all_faults.push(r);
         }
         Err(e) => {
@@ -181,7 +209,7 @@ async fn strike(
 }
 
 /// C1 and C3 over the history, and C2 when there is a fenced resource.
-fn check(history: &History, fenced: bool) -> Vec<Report> {
+pub(crate) fn check(history: &History, fenced: bool) -> Vec<Report> {
     let mut reports = vec![etcd_log::check(history), linearizable::check(history, &linearizable::Config::default())];
     if fenced {
         reports.push(fence::check(history));
@@ -189,14 +217,14 @@ fn check(history: &History, fenced: bool) -> Vec<Report> {
     reports
 }
 
-struct Episode {
-    dir: PathBuf,
-    keys: usize,
-    prefix: String,
+pub(crate) struct Episode {
+    pub(crate) dir: PathBuf,
+    pub(crate) keys: usize,
+    pub(crate) prefix: String,
 }
 
-struct ClientChild {
-    child: Child,
+pub(crate) struct ClientChild {
+    pub(crate) child: Child,
     state_file: PathBuf,
     clock_file: Option<PathBuf>,
     clock_report: Option<PathBuf>,
@@ -254,7 +282,13 @@ fn measured_rates(before: &[ClockSample], after: &[ClockSample]) -> Vec<(usize, 
 }
 
 /// Starts the client processes; the first two run under libfaketime.
-fn spawn_clients(ep: &Episode, cluster: &Cluster, args: &GateArgs, resource: Option<&str>, seed: u64) -> anyhow::Result<Vec<ClientChild>> {
+pub(crate) fn spawn_clients(
+    ep: &Episode,
+    cluster: &Cluster,
+    args: &GateArgs,
+    resource: Option<&str>,
+    seed: u64,
+) -> anyhow::Result<Vec<ClientChild>> {
     let exe = std::env::current_exe()?;
     let mut out = Vec::new();
     for p in 0..args.clients {
@@ -300,7 +334,7 @@ fn spawn_clients(ep: &Episode, cluster: &Cluster, args: &GateArgs, resource: Opt
     Ok(out)
 }
 
-fn wait_child(child: &mut Child, timeout: Duration) {
+pub(crate) fn wait_child(child: &mut Child, timeout: Duration) {
     let end = Instant::now() + timeout;
     while Instant::now() < end {
         if let Ok(Some(_)) = child.try_wait() {
@@ -314,7 +348,7 @@ fn wait_child(child: &mut Child, timeout: Duration) {
 
 /// Acquires every key of the episode once; returns the slowest time from
 /// `healed` to its grant and the number of keys not granted within `budget`.
-async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, budget: Duration) -> anyhow::Result<(Duration, usize)> {
+pub(crate) async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, budget: Duration) -> anyhow::Result<(Duration, usize)> {
     let endpoint = cluster.arbiter_endpoints()[0].clone();
     let client = holdfast_client::Client::connect(&holdfast_client::ClientConfig {
         endpoint,
@@ -373,7 +407,7 @@ async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, budget: Dura
 }
 
 /// Reads the clients' operation logs, etcd's log and the fence log.
-async fn collect(
+pub(crate) async fn collect(
     ep: &Episode,
     cluster: &Cluster,
     start_rev: i64,

@@ -17,6 +17,7 @@ mod faults;
 mod net;
 mod proxy;
 pub mod resource;
+mod restore;
 mod summary;
 
 use anyhow::Context;
@@ -226,8 +227,16 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     };
     let mut all_faults: Vec<FaultRecord> = Vec::new();
     let mut passed = true;
-    let mut setup =
-        episode::Setup { args: &args, dir: &dir, net: &net, cluster: &mut cluster, resource: resource_url.as_deref(), kinds: &kinds, t0 };
+    let mut setup = episode::Setup {
+        args: &args,
+        dir: &dir,
+        net: &net,
+        cluster: &mut cluster,
+        resource: resource_url.as_deref(),
+        kinds: &kinds,
+        t0,
+        restore: None,
+    };
     for episode in 0..episodes {
         let ep_seed = rng.random::<u64>();
         if !episode::run(&mut setup, episode, ep_seed, &mut summary, &mut all_faults).await? {
@@ -293,16 +302,23 @@ async fn start_resource(
     Ok((pg, resource_url))
 }
 
-/// No restore happens in the gate: an arbiter that sealed itself judged
-/// an intact cluster rewound (a false seal), which the gate fails. Returns
-/// how many arbiters did.
+/// An arbiter that sealed itself outside a restore (see
+/// `Cluster::expected_seals`) judged an intact cluster rewound (a false
+/// seal), which the gate fails. Returns how many arbiters did.
 fn false_seals(cluster: &cluster::Cluster) -> usize {
     let mut seals = 0;
-    for a in &cluster.arbiters {
-        let log = std::fs::read_to_string(&a.launch.log).unwrap_or_default();
-        if let Some(line) = log.lines().find(|l| l.contains("state=sealed")) {
-            say(&format!("FALSE SEAL: an arbiter sealed itself although nothing was restored: {line}"));
-            seals += 1;
+    for (a, arbiter) in cluster.arbiters.iter().enumerate() {
+        let log = std::fs::read_to_string(&arbiter.launch.log).unwrap_or_default();
+        let mut offset = 0u64;
+        for line in log.split_inclusive('\n') {
+            let at = offset;
+            offset += line.len() as u64;
+            let expected = cluster.expected_seals.iter().any(|&(x, from, to)| x == a && (from..to).contains(&at));
+            if line.contains("state=sealed") && !expected {
+                say(&format!("FALSE SEAL: an arbiter sealed itself although nothing was restored: {}", line.trim_end()));
+                seals += 1;
+                break;
+            }
         }
     }
     seals

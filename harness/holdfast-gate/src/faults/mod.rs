@@ -7,7 +7,9 @@
 //! kill -9 of members, arbiters and clients), `network` (iptables:
 //! partitions, isolation, asymmetric drops, packet loss), `proxy` (delay
 //! and stall at the gate's TCP proxies), `disk` (fsync delay by strace),
-//! `clock` (libfaketime jumps) and `epoch` (an epoch advance under load).
+//! `clock` (libfaketime jumps), `epoch` (an epoch advance under load) and
+//! `restore` (the snapshot half of the restore fault; the restore itself
+//! runs after the episode's workload, in `crate::restore`).
 //! This file holds what they share and [`inject`], which dispatches.
 
 mod clock;
@@ -16,6 +18,9 @@ mod epoch;
 mod network;
 mod process;
 mod proxy;
+mod restore;
+
+pub use restore::Pending as PendingRestore;
 
 use super::cluster::{self, Cluster, ELECTION_TIMEOUT};
 use super::net::Net;
@@ -64,6 +69,12 @@ pub enum FaultKind {
     /// The clients race the arbiters' switch to the new epoch, or (every
     /// other advance) are frozen until both arbiters serve it.
     EpochAdvance,
+    /// Snapshot a member mid-run. After the episode's workload, stop every
+    /// member, restore each from the snapshot with the same cluster token
+    /// and peer URLs, and start clients again: both arbiters must seal, the
+    /// epoch is advanced with the advance transaction, and every token
+    /// granted afterwards must be above every token granted before.
+    Restore,
 }
 
 impl FaultKind {
@@ -102,6 +113,9 @@ pub struct FaultCtx<'a> {
     pub cluster: &'a mut Cluster,
     pub clients: &'a [ClientProc],
     pub t0: Instant,
+    /// Where the restore fault leaves its snapshot for the episode's
+    /// restore phase (`crate::restore`).
+    pub pending_restore: &'a mut Option<PendingRestore>,
 }
 
 /// What a family's injector did, and how it saw the fault take effect.
@@ -128,6 +142,7 @@ pub async fn inject(ctx: &mut FaultCtx<'_>, kind: FaultKind, seed: u64, rng: &mu
         FaultKind::FsyncDelay => disk::fsync_delay(ctx, rng, hold, at_ms).await?,
         FaultKind::ClockJump => clock::jump(ctx, rng, hold).await?,
         FaultKind::EpochAdvance => epoch::advance(ctx, rng).await?,
+        FaultKind::Restore => restore::snapshot(ctx, rng).await?,
     };
     // Healed: etcd has a leader again and both arbiters run.
     let healed = Instant::now();

@@ -1,0 +1,34 @@
+//! The restore fault's first half: a snapshot of one member, taken while
+//! the clients keep granting (so grants after it are lost by the restore).
+//! The restore itself runs once the episode's workload has stopped
+//! (`crate::restore::phase`).
+
+use super::{Effect, FaultCtx};
+use rand::Rng;
+use rand::rngs::StdRng;
+use std::path::PathBuf;
+
+/// A snapshot waiting for the episode's restore phase.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub file: PathBuf,
+    /// etcd's revision when the snapshot was taken (at most the snapshot's).
+    pub revision: i64,
+    pub member: usize,
+}
+
+pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
+    let member = rng.random_range(0..ctx.cluster.spec.members.len());
+    let n = std::fs::read_dir(&ctx.cluster.dir)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("snapshot-"))
+        .count();
+    let file = ctx.cluster.dir.join(format!("snapshot-{n}.db"));
+    let revision = ctx.cluster.snapshot(member, &file).await?;
+    let bytes = std::fs::metadata(&file)?.len();
+    *ctx.pending_restore = Some(Pending { file: file.clone(), revision, member });
+    Ok(Effect {
+        what: format!("snapshot of member e{member} at revision {revision} ({bytes} bytes); the restore follows the workload"),
+        confirmed: format!("{} saved", file.display()),
+    })
+}
