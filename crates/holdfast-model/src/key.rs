@@ -135,4 +135,35 @@ mod tests {
         assert!(LockKey::new("p", &"x".repeat(MAX_KEY_LEN)).is_ok());
         assert_eq!(LockKey::parse("nokey").unwrap_err().field, "key");
     }
+
+    #[test]
+    fn displays_as_the_form_it_parses() {
+        let k = LockKey::new("pay-2", "ledger/7").unwrap();
+        assert_eq!(k.to_string(), "pay-2/ledger/7");
+        assert_eq!(LockKey::parse(&k.to_string()), Ok(k));
+    }
+
+    #[test]
+    fn namespace_is_lowercase_digits_and_inner_dashes_up_to_the_limit() {
+        assert!(LockKey::new("a-0", "k").is_ok());
+        assert!(LockKey::new(&"n".repeat(MAX_NAMESPACE_LEN), "k").is_ok());
+        for ns in ["n".repeat(MAX_NAMESPACE_LEN + 1), "-a".into(), "a-".into(), "a_b".into(), "a.b".into()] {
+            let err = LockKey::new(&ns, "k").unwrap_err();
+            assert_eq!(err.field, "namespace", "{ns:?}");
+        }
+    }
+
+    #[test]
+    fn key_refuses_each_escape_on_its_own() {
+        assert!(LockKey::new("p", "a/b.c/..d/~!").is_ok());
+        for key in ["/a", "a/", ".", "..", "a/..", "./a", "a\tb", "caf\u{e9}", "a\nb"] {
+            let err = LockKey::new("p", key).unwrap_err();
+            assert_eq!(err.field, "key", "{key:?}");
+        }
+        // A leading or trailing '/' also makes an empty segment; the message
+        // names the real mistake.
+        for key in ["/a", "a/"] {
+            assert_eq!(LockKey::new("p", key).unwrap_err().message, "may not start or end with '/'", "{key:?}");
+        }
+    }
 }

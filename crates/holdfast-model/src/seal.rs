@@ -114,6 +114,31 @@ mod tests {
     }
 
     #[test]
+    fn offset_is_applied_index_minus_revision() {
+        assert_eq!(at(309, 301).offset(), 8);
+        assert_eq!(at(4, 301).offset(), -297);
+        assert_eq!(at(u64::MAX, -1).offset(), i64::MAX);
+    }
+
+    #[test]
+    fn intact_reports_the_lowest_offset() {
+        assert_eq!(judge(&[at(500, 480), at(490, 475), at(520, 490)], 20, 3), Verdict::Intact { lowest_offset: 15 });
+    }
+
+    #[test]
+    fn a_strict_majority_must_answer() {
+        let rewound = at(4, 2000);
+        // 2 of 4 and 2 of 5 are not a majority; 3 of 4 and 3 of 5 are.
+        assert_eq!(judge(&[rewound; 2], 8, 4), Verdict::Unknown { answered: 2, members: 4 });
+        assert_eq!(judge(&[rewound; 2], 8, 5), Verdict::Unknown { answered: 2, members: 5 });
+        assert_eq!(judge(&[rewound; 1], 8, 5), Verdict::Unknown { answered: 1, members: 5 });
+        assert!(matches!(judge(&[rewound; 3], 8, 4), Verdict::Rewound { .. }));
+        assert!(matches!(judge(&[rewound; 3], 8, 5), Verdict::Rewound { .. }));
+        // More answers than the configured members counts them as members.
+        assert!(matches!(judge(&[rewound; 2], 8, 1), Verdict::Rewound { .. }));
+    }
+
+    #[test]
     fn slack_absorbs_field_skew() {
         assert!(matches!(judge(&[at(100, 100 + SLACK)], 0, 1), Verdict::Intact { .. }));
         assert!(matches!(judge(&[at(100, 101 + SLACK)], 0, 1), Verdict::Rewound { .. }));

@@ -104,6 +104,41 @@ mod tests {
     }
 
     #[test]
+    fn from_wire_reads_back_what_new_packs() {
+        let wire = (3u64 << 48) | 301;
+        let t = Token::from_wire(wire).unwrap();
+        assert_eq!((t.epoch(), t.revision(), t.expose()), (3, 301, wire));
+        assert_eq!(Token::new(3, 301).unwrap().expose(), wire);
+        assert_eq!(Token::from_wire(wire), Token::new(3, 301));
+        let top = Token::from_wire((u64::from(MAX_EPOCH) << 48) | MAX_REVISION).unwrap();
+        assert_eq!((top.epoch(), top.revision()), (MAX_EPOCH, MAX_REVISION));
+    }
+
+    #[test]
+    fn from_wire_refuses_what_no_arbiter_mints() {
+        // Epoch 0 (never minted), a revision of 0, and an epoch past the
+        // signed-column limit.
+        assert_eq!(Token::from_wire(301), Err(TokenError::Epoch(0)));
+        assert_eq!(Token::from_wire(3 << 48), Err(TokenError::Revision(0)));
+        assert_eq!(Token::from_wire(u64::from(MAX_EPOCH + 1) << 48 | 1), Err(TokenError::Epoch(MAX_EPOCH + 1)));
+        assert_eq!(Token::from_wire(u64::MAX), Err(TokenError::Epoch(u32::from(u16::MAX))));
+    }
+
+    #[test]
+    fn accepts_the_full_range_and_nothing_past_it() {
+        assert_eq!(Token::new(MAX_EPOCH, MAX_REVISION).unwrap().expose(), i64::MAX as u64);
+        assert_eq!(Token::new(1, 1).unwrap().expose(), (1 << 48) | 1);
+        assert_eq!(Token::new(1, MAX_REVISION + 1), Err(TokenError::Revision(MAX_REVISION + 1)));
+    }
+
+    #[test]
+    fn debug_and_display_say_redacted() {
+        let t = Token::new(1, 123456).unwrap();
+        assert_eq!(format!("{t:?}"), "Token(<redacted>)");
+        assert_eq!(t.to_string(), "<redacted token>");
+    }
+
+    #[test]
     fn never_prints_its_value() {
         let t = Token::new(1, 123456).unwrap();
         let shown = format!("{t} {t:?} {t:#?}");
