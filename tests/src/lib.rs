@@ -66,12 +66,8 @@ impl Drop for TestDir {
 }
 
 fn print_tail(what: &str, path: &Path) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
     eprintln!("----- {what}: last lines of {} -----", path.display());
-    for l in &lines[lines.len().saturating_sub(40)..] {
-        eprintln!("{l}");
-    }
+    eprintln!("{}", holdfast_devkit::arbiter::tail(path, 40));
 }
 
 /// A real etcd cluster of one or more members on loopback.

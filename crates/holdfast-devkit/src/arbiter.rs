@@ -159,10 +159,7 @@ pub fn locate() -> anyhow::Result<PathBuf> {
     if sibling.exists() {
         return Ok(sibling);
     }
-    std::env::var_os("PATH")
-        .and_then(|p| p.to_str().map(|s| s.split(':').map(|d| Path::new(d).join("holdfast-arbiter")).find(|p| p.is_file())))
-        .flatten()
-        .context(
-            "holdfast-arbiter not found next to this program or on PATH; build it (`cargo build --release`) or set HOLDFAST_ARBITER_BIN",
-        )
+    crate::process::which("holdfast-arbiter").context(
+        "holdfast-arbiter not found next to this program or on PATH; build it (`cargo build --release`) or set HOLDFAST_ARBITER_BIN",
+    )
 }

@@ -71,10 +71,6 @@ fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
     Some((it.next()??, it.next()??, it.next()??))
 }
 
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
-}
-
 /// One member's identity and ports.
 #[derive(Debug, Clone)]
 pub struct MemberSpec {
@@ -196,6 +192,7 @@ impl Drop for EtcdProcess {
 }
 
 pub use crate::process::terminate;
+use crate::process::which;
 
 /// Waits until every member answers Status and a leader is known.
 pub async fn wait_ready(endpoints: &[String], timeout: Duration) -> anyhow::Result<()> {

@@ -1,7 +1,9 @@
-//! Stopping a child process: the one wait-then-kill helper.
+//! Child processes: finding a program on PATH, and the one wait-then-kill
+//! helper.
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -25,4 +27,9 @@ pub fn signal_then_kill(child: &mut Child, signal: Signal, grace: Duration, grou
     }
     let _ = kill(Pid::from_raw(if group { -pid } else { pid }), Signal::SIGKILL);
     let _ = child.wait();
+}
+
+/// The first file named `name` in a `PATH` directory.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
 }

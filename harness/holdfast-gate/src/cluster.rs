@@ -48,6 +48,9 @@ pub struct Cluster {
     /// Byte ranges of arbiter logs (arbiter, from, to) written while a
     /// restore was expected to seal them: seals there are not false.
     pub expected_seals: Vec<(usize, u64, u64)>,
+    /// Snapshots taken and restores done so far (they name files and dirs).
+    snapshots: u32,
+    restores: u32,
     pub proxies: Vec<Arc<Controls>>,
     pub ca: DevCa,
     pub client_cert: Issued,
@@ -79,6 +82,8 @@ impl Cluster {
             members: Vec::new(),
             arbiters: Vec::new(),
             expected_seals: Vec::new(),
+            snapshots: 0,
+            restores: 0,
             proxies: Vec::new(),
             ca,
             client_cert,
@@ -152,13 +157,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Saves a snapshot of member `i` (etcdctl, from the host namespace);
-    /// returns the snapshot's revision.
-    pub async fn snapshot(&self, i: usize, file: &Path) -> anyhow::Result<i64> {
+    /// Saves a snapshot of member `i` (etcdctl, from the host namespace)
+    /// into the run's directory; returns the file and etcd's revision just
+    /// before it (at most the snapshot's).
+    pub async fn snapshot(&mut self, i: usize) -> anyhow::Result<(PathBuf, i64)> {
         let url = self.spec.members[i].client_url();
         let revision = etcd_client::Client::connect([url.as_str()], None).await?.get("/", None).await?.header().map(|h| h.revision());
-        holdfast_devkit::etcd::snapshot_save(&self.bin, &url, file)?;
-        revision.context("no revision in etcd's answer")
+        let file = self.dir.join(format!("snapshot-{}.db", self.snapshots));
+        self.snapshots += 1;
+        holdfast_devkit::etcd::snapshot_save(&self.bin, &url, &file)?;
+        Ok((file, revision.context("no revision in etcd's answer")?))
     }
 
     /// Stops every member, restores `snapshot` into fresh data directories
@@ -169,8 +177,8 @@ impl Cluster {
         for i in 0..self.members.len() {
             self.kill_member(i);
         }
-        let n =
-            std::fs::read_dir(&self.dir)?.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().contains("-restored")).count();
+        let n = self.restores;
+        self.restores += 1;
         for (i, m) in self.spec.members.iter_mut().enumerate() {
             m.data_dir = self.dir.join(format!("etcd-e{i}-restored{n}"));
         }
@@ -183,6 +191,22 @@ impl Cluster {
         holdfast_devkit::etcd::wait_ready(&self.spec.client_urls(), Duration::from_secs(60))
             .await
             .context("the restored cluster did not start")
+    }
+
+    /// Whether every arbiter has logged that it serves `epoch`.
+    pub fn all_serve(&self, epoch: u32) -> bool {
+        let serving = format!("state=serving epoch {epoch}");
+        self.arbiters.iter().all(|a| std::fs::read_to_string(&a.launch.log).is_ok_and(|t| t.contains(serving.as_str())))
+    }
+
+    /// Whether every arbiter answers ServerStatus with `sealed`.
+    pub async fn all_sealed(&self) -> bool {
+        for a in 0..self.arbiters.len() {
+            if self.arbiter_sealed(a).await != Some(true) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Whether arbiter `a` answers ServerStatus with `sealed`.

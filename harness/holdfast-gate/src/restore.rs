@@ -10,7 +10,7 @@
 //! is at or below one issued before it.
 
 use crate::episode::{self, Episode, Setup};
-use crate::faults::{FaultKind, FaultRecord, PendingRestore};
+use crate::faults::{FaultKind, FaultRecord, PendingRestore, wait_for};
 use crate::summary::Summary;
 use crate::{CLIENT_TTL, cluster, say};
 use holdfast_checkers::etcd_log;
@@ -51,18 +51,12 @@ pub async fn phase(
 
     // Clients on fresh keys, racing the arbiters' seal.
     let mut procs = episode::spawn_clients(ep, setup.cluster, args, setup.resource, seed ^ 0x7265_7374_6f72_6521)?;
-    let sealed_in = wait_both_sealed(setup.cluster, Duration::from_secs(20)).await;
-    let etcd = setup.cluster.holdfast_etcd().await?;
-    let advanced = holdfast_store::epoch::advance(&etcd, from).await;
+    let c: &cluster::Cluster = setup.cluster;
+    let restored = Instant::now();
+    let sealed_in = wait_for(Duration::from_secs(20), || c.all_sealed()).await.then(|| restored.elapsed());
+    let advanced = holdfast_store::epoch::advance(&c.holdfast_etcd().await?, from).await;
     let to = from + 1;
-    let serving = format!("state=serving epoch {to}");
-    let logs: Vec<_> = setup.cluster.arbiters.iter().map(|a| a.launch.log.clone()).collect();
-    let end = Instant::now() + Duration::from_secs(15);
-    let mut switched = false;
-    while Instant::now() < end && !switched {
-        switched = logs.iter().all(|l| std::fs::read_to_string(l).is_ok_and(|t| t.contains(serving.as_str())));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let switched = wait_for(Duration::from_secs(15), || async { c.all_serve(to) }).await;
     for (a, mark) in log_marks.iter().enumerate() {
         let now = std::fs::metadata(&setup.cluster.arbiters[a].launch.log).map(|m| m.len()).unwrap_or(*mark);
         setup.cluster.expected_seals.push((a, *mark, now));
@@ -116,20 +110,4 @@ pub async fn phase(
         episode::report_failures(&after, &reports);
     }
     Ok(passed)
-}
-
-/// Waits until both arbiters answer ServerStatus sealed; how long it took.
-async fn wait_both_sealed(cluster: &cluster::Cluster, timeout: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        let mut all = true;
-        for a in 0..cluster.arbiters.len() {
-            all &= cluster.arbiter_sealed(a).await == Some(true);
-        }
-        if all {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    None
 }

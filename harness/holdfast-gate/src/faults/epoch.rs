@@ -8,7 +8,6 @@ use anyhow::{Context, bail};
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::rngs::StdRng;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Advance the epoch by one, revoke the old sessions' leases 1–3 s later;
@@ -30,19 +29,13 @@ pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Eff
     let to = from + 1;
     let frozen = to % 2 == 1;
     let late = Duration::from_millis(rng.random_range(1000..3000));
-    let serving = format!("state=serving epoch {to}");
-    let logs: Vec<PathBuf> = c.arbiters.iter().map(|a| a.launch.log.clone()).collect();
-    let both_serve = || {
-        let (logs, serving) = (&logs, &serving);
-        async move { logs.iter().all(|l| std::fs::read_to_string(l).is_ok_and(|t| t.contains(serving.as_str()))) }
-    };
     if frozen {
         for p in clients {
             signal(p.pid, Signal::SIGSTOP);
         }
     }
     let advanced = holdfast_store::epoch::advance_txn(&etcd, from).await;
-    let switched = wait_for(Duration::from_secs(10), both_serve).await;
+    let switched = wait_for(Duration::from_secs(10), || async { c.all_serve(to) }).await;
     if frozen {
         for p in clients {
             signal(p.pid, Signal::SIGCONT);

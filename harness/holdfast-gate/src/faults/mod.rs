@@ -154,7 +154,8 @@ fn signal(pid: u32, sig: Signal) {
     let _ = kill(Pid::from_raw(pid as i32), sig);
 }
 
-async fn wait_for<F: std::future::Future<Output = bool>>(timeout: Duration, mut f: impl FnMut() -> F) -> bool {
+/// Polls `f` every 100 ms until it is true (true) or `timeout` passes (false).
+pub(crate) async fn wait_for<F: std::future::Future<Output = bool>>(timeout: Duration, mut f: impl FnMut() -> F) -> bool {
     let end = Instant::now() + timeout;
     while Instant::now() < end {
         if f().await {

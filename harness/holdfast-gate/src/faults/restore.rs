@@ -19,12 +19,7 @@ pub struct Pending {
 
 pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
     let member = rng.random_range(0..ctx.cluster.spec.members.len());
-    let n = std::fs::read_dir(&ctx.cluster.dir)?
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("snapshot-"))
-        .count();
-    let file = ctx.cluster.dir.join(format!("snapshot-{n}.db"));
-    let revision = ctx.cluster.snapshot(member, &file).await?;
+    let (file, revision) = ctx.cluster.snapshot(member).await?;
     let bytes = std::fs::metadata(&file)?.len();
     *ctx.pending_restore = Some(Pending { file: file.clone(), revision, member });
     Ok(Effect {
