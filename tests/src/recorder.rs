@@ -36,7 +36,8 @@ fn outcome_of(e: &Error) -> Outcome {
 }
 
 impl Recorder {
-    fn now(&self) -> u64 {
+    /// Nanoseconds since the recorder was made: the clock of its ops.
+    pub fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
 
@@ -65,6 +66,7 @@ impl Recorder {
             invoke_ns: invoke,
             complete_ns: (outcome != Outcome::Unknown).then_some(complete),
             outcome,
+            gave_up_ns: (outcome == Outcome::Unknown).then_some(complete),
         });
         hold
     }
@@ -94,6 +96,7 @@ impl Recorder {
             invoke_ns: invoke,
             complete_ns: (outcome != Outcome::Unknown).then_some(complete),
             outcome,
+            gave_up_ns: (outcome == Outcome::Unknown).then_some(complete),
         });
         matches!(r, Ok(true))
     }

@@ -70,6 +70,11 @@ async fn contended_workload(name: &str, configure: Configure<'_>) {
         })
         .count();
     assert_eq!(deletes, releases + 2, "etcd's log has every release plus the two expiries of the vanished holders");
+    // Every unknown outcome records when the client gave up.
+    history.validate().unwrap();
+    for o in history.ops.iter().filter(|o| o.outcome == holdfast_checkers::history::Outcome::Unknown) {
+        assert!(o.gave_up_ns.is_some_and(|g| g >= o.invoke_ns), "an unknown outcome without a give-up time: {o:?}");
+    }
     let r1 = etcd_log::check(&history);
     assert!(r1.passed(), "C1: {:?}", r1.violations);
     let r3 = linearizable::check(&history, &linearizable::Config::default());
@@ -182,6 +187,7 @@ fn gate_check_fails_on_an_inconclusive_key() {
             invoke_ns: t,
             complete_ns: Some(t + 10),
             outcome: Outcome::Ok,
+            gave_up_ns: None,
         });
         h.ops.push(ClientOp {
             process: s as u64,
@@ -191,6 +197,7 @@ fn gate_check_fails_on_an_inconclusive_key() {
             invoke_ns: t + 20,
             complete_ns: Some(t + 30),
             outcome: Outcome::Ok,
+            gave_up_ns: None,
         });
         h.etcd.events.push(EtcdEvent {
             kind: EtcdEventKind::Put,
@@ -221,4 +228,13 @@ fn gate_check_fails_on_an_inconclusive_key() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "an inconclusive key must fail the check:\n{text}");
     assert!(text.contains("inconclusive on ns/a"), "{text}");
+
+    // A give-up time on an acknowledged operation is a malformed history:
+    // exit 2 and say which operation, rather than check something else.
+    h.ops[0].gave_up_ns = Some(15);
+    std::fs::write(&file, serde_json::to_vec(&h).unwrap()).unwrap();
+    let bad = check(&[]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(err.contains("malformed") && err.contains("op 0"), "{err}");
 }

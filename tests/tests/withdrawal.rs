@@ -52,6 +52,8 @@ async fn withdrawn_grant(name: &str, configure: Configure<'_>) -> Report {
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+    // The client stops waiting once it has the answer (the loop's last acquire).
+    let gave_up_ns = rec.now();
     let answer = answer.expect("the grant after the restore is withdrawn and answered unavailable");
     eprintln!("answer: {answer}");
     assert!(answer.contains("withdrawn") || answer.contains("withdrawing"), "{answer}");
@@ -64,6 +66,7 @@ async fn withdrawn_grant(name: &str, configure: Configure<'_>) -> Report {
         invoke_ns: 0,
         complete_ns: None,
         outcome: Outcome::Unknown,
+        gave_up_ns: Some(gave_up_ns),
     });
 
     let mut log = etcd_lock_log(&app.etcd.client().await).await;
@@ -73,6 +76,7 @@ async fn withdrawn_grant(name: &str, configure: Configure<'_>) -> Report {
     assert_eq!(log.events.len(), 2, "the grant's put and the withdrawal's delete");
     let history = rec.history(log);
     assert_eq!(history.ops[0].outcome, Outcome::Unknown);
+    history.validate().unwrap();
     linearizable::check(&history, &linearizable::Config::default())
 }
 

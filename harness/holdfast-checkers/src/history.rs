@@ -96,11 +96,19 @@ pub struct ClientOp {
     pub token: Option<u64>,
     /// Monotonic nanoseconds when the client sent the request.
     pub invoke_ns: u64,
-    /// Monotonic nanoseconds when the client saw the answer (or gave up).
-    /// `None` if it never returned.
+    /// Monotonic nanoseconds when the client saw the answer. `None` if it
+    /// never saw one: an unknown outcome (see `gave_up_ns`).
     #[serde(default)]
     pub complete_ns: Option<u64>,
     pub outcome: Outcome,
+    /// For an unknown outcome: monotonic nanoseconds when the client stopped
+    /// waiting (timeout, lost connection). The operation may still take
+    /// effect after it, so the checkers keep treating it as pending to the
+    /// end of the history; it is recorded so that a reader of a history (and
+    /// of a violation) sees when the client gave up. `None` for ok and fail
+    /// outcomes, and in histories recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gave_up_ns: Option<u64>,
 }
 
 impl ClientOp {
@@ -254,6 +262,28 @@ pub struct Stats {
 }
 
 impl History {
+    /// Rejects a malformed history: a give-up time on an operation whose
+    /// outcome is not unknown, or one before the operation's invocation.
+    /// The error names the first offending operation (its index in
+    /// [`History::ops`], process, kind and invocation time).
+    pub fn validate(&self) -> Result<(), String> {
+        for (index, op) in self.ops.iter().enumerate() {
+            let Some(gave_up) = op.gave_up_ns else { continue };
+            let name = || format!("op {index} (process {}, {:?}, invoked at {} ns)", op.process, op.kind, op.invoke_ns);
+            if op.outcome != Outcome::Unknown {
+                return Err(format!(
+                    "{}: gave_up_ns {gave_up} but its outcome is {:?}; only an unknown outcome has a give-up time",
+                    name(),
+                    op.outcome
+                ));
+            }
+            if gave_up < op.invoke_ns {
+                return Err(format!("{}: gave_up_ns {gave_up} is before its invoke_ns {}", name(), op.invoke_ns));
+            }
+        }
+        Ok(())
+    }
+
     /// Counts operations, expiries and fence decisions.
     pub fn stats(&self) -> Stats {
         let mut s = Stats { ops: self.ops.len(), ..Stats::default() };
@@ -286,5 +316,78 @@ impl History {
         s.accepted_writes = self.fence.iter().filter(|f| f.accepted).count();
         s.stale_rejected = self.fence.len() - s.accepted_writes;
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(outcome: Outcome, invoke_ns: u64, complete_ns: Option<u64>, gave_up_ns: Option<u64>) -> History {
+        let op = ClientOp {
+            process: 3,
+            kind: OpKind::Acquire { key: "ns/a".into() },
+            session: Some(7),
+            token: None,
+            invoke_ns,
+            complete_ns,
+            outcome,
+            gave_up_ns,
+        };
+        History { ops: vec![op], ..History::default() }
+    }
+
+    #[test]
+    fn an_unknown_outcome_may_carry_a_give_up_time_at_or_after_its_invocation() {
+        assert_eq!(history(Outcome::Unknown, 100, None, Some(100)).validate(), Ok(()));
+        assert_eq!(history(Outcome::Unknown, 100, None, Some(250)).validate(), Ok(()));
+        // Histories recorded before give-up times existed.
+        assert_eq!(history(Outcome::Unknown, 100, None, None).validate(), Ok(()));
+        assert_eq!(history(Outcome::Ok, 100, Some(120), None).validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_give_up_time_on_a_known_outcome_is_rejected() {
+        for outcome in [Outcome::Ok, Outcome::Fail] {
+            let err = history(outcome, 100, Some(120), Some(120)).validate().unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "op 0 (process 3, Acquire {{ key: \"ns/a\" }}, invoked at 100 ns): gave_up_ns 120 but its outcome is {outcome:?}; \
+                     only an unknown outcome has a give-up time"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_give_up_time_before_the_invocation_is_rejected() {
+        let mut h = history(Outcome::Unknown, 100, None, Some(150));
+        h.ops.push(ClientOp { invoke_ns: 200, gave_up_ns: Some(199), ..h.ops[0].clone() });
+        let err = h.validate().unwrap_err();
+        assert_eq!(err, "op 1 (process 3, Acquire { key: \"ns/a\" }, invoked at 200 ns): gave_up_ns 199 is before its invoke_ns 200");
+    }
+
+    #[test]
+    fn a_give_up_time_round_trips_and_is_omitted_when_absent() {
+        let h = history(Outcome::Unknown, 100, None, Some(250));
+        let text = serde_json::to_string(&h).unwrap();
+        assert!(text.contains("\"gave_up_ns\":250"), "{text}");
+        assert_eq!(serde_json::from_str::<History>(&text).unwrap(), h);
+
+        let known = history(Outcome::Ok, 100, Some(120), None);
+        let text = serde_json::to_string(&known).unwrap();
+        assert!(!text.contains("gave_up_ns"), "{text}");
+        assert_eq!(serde_json::from_str::<History>(&text).unwrap(), known);
+    }
+
+    #[test]
+    fn an_old_history_without_give_up_times_still_loads() {
+        let old = r#"{"ops":[{"process":1,"kind":{"type":"acquire","key":"ns/a"},"session":5,"token":null,
+            "invoke_ns":10,"complete_ns":null,"outcome":"unknown"}],"etcd":{"epoch":1,"events":[]}}"#;
+        let h: History = serde_json::from_str(old).unwrap();
+        assert_eq!(h.ops[0].gave_up_ns, None);
+        assert_eq!(h.ops[0].outcome, Outcome::Unknown);
+        assert_eq!(h.validate(), Ok(()));
     }
 }

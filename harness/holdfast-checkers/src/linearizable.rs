@@ -507,3 +507,108 @@ fn search(entries: &[Entry], max_steps: u64) -> Outcome3 {
     let (linearized, state, stuck) = best;
     Outcome3::Not { linearized, state, stuck }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The search against a plain depth-first search without the memo: the
+    //! memo may only make the search faster, never change its answer.
+
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    fn entry(action: Action, invoke: u64, complete: u64, required: bool) -> Entry {
+        let source = OpRef::Client { index: 0, invoke_ns: invoke, complete_ns: Some(complete) };
+        Entry { action, invoke, complete, revision: None, required, source }
+    }
+
+    fn acquire(session: i64, token: u64) -> Action {
+        Action::Acquire { session, token: Some(token) }
+    }
+
+    fn release(session: i64, token: u64) -> Action {
+        Action::Release { session, token }
+    }
+
+    /// Every order, no memo: is there one that linearizes every required entry?
+    fn exhaustive(entries: &[Entry], done: &mut Vec<u64>, state: State, left: usize) -> bool {
+        if left == 0 {
+            return true;
+        }
+        for c in candidates(entries, done) {
+            let Some(next) = state.step(entries[c].action) else { continue };
+            done[c / 64] |= 1 << (c % 64);
+            if exhaustive(entries, done, next, left - usize::from(entries[c].required)) {
+                return true;
+            }
+            done[c / 64] &= !(1 << (c % 64));
+        }
+        false
+    }
+
+    fn reference(entries: &[Entry]) -> bool {
+        let required = entries.iter().filter(|e| e.required).count();
+        exhaustive(entries, &mut vec![0; entries.len().div_ceil(64)], State { holder: None, highest: 0 }, required)
+    }
+
+    fn linearizable(entries: &[Entry]) -> bool {
+        match search(entries, u64::MAX) {
+            Outcome3::Linearizable => true,
+            Outcome3::Not { .. } => false,
+            Outcome3::TooLarge(_) => unreachable!("no step limit"),
+        }
+    }
+
+    /// A memo hit on a required entry must leave it free for the paths tried
+    /// after it. The required four overlap; the only orders that work put session 2's
+    /// acquire and release (token 5) before session 1's acquire and its retry
+    /// (token 10). The search first tries session 1's acquire then its retry,
+    /// fails, then the retry then the acquire — the same (done set, state),
+    /// a memo hit on the acquire — and must still find the order that starts
+    /// with session 2. (The optional first entry, a release nobody can
+    /// make, puts the memo hit at index 1, where a wrong word or bit index
+    /// differs from the right one.)
+    #[test]
+    fn a_memo_hit_does_not_lose_the_entry_for_later_paths() {
+        let entries = [
+            entry(release(3, 1), 0, 100, false),
+            entry(acquire(1, 10), 1, 100, true),
+            entry(acquire(1, 10), 2, 100, true),
+            entry(acquire(2, 5), 3, 100, true),
+            entry(release(2, 5), 4, 100, true),
+        ];
+        assert!(reference(&entries));
+        assert!(linearizable(&entries));
+    }
+
+    /// Small random histories (two sessions, three tokens, overlapping
+    /// intervals, some entries optional): the search with its memo answers
+    /// exactly as the exhaustive search does, both ways.
+    #[test]
+    fn the_search_agrees_with_an_exhaustive_search_on_small_histories() {
+        let mut rng = StdRng::seed_from_u64(12);
+        let (mut yes, mut no) = (0, 0);
+        for _ in 0..4000 {
+            let n = rng.random_range(2..=6);
+            let mut entries: Vec<Entry> = (0..n)
+                .map(|_| {
+                    let session = rng.random_range(1..=2);
+                    let token = [5, 10, 15][rng.random_range(0..3)];
+                    let action = if rng.random_bool(0.7) { acquire(session, token) } else { release(session, token) };
+                    let invoke = rng.random_range(0..40);
+                    entry(action, invoke, invoke + rng.random_range(1..60), rng.random_bool(0.7))
+                })
+                .collect();
+            entries.sort_by_key(|e| e.invoke);
+            let expected = reference(&entries);
+            assert_eq!(linearizable(&entries), expected, "search and exhaustive search disagree on {:?}", actions(&entries));
+            if expected { yes += 1 } else { no += 1 }
+        }
+        eprintln!("{yes} linearizable, {no} not");
+        assert!(yes > 500 && no > 500, "both answers are exercised: {yes} linearizable, {no} not");
+    }
+
+    fn actions(entries: &[Entry]) -> Vec<String> {
+        entries.iter().map(|e| format!("{:?} [{}, {}] required={}", e.action, e.invoke, e.complete, e.required)).collect()
+    }
+}

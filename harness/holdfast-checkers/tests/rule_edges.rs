@@ -406,6 +406,7 @@ fn client_op_key_names_the_lock_of_lock_operations_only() {
         invoke_ns: 60,
         complete_ns: Some(70),
         outcome: Outcome::Ok,
+        gave_up_ns: None,
     });
     let keys: Vec<Option<&str>> = b.h.ops.iter().map(|op| op.key()).collect();
     assert_eq!(keys, [Some("ns/a"), Some("ns/a"), Some("ns/b"), None]);

@@ -89,14 +89,17 @@ impl Log {
     }
 
     pub fn push(&self, kind: OpKind, session: Option<u64>, token: Option<u64>, invoke_ns: u64, outcome: Outcome) {
+        // One clock reading: when the answer came, or when the client gave up.
+        let end_ns = raw_monotonic_ns();
         let op = ClientOp {
             process: self.process,
             kind,
             session: session.map(|s| s as i64),
             token,
             invoke_ns,
-            complete_ns: (outcome != Outcome::Unknown).then(raw_monotonic_ns),
+            complete_ns: (outcome != Outcome::Unknown).then_some(end_ns),
             outcome,
+            gave_up_ns: (outcome == Outcome::Unknown).then_some(end_ns),
         };
         let line = serde_json::to_string(&op).expect("a ClientOp serialises");
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());

@@ -427,6 +427,7 @@ pub(crate) async fn collect(
     ops.sort_by_key(|o| o.invoke_ns);
     let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, start_rev, start_epoch as u64).await?;
     let mut history = History { ops, etcd, ..Default::default() };
+    history.validate().map_err(|e| anyhow::anyhow!("the clients' logs in {} are malformed: {e}", ep.dir.display()))?;
     if let Some(url) = resource {
         let res = resource::open(url, fence).await?;
         let rejected: Vec<&ClientOp> =

@@ -332,6 +332,10 @@ fn check_file(path: &std::path::Path, c3: &linearizable::Config) -> u8 {
             return 2;
         }
     };
+    if let Err(e) = history.validate() {
+        eprintln!("holdfast-gate check: {} is malformed: {e}", path.display());
+        return 2;
+    }
     let reports = [etcd_log::check(&history), fence::check(&history), linearizable::check(&history, c3)];
     for r in &reports {
         println!("{:?}: {} checked, {} violations, {} inconclusive", r.checker, r.checked, r.violations.len(), r.inconclusive.len());

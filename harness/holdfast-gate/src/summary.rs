@@ -120,14 +120,17 @@ pub fn timeline(history: &History, key: &str) -> String {
             .token
             .map(|t| format!("{}/{}", holdfast_checkers::history::token_epoch(t), holdfast_checkers::history::token_revision(t)))
             .unwrap_or_else(|| "-".into());
+        // An unknown outcome stays pending to the end; when the client gave up is shown after it.
+        let gave_up = o.gave_up_ns.map(|g| format!(" (client gave up at {g})")).unwrap_or_default();
         out.push_str(&format!(
-            "    {:>14} .. {:>14}  p{:<3} {:<40} {:?} {}\n",
+            "    {:>14} .. {:>14}  p{:<3} {:<40} {:?} {}{}\n",
             o.invoke_ns,
             o.complete_ns.map(|c| c.to_string()).unwrap_or_else(|| "?".into()),
             o.process,
             format!("{:?}", o.kind),
             o.outcome,
-            tok
+            tok,
+            gave_up
         ));
     }
     for e in history.etcd.events.iter().filter(|e| e.key == etcd_key).take(60) {

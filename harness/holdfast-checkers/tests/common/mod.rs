@@ -22,14 +22,27 @@ impl B {
         b
     }
 
-    fn op(&mut self, process: u64, kind: OpKind, session: i64, token: Option<u64>, inv: u64, comp: Option<u64>, outcome: Outcome) -> usize {
-        self.h.ops.push(ClientOp { process, kind, session: Some(session), token, invoke_ns: inv, complete_ns: comp, outcome });
+    /// An op that ended at `end`: its completion, or for an unknown outcome
+    /// its give-up time (none recorded if `end` is before `inv`: many tests
+    /// pass 0 there when the time does not matter).
+    fn op(&mut self, process: u64, kind: OpKind, session: i64, token: Option<u64>, inv: u64, end: u64, outcome: Outcome) -> usize {
+        let unknown = outcome == Outcome::Unknown;
+        self.h.ops.push(ClientOp {
+            process,
+            kind,
+            session: Some(session),
+            token,
+            invoke_ns: inv,
+            complete_ns: (!unknown).then_some(end),
+            outcome,
+            gave_up_ns: (unknown && end >= inv).then_some(end),
+        });
         self.h.ops.len() - 1
     }
 
     /// Acquire of `key` by session `s`; `rev` is the granted token's revision when known.
+    /// For an unknown outcome `comp` is when the client gave up.
     pub fn acq(&mut self, key: &str, s: i64, inv: u64, comp: u64, outcome: Outcome, rev: Option<u64>) -> usize {
-        let comp = (outcome != Outcome::Unknown).then_some(comp);
         self.op(s as u64, OpKind::Acquire { key: key.into() }, s, rev.map(tok), inv, comp, outcome)
     }
 
@@ -37,15 +50,15 @@ impl B {
         self.acq(key, s, inv, comp, Outcome::Ok, Some(rev))
     }
 
+    /// Release of `key`; for an unknown outcome `comp` is when the client gave up.
     pub fn rel(&mut self, key: &str, s: i64, inv: u64, comp: u64, outcome: Outcome, rev: u64) -> usize {
-        let comp = (outcome != Outcome::Unknown).then_some(comp);
         self.op(s as u64, OpKind::Release { key: key.into() }, s, Some(tok(rev)), inv, comp, outcome)
     }
 
     /// A write of `record` with token revision `rev`; `fence` = Some(accepted) logs it at the fence.
+    /// It ends (completes, or for an unknown outcome is given up) at `at + 5`.
     pub fn write(&mut self, key: &str, record: &str, s: i64, rev: u64, at: u64, outcome: Outcome, fence: Option<bool>) -> usize {
-        let comp = (outcome != Outcome::Unknown).then_some(at + 5);
-        let i = self.op(s as u64, OpKind::Write { key: key.into(), record: record.into() }, s, Some(tok(rev)), at, comp, outcome);
+        let i = self.op(s as u64, OpKind::Write { key: key.into(), record: record.into() }, s, Some(tok(rev)), at, at + 5, outcome);
         if let Some(accepted) = fence {
             self.h.fence.push(FenceEntry { record: record.into(), token: tok(rev), accepted, at_ns: at + 2, op: Some(i) });
         }
