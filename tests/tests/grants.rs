@@ -77,9 +77,9 @@ async fn a_release_naming_an_older_hold_deletes_nothing() {
         .into_inner();
     assert!(!resp.released);
     assert_eq!(app.etcd.revision().await, before, "a stale release must write nothing");
-    let seen = client.inspect(&k).await.unwrap();
-    assert!(seen.held);
-    assert_eq!(seen.since_revision, new.token().revision());
+    assert!(client.inspect(&k).await.unwrap().held);
+    let hold = app.etcd.client().await.get("/l/orders/stale", None).await.unwrap();
+    assert_eq!(hold.kvs()[0].create_revision() as u64, new.token().revision(), "the newer hold is the one left");
     assert!(new.release().await.unwrap());
 }
 

@@ -267,12 +267,13 @@ async fn release_txn_traced(etcd: &Etcd, hold_key: &str, lease: i64, create_revi
     Ok(resp.succeeded())
 }
 
-/// The current hold of a key, if any: (record, lease, create revision).
-pub async fn inspect(etcd: &Etcd, key: &LockKey) -> Result<Option<(HoldRecord, i64, i64)>, Refusal> {
+/// The current hold of a key, if any: (record, session lease).
+pub async fn inspect(etcd: &Etcd, key: &LockKey) -> Result<Option<(HoldRecord, i64)>, Refusal> {
     let hold_key = layout::hold_key(key);
     let resp = etcd.client.clone().get(hold_key.as_str(), None).await.map_err(Refusal::etcd)?;
+    // Not the create revision: with the epoch it is the holder's token.
     Ok(resp.kvs().first().and_then(|kv| {
         let record: HoldRecord = layout::decode(&hold_key, kv.value()).ok()?;
-        Some((record, kv.lease(), kv.create_revision()))
+        Some((record, kv.lease()))
     }))
 }

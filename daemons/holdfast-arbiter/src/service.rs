@@ -228,11 +228,10 @@ impl holdfast_proto::Lock for LockService {
                 _ => 0,
             };
             Ok(match self.seen(grant::inspect(&self.etcd, &key).await)? {
-                Some((hold, lease, since)) => InspectResponse {
+                Some((hold, lease)) => InspectResponse {
                     held: true,
                     holder_identity: hold.spiffe_id,
                     session_id: lease as u64,
-                    since_revision: since as u64,
                     waiters,
                     epoch: hold.epoch,
                     since_unix_ms: hold.granted_unix_ms,

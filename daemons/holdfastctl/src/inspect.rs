@@ -33,7 +33,6 @@ pub async fn run(conn: &ConnArgs, args: InspectArgs) -> u8 {
             "held": r.held,
             "holder_identity": r.held.then_some(&r.holder_identity),
             "session_id": r.held.then(|| format!("{:x}", r.session_id)),
-            "since_revision": r.held.then_some(r.since_revision),
             "since_unix_ms": r.held.then_some(r.since_unix_ms),
             "epoch": r.epoch,
             "waiters": r.waiters,
@@ -44,7 +43,7 @@ pub async fn run(conn: &ConnArgs, args: InspectArgs) -> u8 {
         println!("held     yes");
         println!("holder   {}", r.holder_identity);
         println!("session  {:x}", r.session_id);
-        println!("since    revision {} (epoch {})", r.since_revision, r.epoch);
+        println!("epoch    {}", r.epoch);
         if r.since_unix_ms > 0 {
             let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.since_unix_ms);
             let held_for = std::time::SystemTime::now().duration_since(at).unwrap_or_default();
