@@ -3,6 +3,9 @@
 pub const OK: u8 = 0;
 /// A precise error in what was asked (bad key, bad TTL...).
 pub const USAGE: u8 = 64;
+/// The input is wrong: `class check` found problems in the class or grant
+/// files (each printed as FILE:LINE: message). EX_DATAERR.
+pub const INVALID: u8 = 65;
 /// The arbiter or etcd is unreachable, or the arbiter is sealed.
 pub const UNAVAILABLE: u8 = 69;
 /// An internal error.

@@ -1,5 +1,6 @@
 //! holdfastctl: the operator and developer CLI.
 
+mod class;
 mod dev;
 mod epoch;
 mod inspect;
@@ -37,6 +38,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// The epoch: initialise a new cluster, show what the arbiter serves.
     Epoch(epoch::EpochArgs),
+    /// Lock classes and grants: validate a policy directory offline.
+    Class(class::ClassArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::run(&cli.conn, args).await,
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
+            Command::Class(args) => class::run(args).await,
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.

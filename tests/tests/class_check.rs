@@ -1,0 +1,200 @@
+//! `holdfastctl class check DIR`: the real binary on the shipped dev set in
+//! config/, on a broken directory, and with the pause-test rule checked
+//! against a real etcd (and reported as not checked when etcd is away).
+
+use holdfast_devkit::ports::free_port;
+use holdfast_model::layout::{self, PAUSETEST_VALIDITY, PauseTestOutcome, PauseTestRecord};
+use holdfast_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+fn check(dir: &Path, extra: &[&str]) -> Out {
+    let out = Command::new(bin("holdfastctl")).args(["class", "check"]).arg(dir).args(extra).output().expect("run holdfastctl");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A policy directory with the given class and grant files.
+fn policy(root: &Path, classes: &[(&str, &str)], grants: &[(&str, &str)]) -> PathBuf {
+    let dir = root.join("policy");
+    for (sub, files) in [("classes.d", classes), ("grants.d", grants)] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(sub).join(name), text).unwrap();
+        }
+    }
+    dir
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+const ADVISORY: &str = r#"[class.ledger]
+namespace = "payments"
+purpose = "correctness"
+enforcement = "advisory"
+risk_owner = "team-ledger"
+waiver_expires = 2099-12-31
+ttl = "30s"
+tier = "entity"
+"#;
+
+const FENCED: &str = r#"[class.orders]
+namespace = "orders"
+purpose = "correctness"
+enforcement = "fenced"
+ttl = "10s"
+tier = "entity"
+"#;
+
+const GRANTS: &str = r#"[grant.ledger]
+identity = "spiffe://holdfast.dev/ns/payments/"
+lock = ["payments/", "orders/"]
+"#;
+
+#[test]
+fn every_file_in_config_passes() {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+    let out = check(&config, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains(": valid: ") && out.stdout.contains("sha256:"), "{out}");
+    assert!(out.stdout.contains("no fenced class, so the pause-test rule does not apply"), "{out}");
+
+    let json = check(&config, &["--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}):\n{json}"));
+    assert_eq!(v["valid"], true, "{v}");
+    assert_eq!(v["problems"], serde_json::json!([]));
+    assert!(v["classes"].as_u64().unwrap() >= 1 && v["grants"].as_u64().unwrap() >= 1, "{v}");
+}
+
+#[test]
+fn a_broken_directory_exits_65_with_every_problem_at_its_file_and_line() {
+    let dir = TestDir::new("class-check-bad");
+    let typo = ADVISORY.replace("enforcement", "enforcment");
+    let short = ADVISORY.replace("[class.ledger]", "[class.cache]").replace("\"payments\"", "\"cache\"").replace("\"30s\"", "\"2s\"");
+    let grant = "[grant.nobody]\nidentity = \"https://example.org/x\"\nlock = [\"billing/\"]\n";
+    let p = policy(&dir.path, &[("a.toml", &typo), ("b.toml", &short)], &[("g.toml", grant)]);
+    let out = check(&p, &[]);
+    assert_eq!(out.code, 65, "{out}");
+    let a = p.join("classes.d/a.toml").display().to_string();
+    let b = p.join("classes.d/b.toml").display().to_string();
+    let g = p.join("grants.d/g.toml").display().to_string();
+    for expected in [
+        format!("{a}:1: class \"ledger\" has no enforcement; add enforcement = \"advisory\""),
+        format!("{a}:4: class \"ledger\": unknown key \"enforcment\" (did you mean \"enforcement\"?)"),
+        format!("{b}:7: class \"cache\": ttl = \"2s\" is outside 5s..300s"),
+        format!("{g}:2: grant \"nobody\": identity \"https://example.org/x\" is not a SPIFFE ID or ID prefix"),
+        format!("{g}:3: grant \"nobody\": lock prefix \"billing/\" names namespace \"billing\", which no class declares"),
+    ] {
+        assert!(out.stdout.lines().any(|l| l.starts_with(&expected)), "missing {expected:?} in:\n{out}");
+    }
+    assert!(out.stdout.contains("INVALID: 5 problem(s) in 2 class(es), 1 grant(s)"), "{out}");
+
+    let json = check(&p, &["--json"]);
+    assert_eq!(json.code, 65, "{json}");
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["hash"], serde_json::Value::Null);
+    let rules: Vec<&str> = v["problems"].as_array().unwrap().iter().map(|p| p["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["missing-enforcement", "unknown-key", "ttl-out-of-range", "invalid-identity", "unknown-namespace"], "{v}");
+    assert_eq!(v["problems"][0]["file"], a);
+    assert_eq!(v["problems"][0]["line"], 1);
+
+    // An unreadable directory is a configuration error, not a problem in a set.
+    let out = check(&dir.path.join("nope"), &[]);
+    assert_eq!(out.code, 78, "{out}");
+    assert!(out.stderr.contains("pass the directory that holds classes.d/ and grants.d/"), "{out}");
+    std::fs::create_dir(dir.path.join("half")).unwrap();
+    std::fs::create_dir(dir.path.join("half/classes.d")).unwrap();
+    let out = check(&dir.path.join("half"), &[]);
+    assert_eq!(out.code, 78, "{out}");
+    assert!(out.stderr.contains("half/grants.d/ is missing"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_needs_a_pause_test_result_in_etcd_and_says_so_when_etcd_is_away() {
+    let dir = TestDir::new("class-check-pausetest");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    let url = etcd.endpoints().join(",");
+    let p = policy(&dir.path, &[("a.toml", ADVISORY), ("b.toml", FENCED)], &[("g.toml", GRANTS)]);
+    let b = p.join("classes.d/b.toml").display().to_string();
+
+    // Offline: valid, and the rule is NOT checked (neither passed nor failed).
+    let out = check(&p, &[]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains(&format!(
+            "{b}:1: class \"orders\" is fenced; whether a passing pause-test result is recorded for it was NOT checked: offline"
+        )),
+        "{out}"
+    );
+    assert!(out.stdout.contains("the pause-test rule was NOT checked for 1 fenced class(es)"), "{out}");
+
+    // etcd on a closed port: still NOT checked, and why.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let out = check(&p, &["--etcd-endpoint", &closed]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains(&format!("was NOT checked: etcd at {closed} could not be read (")), "{out}");
+    let json = check(&p, &["--etcd", &closed, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(v["pause_tests"]["checked"], false, "{v}");
+    assert_eq!(v["unchecked"][0]["rule"], "fenced-without-pause-test", "{v}");
+
+    // A real etcd without a result: refused.
+    let out = check(&p, &["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 65, "{out}");
+    assert!(
+        out.stdout.contains(&format!(
+            "{b}:1: class \"orders\" is fenced, but no pause-test result is recorded for it (nothing under /sys/pausetest/orders/); \
+             run `holdfast-pausetest run --class orders --resource URL ...`"
+        )),
+        "{out}"
+    );
+
+    // An expired result does not count.
+    let resource = "postgresql://127.0.0.1:5432/app?table=holdfast_fence";
+    let mut record = PauseTestRecord {
+        class: "orders".into(),
+        resource: resource.into(),
+        schema_version: 1,
+        time_unix_ms: now_ms() - PAUSETEST_VALIDITY.as_millis() as u64 - 1000,
+        expires_unix_ms: now_ms() - 1000,
+        etcd_version: etcd.bin.version_string(),
+        outcome: PauseTestOutcome::Pass,
+        reason: "the paused holder's write was rejected".into(),
+        fence_mode: "correct".into(),
+    };
+    let key = layout::pausetest_key("orders", resource);
+    let mut client = etcd.client().await;
+    client.put(key.as_str(), layout::encode(&record), None).await.unwrap();
+    let out = check(&p, &["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 65, "{out}");
+    assert!(out.stdout.contains(&format!("no pause-test result for it counts ({resource}: the result expired")), "{out}");
+
+    // A passing, unexpired result at /sys/pausetest/<class>/<resource>: accepted.
+    record.time_unix_ms = now_ms();
+    record.expires_unix_ms = now_ms() + PAUSETEST_VALIDITY.as_millis() as u64;
+    client.put(key.as_str(), layout::encode(&record), None).await.unwrap();
+    let out = check(&p, &["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains(": valid: 2 class(es), 1 grant(s), sha256:"), "{out}");
+    assert!(out.stdout.contains("pause-test results read from etcd"), "{out}");
+    assert!(!out.stdout.contains("NOT checked"), "{out}");
+}
