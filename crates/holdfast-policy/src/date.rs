@@ -14,6 +14,9 @@ pub struct Date {
 }
 
 impl Date {
+    /// 0000-01-01, the earliest date: no waiver has expired on it.
+    pub const MIN: Date = Date { year: 0, month: 1, day: 1 };
+
     /// The date, if it exists in the proleptic Gregorian calendar.
     pub fn new(year: u16, month: u8, day: u8) -> Option<Date> {
         let leap = (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400);
@@ -40,6 +43,24 @@ impl Date {
         let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
         let year = yoe + era * 400 + i64::from(month <= 2);
         Date { year: year.clamp(0, i64::from(u16::MAX)) as u16, month, day }
+    }
+
+    /// Days since 1970-01-01 (negative before it); the inverse of
+    /// [`Date::from_unix_days`] (Howard Hinnant's `days_from_civil`).
+    pub fn unix_days(&self) -> i64 {
+        let (m, d) = (i64::from(self.month), i64::from(self.day));
+        let y = i64::from(self.year) - i64::from(m <= 2);
+        let era = y.div_euclid(400);
+        let yoe = y.rem_euclid(400);
+        let mp = if m > 2 { m - 3 } else { m + 9 };
+        let doy = (153 * mp + 2) / 5 + d - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        era * 146_097 + doe - 719_468
+    }
+
+    /// Days from `self` to `later` (negative if `later` is earlier).
+    pub fn days_until(&self, later: Date) -> i64 {
+        later.unix_days() - self.unix_days()
     }
 
     /// Today's date in UTC, from the system clock.
@@ -109,6 +130,21 @@ mod tests {
         assert_eq!(Date::from_unix_days(19_723 + 59).to_string(), "2024-02-29");
         assert_eq!(Date::from_unix_days(-1).to_string(), "1969-12-31");
         assert!(Date::today_utc() > Date::new(2024, 1, 1).unwrap());
+    }
+
+    #[test]
+    fn dates_become_days_and_back() {
+        for days in [-719_528, -1, 0, 1, 59, 19_723, 19_723 + 59, 20_000, 47_482, 2_932_896] {
+            assert_eq!(Date::from_unix_days(days).unix_days(), days, "{days}");
+        }
+        assert_eq!(Date::MIN.to_string(), "0000-01-01");
+        assert_eq!(Date::MIN.unix_days(), -719_528);
+        let d = |s: &str| s.parse::<Date>().unwrap();
+        assert_eq!(d("2026-06-01").days_until(d("2026-07-01")), 30);
+        assert_eq!(d("2028-02-28").days_until(d("2028-03-01")), 2);
+        assert_eq!(d("2026-06-01").days_until(d("2026-05-31")), -1);
+        assert_eq!(d("2026-06-01").days_until(d("2026-06-01")), 0);
+        assert!(Date::MIN < d("0000-01-02"));
     }
 
     #[test]

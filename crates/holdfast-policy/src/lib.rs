@@ -13,16 +13,21 @@
 //! happens here besides reading the directory ([`Sources::read`]): the
 //! pause-test results come in as [`PauseTests`], read by the caller.
 //!
-//! The rules and their messages are listed in `docs/policy.md`.
+//! The rules and their messages are listed in `docs/policy.md`. [`cost`]
+//! and [`risk`] hold the arithmetic of `holdfastctl class cost` and
+//! `holdfastctl risk-register`.
 
+pub mod cost;
 pub mod date;
 pub mod problem;
+pub mod risk;
 pub mod set;
 pub mod source;
 pub mod validate;
 
 pub use date::Date;
 pub use problem::{Problem, Rule};
+pub use risk::{WaiverStatus, advisory_classes, waiver_status};
 pub use set::{Class, CompiledSet, Enforcement, Fairness, Grant, OnQuorumLoss, Purpose, Tier};
 pub use source::{LoadError, SourceFile, Sources};
 pub use validate::{Checks, PauseTests, Report, validate};

@@ -1,5 +1,6 @@
 //! `holdfastctl class check DIR`: validates a policy directory with the same
 //! function the controller and the arbiters use (`holdfast_policy::validate`).
+//! `holdfastctl class cost` lives in `cost.rs`.
 
 use holdfast_cli::exit;
 use holdfast_config::EtcdConfig;
@@ -28,6 +29,14 @@ enum ClassAction {
     /// reflects the other rules only.
     #[command(after_long_help = CHECK_HELP)]
     Check(CheckArgs),
+    /// What N sessions of a class cost etcd (keepalives/s), and how long a
+    /// dead holder can keep its keys (the liveness bound, TTL + election
+    /// timeout).
+    ///
+    /// Reads the class from a policy directory (which must validate) and
+    /// computes; it talks to nothing.
+    #[command(after_long_help = crate::cost::COST_HELP)]
+    Cost(crate::cost::CostArgs),
 }
 
 const CHECK_HELP: &str = "\
@@ -99,6 +108,7 @@ struct CheckArgs {
 pub async fn run(args: ClassArgs) -> u8 {
     match args.action {
         ClassAction::Check(args) => check(args).await,
+        ClassAction::Cost(args) => crate::cost::run(args),
     }
 }
 
@@ -116,7 +126,7 @@ async fn check(args: CheckArgs) -> u8 {
     if args.json {
         print_json(&dir, &report, read);
     } else {
-        print_text(&dir, &report);
+        print!("{}", report_text(&dir, &report));
     }
     if report.is_valid() { exit::OK } else { exit::INVALID }
 }
@@ -165,15 +175,19 @@ fn not_reachable(endpoints: &str, why: &str) -> PauseTests {
     }
 }
 
-fn print_text(dir: &str, r: &Report) {
+/// The report as `class check` prints it: one line per problem and per rule
+/// not checked, `note: ignored` lines, a summary line. Each line ends in a
+/// newline.
+pub(crate) fn report_text(dir: &str, r: &Report) -> String {
+    let mut out = String::new();
     for p in &r.problems {
-        println!("{p}");
+        out.push_str(&format!("{p}\n"));
     }
     for u in &r.unchecked {
-        println!("{u}");
+        out.push_str(&format!("{u}\n"));
     }
     for f in &r.ignored {
-        println!("note: ignored {f} (only *.toml files are read)");
+        out.push_str(&format!("note: ignored {f} (only *.toml files are read)\n"));
     }
     let what = format!("{} class(es), {} grant(s)", r.class_count, r.grant_count);
     let pause = match (&r.pause_tests_not_checked, r.unchecked.len()) {
@@ -182,12 +196,13 @@ fn print_text(dir: &str, r: &Report) {
         (Some(why), n) => format!("the pause-test rule was NOT checked for {n} fenced class(es): {why}"),
     };
     match &r.set {
-        Some(set) => println!("{dir}: valid: {what}, {}; {pause}", set.hash),
-        None => println!(
-            "{dir}: INVALID: {} problem(s) in {what}; {pause}. Fix each and run `holdfastctl class check {dir}` again",
+        Some(set) => out.push_str(&format!("{dir}: valid: {what}, {}; {pause}\n", set.hash)),
+        None => out.push_str(&format!(
+            "{dir}: INVALID: {} problem(s) in {what}; {pause}. Fix each and run `holdfastctl class check {dir}` again\n",
             r.problems.len()
-        ),
+        )),
     }
+    out
 }
 
 fn print_json(dir: &str, r: &Report, records_read: Option<usize>) {

@@ -1,10 +1,12 @@
 //! holdfastctl: the operator and developer CLI.
 
 mod class;
+mod cost;
 mod dev;
 mod epoch;
 mod inspect;
 mod lock;
+mod risk;
 
 use holdfast_cli::{conn, exit};
 
@@ -38,8 +40,13 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// The epoch: initialise a new cluster, show what the arbiter serves.
     Epoch(epoch::EpochArgs),
-    /// Lock classes and grants: validate a policy directory offline.
+    /// Lock classes and grants: validate a policy directory offline, and
+    /// what a class costs etcd.
     Class(class::ClassArgs),
+    /// Advisory classes, their risk owners and waivers: expired, expiring
+    /// or ok (exit 1 if any expired).
+    #[command(after_long_help = risk::RISK_HELP)]
+    RiskRegister(risk::RiskArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +65,7 @@ fn main() -> ExitCode {
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
             Command::Class(args) => class::run(args).await,
+            Command::RiskRegister(args) => risk::run(args),
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.

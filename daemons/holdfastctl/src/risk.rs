@@ -1,0 +1,185 @@
+//! `holdfastctl risk-register`: every advisory class, who owns its risk and
+//! how its waiver stands. Works on a set that is invalid only because
+//! waivers expired (`holdfast_policy::advisory_classes`).
+
+use holdfast_cli::exit;
+use holdfast_policy::source::DEFAULT_DIR;
+use holdfast_policy::{Class, Date, Enforcement, Sources, WaiverStatus, waiver_status};
+use std::path::PathBuf;
+
+/// Exit status when at least one waiver has expired.
+pub const EXPIRED: u8 = 1;
+
+pub const RISK_HELP: &str = "\
+An advisory class has no fence: a paused holder can still write after its
+lease ends. Each one names a risk_owner, the team that accepts that risk, and
+a waiver_expires date by which the class is fenced or the waiver renewed.
+This lists them all, soonest expiry first, with a status:
+
+  expired   waiver_expires is before today (a waiver expiring today still
+            counts, as in `class check`); `class check` now fails on it too
+  expiring  it expires today or within --warn-days days
+  ok        later
+
+\"Today\" is the UTC date, or --today. The register reads the classes even when
+the directory fails validation only because waivers expired (that is what it
+is for); any other problem stops it (exit 65).
+
+It is meant for a weekly timer that alerts on exit status 1 (a systemd timer
+unit is planned to come with packaging, run by the controller); run it by hand
+before renewing waivers, or with --today to see what will have expired by a date.
+
+Output: a table (CLASS, NAMESPACE, RISK OWNER, WAIVER EXPIRES, DAYS LEFT,
+STATUS; DAYS LEFT is negative once expired) and a summary line. --json prints
+an array of objects, in the same order: class, namespace, risk_owner,
+waiver_expires (YYYY-MM-DD), days_left, status.
+
+Examples:
+  holdfastctl risk-register
+  holdfastctl risk-register --dir ./policy --warn-days 60 --json
+  holdfastctl risk-register --dir ./policy --today 2027-01-01
+
+Exit status:
+  0   no waiver has expired (some may be expiring)
+  1   at least one waiver has expired
+  65  the directory has problems other than expired waivers (listed on stderr)
+  78  DIR, classes.d/ or grants.d/ cannot be read";
+
+#[derive(clap::Args)]
+pub struct RiskArgs {
+    /// The policy directory holding classes.d/ and grants.d/.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DIR)]
+    dir: PathBuf,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Call a waiver expiring within this many days "expiring".
+    #[arg(long, value_name = "D", default_value_t = 30)]
+    warn_days: u32,
+    /// The day to judge waivers on, YYYY-MM-DD (default: today, UTC).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    today: Option<Date>,
+}
+
+/// One row of the register.
+struct Row<'a> {
+    class: &'a Class,
+    risk_owner: &'a str,
+    expires: Date,
+    days_left: i64,
+    status: WaiverStatus,
+}
+
+pub fn run(args: RiskArgs) -> u8 {
+    let dir = args.dir.display().to_string();
+    let today = args.today.unwrap_or_else(Date::today_utc);
+    let sources = match Sources::read(&args.dir) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("holdfastctl: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let classes = match holdfast_policy::advisory_classes(&sources, today) {
+        Ok(c) => c,
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("{p}");
+            }
+            eprintln!(
+                "{dir}: INVALID: {} problem(s) besides expired waivers; the risk register needs a set that is valid apart from them: \
+                 fix each and run `holdfastctl class check {dir}`",
+                problems.len()
+            );
+            return exit::INVALID;
+        }
+    };
+    let rows: Vec<Row<'_>> = classes
+        .iter()
+        .filter_map(|class| match &class.enforcement {
+            Enforcement::Advisory { risk_owner, waiver_expires } => Some(Row {
+                class,
+                risk_owner,
+                expires: *waiver_expires,
+                days_left: today.days_until(*waiver_expires),
+                status: waiver_status(*waiver_expires, today, args.warn_days),
+            }),
+            Enforcement::Fenced => None,
+        })
+        .collect();
+    if args.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "class": r.class.name,
+                    "namespace": r.class.namespace,
+                    "risk_owner": r.risk_owner,
+                    "waiver_expires": r.expires,
+                    "days_left": r.days_left,
+                    "status": r.status,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+    } else {
+        print!("{}", table(&dir, today, args.warn_days, &rows));
+    }
+    if rows.iter().any(|r| r.status == WaiverStatus::Expired) { EXPIRED } else { exit::OK }
+}
+
+fn table(dir: &str, today: Date, warn_days: u32, rows: &[Row<'_>]) -> String {
+    if rows.is_empty() {
+        return format!("{dir}: no advisory class, so the risk register is empty (today is {today}, UTC)\n");
+    }
+    let header = ["CLASS", "NAMESPACE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT", "STATUS"];
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.class.name.clone(),
+                r.class.namespace.clone(),
+                r.risk_owner.to_string(),
+                r.expires.to_string(),
+                r.days_left.to_string(),
+                r.status.as_str().to_string(),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for row in &cells {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: [&str; 6]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                l.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header);
+    for row in &cells {
+        line(row.each_ref().map(String::as_str));
+    }
+    let count = |s: WaiverStatus| rows.iter().filter(|r| r.status == s).count();
+    let expired = count(WaiverStatus::Expired);
+    out.push_str(&format!(
+        "{dir}: {} advisory class(es) on {today} (UTC): {expired} expired, {} expiring within {warn_days} day(s), {} ok",
+        rows.len(),
+        count(WaiverStatus::Expiring),
+        count(WaiverStatus::Ok)
+    ));
+    if expired > 0 {
+        out.push_str("; for each expired class: fence it, or have its risk owner renew the waiver with a later waiver_expires");
+    }
+    out.push('\n');
+    out
+}
