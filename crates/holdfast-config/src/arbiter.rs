@@ -302,39 +302,15 @@ impl ArbiterConfig {
     /// Checks that parse cannot: files exist, secrets are private, values sane.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
-        for (key, file) in [
-            ("tls.cert_file", Some(&self.tls.cert_file)),
-            ("tls.client_ca_file", Some(&self.tls.client_ca_file)),
-            ("etcd.ca_file", self.etcd.ca_file.as_ref()),
-            ("etcd.cert_file", self.etcd.cert_file.as_ref()),
-        ] {
-            if let Some(file) = file
-                && let Err(e) = std::fs::metadata(file)
-            {
+        for (key, file) in [("tls.cert_file", &self.tls.cert_file), ("tls.client_ca_file", &self.tls.client_ca_file)] {
+            if let Err(e) = std::fs::metadata(file) {
                 p.push(format!("{key} = {:?}: {e}; point it at a PEM file", file.display().to_string()));
             }
         }
-        for (key, file) in [("tls.key_file", Some(&self.tls.key_file)), ("etcd.key_file", self.etcd.key_file.as_ref())] {
-            if let Some(file) = file
-                && let Some(problem) = secret_file_problem(file)
-            {
-                p.push(format!("{key} = {:?}: {problem}", file.display().to_string()));
-            }
+        if let Some(problem) = secret_file_problem(&self.tls.key_file) {
+            p.push(format!("tls.key_file = {:?}: {problem}", self.tls.key_file.display().to_string()));
         }
-        if self.etcd.cert_file.is_some() != self.etcd.key_file.is_some() {
-            p.push("etcd.cert_file and etcd.key_file go together; set both or neither".into());
-        }
-        if self.etcd.endpoints.is_empty() {
-            p.push("etcd.endpoints is empty; list the client URL of every etcd member, e.g. [\"https://10.0.0.1:2379\"]".into());
-        }
-        for e in &self.etcd.endpoints {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                p.push(format!("etcd.endpoints: {e:?} needs a scheme, e.g. \"https://{e}\""));
-            }
-        }
-        if self.etcd.request_timeout < Duration::from_millis(100) {
-            p.push("etcd.request_timeout is below 100ms; etcd cannot commit that fast under load".into());
-        }
+        p.extend(self.etcd.problems());
         if self.seal.check_interval < Duration::from_millis(100) || self.seal.check_interval > Duration::from_secs(30) {
             p.push("seal.check_interval must be between 100ms and 30s (default 1s)".into());
         }

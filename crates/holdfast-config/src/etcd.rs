@@ -32,6 +32,42 @@ impl EtcdConfig {
     }
 }
 
+impl EtcdConfig {
+    /// Checks that parse cannot, each message naming the `etcd.` key and the
+    /// fix: certificate files exist, the key is private, endpoints have a
+    /// scheme, the timeout is sane.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        for (key, file) in [("etcd.ca_file", self.ca_file.as_ref()), ("etcd.cert_file", self.cert_file.as_ref())] {
+            if let Some(file) = file
+                && let Err(e) = std::fs::metadata(file)
+            {
+                p.push(format!("{key} = {:?}: {e}; point it at a PEM file", file.display().to_string()));
+            }
+        }
+        if let Some(file) = &self.key_file
+            && let Some(problem) = crate::arbiter::secret_file_problem(file)
+        {
+            p.push(format!("etcd.key_file = {:?}: {problem}", file.display().to_string()));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            p.push("etcd.cert_file and etcd.key_file go together; set both or neither".into());
+        }
+        if self.endpoints.is_empty() {
+            p.push("etcd.endpoints is empty; list the client URL of every etcd member, e.g. [\"https://10.0.0.1:2379\"]".into());
+        }
+        for e in &self.endpoints {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                p.push(format!("etcd.endpoints: {e:?} needs a scheme, e.g. \"https://{e}\""));
+            }
+        }
+        if self.request_timeout < Duration::from_millis(100) {
+            p.push("etcd.request_timeout is below 100ms; etcd cannot commit that fast under load".into());
+        }
+        p
+    }
+}
+
 pub(crate) fn default_request_timeout() -> Duration {
     Duration::from_secs(5)
 }

@@ -5,11 +5,14 @@
 //! a daemon's config from the same struct the daemon reads, so a new key is
 //! added in one place.
 //!
-//! The modules: [`arbiter`] (`arbiter.toml`) and [`etcd`] (the `[etcd]`
-//! section shared by every daemon and tool).
+//! The modules: [`arbiter`] (`arbiter.toml`), [`controller`]
+//! (`controller.toml`) and [`etcd`] (the `[etcd]` section shared by every
+//! daemon and tool).
 
 pub mod arbiter;
+pub mod controller;
 pub mod etcd;
 
 pub use arbiter::ArbiterConfig;
+pub use controller::ControllerConfig;
 pub use etcd::EtcdConfig;

@@ -27,6 +27,18 @@ pub const PAUSETEST_VALIDITY: std::time::Duration = std::time::Duration::from_se
 /// nor the end of a session.
 pub const WITHDRAWN_PREFIX: &str = "/sys/withdrawn/";
 
+/// The compiled class and grant set, published by the active
+/// holdfast-controller as one JSON document (`holdfast_store::policy::
+/// PublishedPolicy`) and watched by every arbiter. Replaced on each good
+/// change; never written with an invalid set.
+pub const POLICY_KEY: &str = "/sys/policy";
+/// The controller's report on the published set and on the last refused
+/// change (`holdfast_store::policy::PolicyStatus`), for `holdfastctl status`.
+pub const POLICY_STATUS_KEY: &str = "/sys/policy-status";
+/// The default etcd election name of holdfast-controller: candidates put
+/// `<name>/<lease hex>` on their lease; the oldest such key is the leader.
+pub const CONTROLLER_ELECTION: &str = "/sys/election/controller";
+
 pub const SESSION_PREFIX: &str = "/s/";
 pub const HOLD_PREFIX: &str = "/l/";
 pub const WAITER_PREFIX: &str = "/q/";

@@ -91,9 +91,24 @@ impl Etcd {
     }
 }
 
+/// A balanced client whose calls have no overall deadline (connects and
+/// keepalive pings still time out): for calls that wait by design, like an
+/// election campaign, which answers only once the caller is elected.
+pub async fn connect_for_waiting_calls(cfg: &EtcdConfig) -> anyhow::Result<Client> {
+    let options = connect_options_with(cfg, false)?;
+    Client::connect(&cfg.endpoints, Some(options)).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
+}
+
 fn connect_options(cfg: &EtcdConfig) -> anyhow::Result<ConnectOptions> {
-    let mut options = ConnectOptions::new()
-        .with_timeout(cfg.request_timeout)
+    connect_options_with(cfg, true)
+}
+
+fn connect_options_with(cfg: &EtcdConfig, request_timeout: bool) -> anyhow::Result<ConnectOptions> {
+    let mut options = ConnectOptions::new();
+    if request_timeout {
+        options = options.with_timeout(cfg.request_timeout);
+    }
+    let mut options = options
         .with_connect_timeout(cfg.request_timeout)
         .with_keep_alive(Duration::from_secs(5), cfg.request_timeout)
         .with_keep_alive_while_idle(true);

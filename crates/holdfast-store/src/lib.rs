@@ -5,6 +5,9 @@
 //! - [`txn`]: the grant and release transactions.
 //! - [`epoch`]: the epoch record, `epoch init`, the advance transaction, the
 //!   durable seal and the log-offset watermark.
+//! - [`policy`]: the published class and grant set (`/sys/policy`), the
+//!   controller's status document, the pause-test results, and the
+//!   leader-guarded transactions that write them.
 //! - `mutation` (feature `mutations`, test builds only): deliberate bugs for
 //!   the correctness gate.
 
@@ -12,6 +15,7 @@ pub mod epoch;
 pub mod etcd;
 #[cfg(feature = "mutations")]
 pub mod mutation;
+pub mod policy;
 pub mod txn;
 
 pub use etcd::Etcd;

@@ -1,0 +1,88 @@
+//! holdfast-controller: reads arguments, loads the config, runs the loop.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use holdfast_config::controller::{ControllerConfig, DEFAULT_PATH};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The holdfast controller: publishes the validated class and grant set.
+///
+/// One controller per cluster is active (etcd election); the others wait as
+/// standbys. The active one validates policy_dir (classes.d/, grants.d/) on
+/// start, every rescan_interval and on SIGHUP, and publishes the compiled
+/// set to /sys/policy when it is valid and changed. An invalid set is never
+/// published: the last good one stays in force, and the refusal is logged,
+/// counted (holdfast_controller_refusals_total) and written to
+/// /sys/policy-status.
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Args {
+    /// Configuration file.
+    #[arg(long, global = true, default_value = DEFAULT_PATH, env = "HOLDFAST_CONTROLLER_CONFIG")]
+    config: PathBuf,
+    /// Log output format: `plain` for terminals and journald, `json` for collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the configuration file and the class set in its policy_dir,
+    /// then exit: 0 valid, 65 the class set has problems (each printed as
+    /// FILE:LINE: message), 78 the config is wrong or policy_dir unreadable.
+    /// Reads the pause-test results from [etcd] unless --offline.
+    Check {
+        /// Do not contact etcd: the fenced-class rule is reported NOT checked.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Run the controller (the default).
+    Run,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Plain,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("holdfast-controller: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(Command::Check { offline }) = args.command {
+        return ExitCode::from(runtime.block_on(holdfast_controller::check::run(&args.config, offline)));
+    }
+    let config = match ControllerConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("holdfast-controller: {e}");
+            return ExitCode::from(holdfast_controller::check::CONFIG);
+        }
+    };
+    init_logging(args.log_format);
+    match runtime.block_on(holdfast_controller::server::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("holdfast-controller: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, level from `HOLDFAST_LOG` (default info).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Plain => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

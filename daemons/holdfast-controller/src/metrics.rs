@@ -1,0 +1,132 @@
+//! The controller's metrics, served as Prometheus text on `metrics_listen`.
+//!
+//! Names follow `holdfast_controller_<thing>_<unit|total>`; the only label is
+//! `cluster` (the configured `cluster_name`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::{LazyLock, OnceLock};
+
+static CLUSTER: OnceLock<String> = OnceLock::new();
+
+/// The process's metrics. Call [`init`] first with the configured name.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(CLUSTER.get().map(String::as_str).unwrap_or("default")));
+
+/// Sets the `cluster` label value (from configuration). First call wins.
+pub fn init(cluster: &str) {
+    let _ = CLUSTER.set(cluster.to_string());
+    LazyLock::force(&METRICS);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Labels {
+    pub cluster: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    labels: Labels,
+    refusals: Family<Labels, Counter>,
+    published_version: Family<Labels, Gauge>,
+    leader: Family<Labels, Gauge>,
+}
+
+impl Metrics {
+    pub fn new(cluster: &str) -> Self {
+        let mut registry = Registry::with_prefix("holdfast_controller");
+        let m = Metrics {
+            registry: Registry::default(),
+            labels: Labels { cluster: cluster.to_string() },
+            refusals: Default::default(),
+            published_version: Default::default(),
+            leader: Default::default(),
+        };
+        registry.register(
+            "refusals",
+            "Changes of the policy directory refused by this controller as leader (invalid, unreadable or unchecked); the last good set stayed in force",
+            m.refusals.clone(),
+        );
+        registry.register(
+            "published_version",
+            "Version of the set at /sys/policy as this controller last read it (0: none)",
+            m.published_version.clone(),
+        );
+        registry.register("leader", "1 while this controller is the active (elected) one, else 0", m.leader.clone());
+        // Present from the start, so a rate or an alert works before the first event.
+        let _ = m.refusals.get_or_create(&m.labels);
+        let _ = m.published_version.get_or_create(&m.labels);
+        let _ = m.leader.get_or_create(&m.labels);
+        Metrics { registry, ..m }
+    }
+
+    pub fn refused(&self) {
+        self.refusals.get_or_create(&self.labels).inc();
+    }
+
+    pub fn refusals(&self) -> u64 {
+        self.refusals.get_or_create(&self.labels).get()
+    }
+
+    pub fn set_published_version(&self, version: u64) {
+        self.published_version.get_or_create(&self.labels).set(version.min(i64::MAX as u64) as i64);
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.get_or_create(&self.labels).set(i64::from(leader));
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Serves `GET /metrics` (anything else: 404) over plain HTTP/1.1.
+pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    use http_body_util::Full;
+    use hyper::body::Bytes;
+    use hyper::{Response, StatusCode};
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding metrics_listen {addr}: {e}; change metrics_listen or stop what uses the port"))?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| async move {
+                    if req.uri().path() == "/metrics" {
+                        Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                            .body(Full::new(Bytes::from(METRICS.encode())))
+                    } else {
+                        Response::builder().status(StatusCode::NOT_FOUND).body(Full::new(Bytes::from_static(b"see /metrics\n")))
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+            });
+        }
+    });
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_and_the_one_label() {
+        let m = super::Metrics::new("unit");
+        m.refused();
+        m.set_published_version(7);
+        m.set_leader(true);
+        let text = m.encode();
+        assert!(text.contains("holdfast_controller_refusals_total{cluster=\"unit\"} 1"), "{text}");
+        assert!(text.contains("holdfast_controller_published_version{cluster=\"unit\"} 7"), "{text}");
+        assert!(text.contains("holdfast_controller_leader{cluster=\"unit\"} 1"), "{text}");
+    }
+}
