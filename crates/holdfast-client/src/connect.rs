@@ -1,8 +1,10 @@
 use crate::Error;
 use crate::session::Session;
-use holdfast_model::LockKey;
+use holdfast_model::{LockKey, Token};
 use holdfast_proto::LockClient;
-use holdfast_proto::v1::{InspectRequest, InspectResponse, OpenSessionRequest, ServerStatusRequest, ServerStatusResponse};
+use holdfast_proto::v1::{
+    InspectRequest, InspectResponse, OpenSessionRequest, ServerStatusRequest, ServerStatusResponse, ValidateTokenRequest,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -112,6 +114,16 @@ impl Client {
     pub async fn inspect(&self, key: &LockKey) -> Result<InspectResponse, Error> {
         let req = InspectRequest { namespace: key.namespace().into(), key: key.key().into() };
         Ok(self.rpc.clone().inspect(req).await?.into_inner())
+    }
+
+    /// Whether `token` is the token of the hold on `key` now, as a
+    /// linearizable read on the arbiter sees it: for resources that cannot
+    /// store a fence mark. `false` for a free key, an earlier holder's token
+    /// or another epoch's. The arbiter rate-limits this call (a refusal with
+    /// [`crate::ErrorReason::Unavailable`]); a sealed arbiter refuses it.
+    pub async fn validate_token(&self, key: &LockKey, token: Token) -> Result<bool, Error> {
+        let req = ValidateTokenRequest { namespace: key.namespace().into(), key: key.key().into(), token: token.expose() };
+        Ok(self.rpc.clone().validate_token(req).await?.into_inner().valid)
     }
 
     pub async fn server_status(&self) -> Result<ServerStatusResponse, Error> {

@@ -12,6 +12,8 @@
 //! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
 //! - [`metrics`], [`telemetry`]: Prometheus metrics; span export over OTLP.
 //! - [`expiry`]: counting holds that ended by lease expiry.
+//! - [`validate`]: ValidateToken: a linearizable, constant-time check of a
+//!   presented token against the current hold, rate-limited on its own.
 
 pub mod commit;
 pub mod confirm;
@@ -24,6 +26,7 @@ pub mod server;
 pub mod service;
 pub mod session;
 pub mod telemetry;
+pub mod validate;
 pub mod waiting;
 
 pub use holdfast_config::arbiter as config;

@@ -38,7 +38,17 @@ pub struct Labels {
     pub cluster: String,
 }
 
+/// Labels of the per-namespace counters (ValidateToken). The namespace
+/// comes from the request, so its values are bounded: see
+/// [`crate::validate::namespace_label`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NsLabels {
+    pub namespace: String,
+    pub cluster: String,
+}
+
 type Counters = Family<Labels, Counter>;
+type NsCounters = Family<NsLabels, Counter>;
 
 pub struct Metrics {
     registry: Registry,
@@ -57,6 +67,9 @@ pub struct Metrics {
     pub expiries_without_release: Counters,
     pub waiters: Family<Labels, Gauge>,
     pub sealed: Family<Labels, Gauge>,
+    pub validate_valid: NsCounters,
+    pub validate_invalid: NsCounters,
+    pub validate_refused: NsCounters,
 }
 
 impl Metrics {
@@ -81,6 +94,9 @@ impl Metrics {
             expiries_without_release: Default::default(),
             waiters: Default::default(),
             sealed: Default::default(),
+            validate_valid: Default::default(),
+            validate_invalid: Default::default(),
+            validate_refused: Default::default(),
         };
         registry.register_with_unit(
             "grant_latency",
@@ -130,11 +146,25 @@ impl Metrics {
         let _ = m.expiries_without_release.get_or_create(&m.labels);
         registry.register("waiters", "Waiters queued in this arbiter", m.waiters.clone());
         registry.register("sealed", "1 while the arbiter grants nothing (sealed or not yet verified)", m.sealed.clone());
+        // Outcomes are metric names, not labels (like acquire_*).
+        registry.register("validate_token_valid", "ValidateToken calls answered valid, per namespace", m.validate_valid.clone());
+        registry.register("validate_token_invalid", "ValidateToken calls answered invalid, per namespace", m.validate_invalid.clone());
+        registry.register(
+            "validate_token_refused",
+            "ValidateToken calls refused (rate limit, sealed, not serving, etcd unavailable), per namespace",
+            m.validate_refused.clone(),
+        );
         Metrics { registry, ..m }
     }
 
     pub fn labels(&self) -> &Labels {
         &self.labels
+    }
+
+    /// The labels of a per-namespace counter; `namespace` must already be
+    /// bounded ([`crate::validate::namespace_label`]).
+    pub fn ns_labels(&self, namespace: &str) -> NsLabels {
+        NsLabels { namespace: namespace.to_string(), cluster: self.labels.cluster.clone() }
     }
 
     pub fn counter(&self, f: fn(&Metrics) -> &Family<Labels, Counter>) -> u64 {

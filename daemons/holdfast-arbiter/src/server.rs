@@ -90,6 +90,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)),
         stopping,
         expiries,
+        validate_limit: Default::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // tonic ignores its own TCP_NODELAY setting for an incoming stream, so it

@@ -36,6 +36,8 @@ pub struct LockService {
     pub confirmer: crate::confirm::Confirmer,
     /// Holds this arbiter granted, for counting the ones that expire.
     pub expiries: Arc<crate::expiry::Expiries>,
+    /// ValidateToken's own rate limit (see [`crate::validate`]).
+    pub validate_limit: Arc<crate::validate::Bucket>,
 }
 
 impl LockService {
@@ -242,6 +244,36 @@ impl holdfast_proto::Lock for LockService {
         .instrument(span.clone())
         .await;
         finish(&span, &r, |r| if r.held { "held" } else { "free" });
+        Ok(Response::new(r?))
+    }
+
+    async fn validate_token(&self, req: Request<ValidateTokenRequest>) -> Result<Response<ValidateTokenResponse>, Status> {
+        let span = rpc_span!("ValidateToken");
+        let r = async {
+            caller(&req)?;
+            // Every authenticated attempt takes a permit, well-formed or not.
+            let admitted = self.validate_limit.try_take();
+            let r = req.get_ref();
+            let key = lock_key(&r.namespace, &r.key);
+            if let Ok(key) = &key {
+                record_key(&span, key);
+            }
+            if !admitted {
+                let refused = Err(crate::validate::rate_limited());
+                if let Ok(key) = &key {
+                    crate::validate::count(&crate::validate::namespace_label(key.namespace()), &refused);
+                }
+                return refused.map(|valid| ValidateTokenResponse { valid });
+            }
+            let key = key?;
+            // The token is compared, never recorded: not on the span, not in a log.
+            let valid = self.seen(crate::validate::check(&self.etcd, &self.guard, &key, r.token).await);
+            crate::validate::count(&crate::validate::namespace_label(key.namespace()), &valid);
+            valid.map(|valid| ValidateTokenResponse { valid })
+        }
+        .instrument(span.clone())
+        .await;
+        finish(&span, &r, |r| if r.valid { "valid" } else { "invalid" });
         Ok(Response::new(r?))
     }
 

@@ -7,6 +7,7 @@ mod epoch;
 mod inspect;
 mod lock;
 mod risk;
+mod validate;
 
 use holdfast_cli::{conn, exit};
 
@@ -38,6 +39,11 @@ enum Command {
     Lock(lock::LockArgs),
     /// Show who holds a key (never the token).
     Inspect(inspect::InspectArgs),
+    /// Check a token against the current hold of a key: prints valid or
+    /// invalid (exit 0 or 1). The token comes from HOLDFAST_TOKEN or stdin,
+    /// never from the command line.
+    #[command(after_long_help = validate::VALIDATE_HELP)]
+    ValidateToken(validate::ValidateArgs),
     /// The epoch: initialise a new cluster, show what the arbiter serves.
     Epoch(epoch::EpochArgs),
     /// Lock classes and grants: validate a policy directory offline, and
@@ -63,6 +69,7 @@ fn main() -> ExitCode {
             Command::Dev(args) => dev::run(args).await,
             Command::Lock(args) => lock::run(&cli.conn, args).await,
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
+            Command::ValidateToken(args) => validate::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
             Command::Class(args) => class::run(args).await,
             Command::RiskRegister(args) => risk::run(args),
