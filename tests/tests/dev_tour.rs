@@ -52,6 +52,16 @@ fn the_dev_tour_works_as_the_readme_says() {
     // The rendered arbiter config is what the arbiter parsed (no mutation).
     let config = std::fs::read_to_string(state.join("arbiter.toml")).unwrap();
     assert!(config.starts_with("# Written by `holdfastctl dev`") && !config.contains("[mutation]"), "{config}");
+    // The controller published the dev class set before the banner.
+    assert!(banner.contains("/policy"), "the banner says where the class set is: {banner}");
+    let url = first["HOLDFAST_ETCD_ENDPOINT"].clone();
+    let published = tokio::runtime::Runtime::new().unwrap().block_on(async move {
+        let mut etcd = etcd_client::Client::connect([url], None).await.unwrap();
+        let r = etcd.get("/sys/policy", None).await.unwrap();
+        serde_json::from_slice::<serde_json::Value>(r.kvs()[0].value()).unwrap()
+    });
+    assert_eq!(published["version"], 1, "{published}");
+    assert!(published["set"].to_string().contains("demo"), "the dev set has the tour's namespace: {published}");
 
     // First shell: hold demo/report for a while.
     let ready = state.join("held");

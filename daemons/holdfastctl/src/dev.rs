@@ -1,15 +1,22 @@
 //! `holdfastctl dev`: a whole appliance on loopback, like `vault server -dev`.
 //!
-//! A single-member etcd, the arbiter (the real binary, started the way
-//! systemd starts it: it must send READY=1 on NOTIFY_SOCKET), a throwaway CA
-//! with server and client certificates, and the epoch initialised. Nothing
-//! listens beyond 127.0.0.1.
+//! A single-member etcd, the arbiter and the controller (the real binaries,
+//! started the way systemd starts them: each must send READY=1 on
+//! NOTIFY_SOCKET), a throwaway CA with server and client certificates, the
+//! epoch initialised, and the dev class set published. Nothing listens beyond
+//! 127.0.0.1.
 
 use anyhow::{Context, bail};
 use holdfast_cli::exit;
+use holdfast_config::ControllerConfig;
 use holdfast_config::EtcdConfig;
 use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
 use holdfast_devkit::arbiter::{self, ArbiterProcess, Launch, tail};
+use holdfast_devkit::controller::{self, ControllerLaunch, ControllerProcess};
+
+/// The dev class set (`config/` in the source tree), written to DIR/policy.
+const DEV_CLASSES: &str = include_str!("../../../config/classes.d/dev.toml");
+const DEV_GRANTS: &str = include_str!("../../../config/grants.d/dev.toml");
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
 use holdfast_devkit::pki::DevCa;
 use holdfast_devkit::ports::free_port;
@@ -29,7 +36,9 @@ Examples:
 
 Files in DIR: env (export lines for spiffe://holdfast.dev/dev/operator),
 env-second (the same for a second identity, dev/second), tls/ (CA,
-certificates), etcd/ (data), arbiter.toml, etcd.log, arbiter.log, dev.log
+certificates), etcd/ (data), policy/ (the dev class set: classes.d/,
+grants.d/; edit it and the controller publishes each valid change),
+arbiter.toml, controller.toml, etcd.log, arbiter.log, controller.log, dev.log
 (detached supervisor).")]
 pub struct DevArgs {
     #[command(subcommand)]
@@ -147,12 +156,16 @@ fn detach(dir: Option<PathBuf>, group_commit: bool) -> anyhow::Result<()> {
 }
 
 struct Children {
+    controller: Option<ControllerProcess>,
     arbiter: Option<ArbiterProcess>,
     etcd: Option<EtcdProcess>,
 }
 
 impl Drop for Children {
     fn drop(&mut self) {
+        if let Some(mut c) = self.controller.take() {
+            c.stop(Duration::from_secs(10));
+        }
         if let Some(mut a) = self.arbiter.take() {
             a.stop(Duration::from_secs(15));
         }
@@ -209,11 +222,12 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let saved: Vec<u16> =
         std::fs::read_to_string(&ports_file).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
     let ports: Vec<u16> = match saved.as_slice() {
-        [a, b, c, d] if [*a, *b, *c, *d].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
-        _ => vec![free_port(), free_port(), free_port(), free_port()],
+        [a, b, c, d, e] if [*a, *b, *c, *d, *e].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
+        _ => (0..5).map(|_| free_port()).collect(),
     };
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
-    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port) = (ports[0], ports[1], ports[2], ports[3]);
+    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port) =
+        (ports[0], ports[1], ports[2], ports[3], ports[4]);
 
     // etcd.
     let bin = EtcdBinary::locate()?;
@@ -228,7 +242,8 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         }],
         token: format!("holdfast-dev-{}", std::process::id()),
     };
-    let mut children = Children { arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };
+    let mut children =
+        Children { controller: None, arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };
     holdfast_devkit::etcd::wait_ready(&cluster.client_urls(), Duration::from_secs(60))
         .await
         .with_context(|| format!("etcd did not start; see {}", dir.join("etcd.log").display()))?;
@@ -256,6 +271,26 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     say(&format!("starting the arbiter ({})", launch.bin.display()));
     children.arbiter = Some(ArbiterProcess::start(&launch, Duration::from_secs(60))?);
 
+    // The dev class set, published by a controller. Written only if absent:
+    // edits survive a restart, and the controller republishes on change.
+    let policy = dir.join("policy");
+    for (sub, text) in [("classes.d", DEV_CLASSES), ("grants.d", DEV_GRANTS)] {
+        let file = policy.join(sub).join("dev.toml");
+        if !policy.join(sub).exists() {
+            std::fs::create_dir_all(policy.join(sub))?;
+            std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+        }
+    }
+    let mut cconfig = ControllerConfig::new(EtcdConfig::plain(vec![cluster.members[0].client_url()]));
+    cconfig.policy_dir = policy.clone();
+    cconfig.metrics_listen = ([127, 0, 0, 1], controller_metrics_port).into();
+    cconfig.cluster_name = "dev".into();
+    let claunch = ControllerLaunch::new(controller::locate()?, cconfig, &dir, "controller");
+    say(&format!("starting the controller ({}), publishing {}", claunch.bin.display(), policy.display()));
+    let mut c = ControllerProcess::spawn(&claunch)?;
+    c.wait_ready(Duration::from_secs(60))?;
+    children.controller = Some(c);
+
     // Tell the user.
     let env_for = |cert: &holdfast_devkit::pki::Issued| {
         format!(
@@ -270,7 +305,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env-second"), env_for(&second))?;
     std::fs::write(dir.join("env"), &env)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  state     {dir}   (logs: arbiter.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = cluster.members[0].client_url(),
         dir = dir.display(),
@@ -291,6 +326,9 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             _ = term.recv() => break "terminated".to_string(),
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
+        if let Some(s) = children.controller.as_mut().and_then(ControllerProcess::exited) {
+            break format!("the controller exited ({s}); see {}", dir.join("controller.log").display());
+        }
         if let Some(s) = children.arbiter.as_mut().and_then(ArbiterProcess::exited) {
             break format!("the arbiter exited ({s}); see {}", dir.join("arbiter.log").display());
         }
@@ -300,10 +338,10 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             break format!("etcd exited; see {}", dir.join("etcd.log").display());
         }
     };
-    say(&format!("{why}; stopping the arbiter, then etcd"));
+    say(&format!("{why}; stopping the controller and the arbiter, then etcd"));
     drop(children);
     say("stopped");
-    if why.starts_with("the arbiter") || why.starts_with("etcd") {
+    if why.starts_with("the ") || why.starts_with("etcd") {
         bail!("{why}");
     }
     Ok(())
