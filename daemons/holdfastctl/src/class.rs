@@ -4,7 +4,7 @@
 
 use holdfast_cli::exit;
 use holdfast_config::EtcdConfig;
-use holdfast_model::layout::{self, PAUSETEST_PREFIX, PauseTestRecord};
+use holdfast_model::layout::PAUSETEST_PREFIX;
 use holdfast_policy::{Checks, Date, PauseTests, Report, Sources};
 use holdfast_store::etcd::Etcd;
 use std::path::PathBuf;
@@ -148,21 +148,15 @@ async fn pause_tests(args: &CheckArgs) -> (PauseTests, Option<usize>) {
     let endpoints = cfg.endpoints.join(",");
     let read = async {
         let etcd = Etcd::connect(&cfg).await.map_err(|e| format!("{e:#}"))?;
-        let opts = etcd_client::GetOptions::new().with_prefix();
-        etcd.client.clone().get(PAUSETEST_PREFIX, Some(opts)).await.map_err(|e| format!("reading {PAUSETEST_PREFIX}: {e}"))
+        holdfast_store::policy::read_pause_tests(&etcd).await.map_err(|e| format!("reading {PAUSETEST_PREFIX}: {e}"))
     };
-    let resp = match tokio::time::timeout(Duration::from_secs(10), read).await {
-        Ok(Ok(resp)) => resp,
+    let (records, bad) = match tokio::time::timeout(Duration::from_secs(10), read).await {
+        Ok(Ok(read)) => read,
         Ok(Err(e)) => return (not_reachable(&endpoints, &e), None),
         Err(_) => return (not_reachable(&endpoints, "no answer within 10s"), None),
     };
-    let mut records: Vec<PauseTestRecord> = Vec::new();
-    for kv in resp.kvs() {
-        let key = String::from_utf8_lossy(kv.key());
-        match layout::decode::<PauseTestRecord>(&key, kv.value()) {
-            Ok(r) => records.push(r),
-            Err(e) => eprintln!("holdfastctl: ignoring a pause-test result: {e}"),
-        }
+    for e in bad {
+        eprintln!("holdfastctl: ignoring a pause-test result: {e}");
     }
     let n = records.len();
     let now_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
