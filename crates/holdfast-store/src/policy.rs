@@ -189,6 +189,16 @@ pub async fn read_status(etcd: &Etcd) -> Result<Stored<PolicyStatus>, etcd_clien
     Ok(stored(POLICY_STATUS_KEY, resp.kvs().first()))
 }
 
+/// The current leader's value under the election `name` (a controller
+/// writes `HOST pid PID`), or `None` when no candidate holds it.
+pub async fn read_controller_leader(etcd: &Etcd, name: &str) -> Result<Option<String>, etcd_client::Error> {
+    match etcd.client.election_client().leader(name).await {
+        Ok(r) => Ok(r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
+        Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("no leader") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What the leader reads at the start of a round, in one transaction.
 #[derive(Debug, Clone)]
 pub struct LeaderView {

@@ -7,6 +7,7 @@ mod epoch;
 mod inspect;
 mod lock;
 mod risk;
+mod status;
 mod validate;
 
 use holdfast_cli::{conn, exit};
@@ -53,6 +54,11 @@ enum Command {
     /// or ok (exit 1 if any expired).
     #[command(after_long_help = risk::RISK_HELP)]
     RiskRegister(risk::RiskArgs),
+    /// One screen for an operator, read from etcd: the published class set,
+    /// the last refused change, the epoch and seal, the controller leader
+    /// (exit 1 if something needs attention).
+    #[command(after_long_help = status::STATUS_HELP)]
+    Status(status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +79,7 @@ fn main() -> ExitCode {
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
             Command::Class(args) => class::run(args).await,
             Command::RiskRegister(args) => risk::run(args),
+            Command::Status(args) => status::run(args).await,
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.
