@@ -1,10 +1,11 @@
 //! Building blocks for running holdfast locally, shipped with `holdfastctl
 //! dev` and used by the test harness and the gate (never by a production
-//! daemon): a throwaway CA, etcd process control, the one arbiter launcher and controller launcher,
-//! free ports, a systemd notify listener.
+//! daemon): a throwaway CA, etcd process control, the one daemon launcher
+//! (`daemon.rs`; `arbiter.rs` and `controller.rs` name it for each), free ports, a systemd notify listener.
 
 pub mod arbiter;
 pub mod controller;
+pub mod daemon;
 pub mod etcd;
 pub mod notify;
 pub mod pki;
