@@ -73,6 +73,34 @@ impl Report {
         self.problems.is_empty()
     }
 
+    /// The report as `class check` and `holdfast-controller check` print it:
+    /// one `FILE:LINE: message` line per problem and per rule not checked,
+    /// the ignored files, and a summary line about `dir` that ends, when
+    /// invalid, with "Fix each and {then}".
+    pub fn to_text(&self, dir: &str, then: &str) -> String {
+        let mut out = String::new();
+        for p in &self.problems {
+            out.push_str(&format!("{p}\n"));
+        }
+        for u in &self.unchecked {
+            out.push_str(&format!("{u}\n"));
+        }
+        for f in &self.ignored {
+            out.push_str(&format!("note: ignored {f} (only *.toml files are read)\n"));
+        }
+        let what = format!("{} class(es), {} grant(s)", self.class_count, self.grant_count);
+        let pause = match (&self.pause_tests_not_checked, self.unchecked.len()) {
+            (None, _) => "pause-test results read from etcd".to_string(),
+            (Some(why), 0) => format!("no fenced class, so the pause-test rule does not apply (results not read: {why})"),
+            (Some(why), n) => format!("the pause-test rule was NOT checked for {n} fenced class(es): {why}"),
+        };
+        match &self.set {
+            Some(set) => out.push_str(&format!("{dir}: valid: {what}, {}; {pause}\n", set.hash)),
+            None => out.push_str(&format!("{dir}: INVALID: {} problem(s) in {what}; {pause}. Fix each and {then}\n", self.problems.len())),
+        }
+        out
+    }
+
     /// The set, only if it is valid *and* every rule was checked: the only
     /// set a controller may publish.
     pub fn publishable(&self) -> Option<&CompiledSet> {

@@ -71,27 +71,5 @@ fn not_reachable(endpoints: &str, why: &str) -> PauseTests {
 }
 
 fn print_text(dir: &str, r: &Report) {
-    for p in &r.problems {
-        println!("{p}");
-    }
-    for u in &r.unchecked {
-        println!("{u}");
-    }
-    for f in &r.ignored {
-        println!("note: ignored {f} (only *.toml files are read)");
-    }
-    let what = format!("{} class(es), {} grant(s)", r.class_count, r.grant_count);
-    let pause = match (&r.pause_tests_not_checked, r.unchecked.len()) {
-        (None, _) => "pause-test results read from etcd".to_string(),
-        (Some(why), 0) => format!("no fenced class, so the pause-test rule does not apply (results not read: {why})"),
-        (Some(why), n) => format!("the pause-test rule was NOT checked for {n} fenced class(es): {why}"),
-    };
-    match &r.set {
-        Some(set) => println!("{dir}: valid: {what}, {}; {pause}", set.hash),
-        None => println!(
-            "{dir}: INVALID: {} problem(s) in {what}; {pause}. Fix each and run `holdfast-controller check` again \
-             (the controller refuses this set and keeps the last good one)",
-            r.problems.len()
-        ),
-    }
+    print!("{}", r.to_text(dir, "run `holdfast-controller check` again (the controller refuses this set and keeps the last good one)"));
 }

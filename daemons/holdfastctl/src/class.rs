@@ -172,31 +172,9 @@ fn not_reachable(endpoints: &str, why: &str) -> PauseTests {
 /// The report as `class check` prints it: one line per problem and per rule
 /// not checked, `note: ignored` lines, a summary line. Each line ends in a
 /// newline.
+/// The text report; `class cost` prints it too when the set is invalid.
 pub(crate) fn report_text(dir: &str, r: &Report) -> String {
-    let mut out = String::new();
-    for p in &r.problems {
-        out.push_str(&format!("{p}\n"));
-    }
-    for u in &r.unchecked {
-        out.push_str(&format!("{u}\n"));
-    }
-    for f in &r.ignored {
-        out.push_str(&format!("note: ignored {f} (only *.toml files are read)\n"));
-    }
-    let what = format!("{} class(es), {} grant(s)", r.class_count, r.grant_count);
-    let pause = match (&r.pause_tests_not_checked, r.unchecked.len()) {
-        (None, _) => "pause-test results read from etcd".to_string(),
-        (Some(why), 0) => format!("no fenced class, so the pause-test rule does not apply (results not read: {why})"),
-        (Some(why), n) => format!("the pause-test rule was NOT checked for {n} fenced class(es): {why}"),
-    };
-    match &r.set {
-        Some(set) => out.push_str(&format!("{dir}: valid: {what}, {}; {pause}\n", set.hash)),
-        None => out.push_str(&format!(
-            "{dir}: INVALID: {} problem(s) in {what}; {pause}. Fix each and run `holdfastctl class check {dir}` again\n",
-            r.problems.len()
-        )),
-    }
-    out
+    r.to_text(dir, &format!("run `holdfastctl class check {dir}` again"))
 }
 
 fn print_json(dir: &str, r: &Report, records_read: Option<usize>) {
