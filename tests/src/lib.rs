@@ -491,3 +491,49 @@ pub fn sigkill_group(pid: u32) {
 pub fn sigkill(pid: u32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
 }
+
+/// A copy of the dev class set (`config/classes.d`, `config/grants.d`) in
+/// `root/policy`; returns that directory.
+pub fn dev_policy(root: &Path) -> PathBuf {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+    let dir = root.join("policy");
+    for sub in ["classes.d", "grants.d"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        for entry in std::fs::read_dir(config.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    dir
+}
+
+/// A finished command: its exit status (-1 if killed by a signal) and
+/// output; prints both in assertion messages.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    /// Runs `cmd` to completion.
+    pub fn of(cmd: &mut std::process::Command) -> Self {
+        let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// stdout as one JSON value.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}):\n{self}"))
+    }
+}
+
+impl std::fmt::Display for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}

@@ -9,25 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Out {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
-    }
-}
-
-fn check(dir: &Path, extra: &[&str]) -> Out {
-    let out = Command::new(bin("holdfastctl")).args(["class", "check"]).arg(dir).args(extra).output().expect("run holdfastctl");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn check(dir: &Path, extra: &[&str]) -> Ran {
+    Ran::of(Command::new(bin("holdfastctl")).args(["class", "check"]).arg(dir).args(extra))
 }
 
 /// A policy directory with the given class and grant files.

@@ -2,35 +2,12 @@
 //! on the shipped dev set in config/ and on crafted policy directories.
 
 use holdfast_tests::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Out {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
-    }
-}
-
-impl Out {
-    fn json(&self) -> Value {
-        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("no JSON ({e}):\n{self}"))
-    }
-}
-
-fn holdfastctl(args: &[&str]) -> Out {
-    let out = Command::new(bin("holdfastctl")).args(args).output().expect("run holdfastctl");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn holdfastctl(args: &[&str]) -> Ran {
+    Ran::of(Command::new(bin("holdfastctl")).args(args))
 }
 
 fn config() -> String {

@@ -9,23 +9,9 @@ use holdfast_devkit::ports::free_port;
 use holdfast_model::layout::{POLICY_KEY, SEAL_KEY};
 use holdfast_store::policy::PublishedPolicy;
 use holdfast_tests::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A copy of config/classes.d and config/grants.d.
-fn dev_policy(root: &Path) -> PathBuf {
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
-    let dir = root.join("policy");
-    for sub in ["classes.d", "grants.d"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-        for entry in std::fs::read_dir(config.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    dir
-}
 
 struct Out {
     code: Option<i32>,
