@@ -196,7 +196,7 @@ fn risk_register_on_config_on_an_empty_set_and_on_a_broken_one() {
     assert_eq!(out.code, 0, "{out}");
     let v = out.json();
     let names: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["class"].as_str().unwrap()).collect();
-    assert_eq!(names, ["demo", "gate", "jobs", "orders"], "{v}");
+    assert_eq!(names, ["bench", "demo", "gate", "jobs", "orders"], "{v}");
     for r in v.as_array().unwrap() {
         let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, ["class", "days_left", "namespace", "risk_owner", "status", "waiver_expires"], "{r}");

@@ -11,7 +11,7 @@ fn check_accepts_a_good_config_and_names_every_problem_in_a_bad_one() {
     std::fs::write(
         &good,
         format!(
-            "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n",
+            "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\ntrust_domain = \"holdfast.dev\"\n[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n",
             pki.server.cert.display().to_string(),
             pki.server.key.display().to_string(),
             pki.ca.ca_path().display().to_string()
@@ -28,7 +28,7 @@ fn check_accepts_a_good_config_and_names_every_problem_in_a_bad_one() {
     std::fs::write(
         &bad,
         format!(
-            "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = \"/nonexistent/ca.pem\"\n[etcd]\nendpoints = [\"127.0.0.1:2379\"]\n",
+            "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = \"/nonexistent/ca.pem\"\ntrust_domain = \"Holdfast Dev\"\n[etcd]\nendpoints = [\"127.0.0.1:2379\"]\n",
             pki.server.cert.display().to_string(),
             pki.server.key.display().to_string()
         ),
@@ -38,9 +38,10 @@ fn check_accepts_a_good_config_and_names_every_problem_in_a_bad_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("tls.key_file") && err.contains("chmod o-rwx"), "{err}");
+    assert!(err.contains("tls.trust_domain = \"Holdfast Dev\" is not a SPIFFE trust domain"), "{err}");
     assert!(err.contains("tls.client_ca_file"), "{err}");
     assert!(err.contains("etcd.endpoints") && err.contains("https://127.0.0.1:2379"), "{err}");
-    assert!(err.contains("3 problem(s)"), "{err}");
+    assert!(err.contains("4 problem(s)"), "{err}");
 
     // An unknown key is named.
     let typo = dir.path.join("typo.toml");

@@ -72,15 +72,6 @@ impl Drop for Controller {
     }
 }
 
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    buf.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
 /// `/sys/policy` and its mod revision.
 async fn published(etcd: &mut etcd_client::Client) -> Option<(PublishedPolicy, i64)> {
     let resp = etcd.get(POLICY_KEY, None).await.unwrap();
@@ -282,7 +273,7 @@ fn check_validates_the_config_and_the_class_set() {
     write(&format!("policy_dir = {:?}\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n", policy.display().to_string()));
     let (code, out) = run();
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains(": ok") && out.contains(": valid: 4 class(es)"), "{out}");
+    assert!(out.contains(": ok") && out.contains(": valid: 5 class(es)"), "{out}");
 
     // A bad class set: 65, each problem as FILE:LINE: message.
     let line = edit(&policy.join("classes.d/dev.toml"), "ttl = \"30s\"", "ttl = \"1s\"");

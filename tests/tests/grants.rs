@@ -12,7 +12,7 @@ fn key(s: &str) -> LockKey {
 async fn tokens_strictly_increase_per_key_and_carry_the_epoch() {
     let app = Appliance::start("tokens", 1).await;
     let client = app.client("team/a").await;
-    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let session = client.open_session_for("orders", None).await.unwrap();
     let k = key("orders/ledger-7");
     let mut last = 0u64;
     for _ in 0..200 {
@@ -32,8 +32,8 @@ async fn a_second_session_waits_and_gets_a_greater_token() {
     let app = Appliance::start("handoff", 1).await;
     let a = app.client("team/a").await;
     let b = app.client("team/b").await;
-    let sa = a.open_session(Duration::from_secs(10)).await.unwrap();
-    let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
+    let sa = a.open_session_for("orders", None).await.unwrap();
+    let sb = b.open_session_for("orders", None).await.unwrap();
     let k = key("orders/handoff");
     let first = sa.acquire(&k, Duration::ZERO).await.unwrap();
     let t1 = first.token();
@@ -56,7 +56,7 @@ async fn a_second_session_waits_and_gets_a_greater_token() {
 async fn a_release_naming_an_older_hold_deletes_nothing() {
     let app = Appliance::start("stale-release", 1).await;
     let client = app.client("team/a").await;
-    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let session = client.open_session_for("orders", None).await.unwrap();
     let k = key("orders/stale");
     let old = session.acquire(&k, Duration::ZERO).await.unwrap();
     let old_token = old.token();
@@ -85,7 +85,8 @@ async fn a_release_naming_an_older_hold_deletes_nothing() {
 
 #[tokio::test]
 async fn a_holder_killed_with_sigkill_loses_the_hold_when_its_ttl_lapses() {
-    let app = Appliance::start("sigkill", 1).await;
+    // A 5 s class for jobs, so the lapse is quick to wait for.
+    let app = Appliance::start_policy("sigkill", 1, &defaults, &[("jobs", 5)], "").await;
     let ttl = Duration::from_secs(5);
     let mut holder = std::process::Command::new(bin("holdfastctl"))
         .envs(app.ctl_env("team/holder"))
@@ -102,7 +103,8 @@ async fn a_holder_killed_with_sigkill_loses_the_hold_when_its_ttl_lapses() {
         assert!(Instant::now() < end, "holder never acquired");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let session = client.open_session_for("jobs", None).await.unwrap();
+    assert_eq!(session.ttl(), ttl, "the waiter's session has the class TTL");
     sigkill_group(holder.id());
     let killed = Instant::now();
     let _ = holder.wait();
@@ -128,8 +130,10 @@ impl GroupExt for std::process::Command {
 async fn group_commit_keeps_each_key_exclusive_and_its_tokens_increasing() {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
-    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } =
-        Appliance::start_with("group-commit", 1, &|c| c.grants.group_commit = true).await;
+    // One 30 s class per round's namespace.
+    let classes = [("group0", 30), ("group1", 30), ("group2", 30)];
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_policy("group-commit", 1, &|c| c.grants.group_commit = true, &classes, "").await;
     // Grouping needs grants of different keys queued at the same moment; on
     // a loaded 2-core machine one round may not produce any, so up to three
     // rounds run (each checks exclusivity and order) until one did.

@@ -11,11 +11,14 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn inspect_of_a_held_key_says_who_and_since_when_but_nothing_that_rebuilds_the_token() {
-    let app = Appliance::start("inspect", 1).await;
+    let classes = [("warmup", 30), ("reports", 30)];
+    let app = Appliance::start_policy("inspect", 1, &defaults, &classes, "").await;
     // Move etcd's revision well away from small numbers that could appear
     // in the output by chance (waiters, epoch, durations).
     let client = app.client("team/a").await;
-    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    // One session for both namespaces: their classes share the 30 s TTL.
+    let session = client.open_session_for("reports", None).await.unwrap();
+    assert_eq!(session.ttl(), Duration::from_secs(30));
     for i in 0..40 {
         let k = LockKey::parse(&format!("warmup/k{i}")).unwrap();
         session.acquire(&k, Duration::ZERO).await.unwrap().release().await.unwrap();

@@ -17,6 +17,7 @@
 //! and [`risk`] hold the arithmetic of `holdfastctl class cost` and
 //! `holdfastctl risk-register`.
 
+pub mod access;
 pub mod cost;
 pub mod date;
 pub mod problem;
@@ -25,6 +26,7 @@ pub mod set;
 pub mod source;
 pub mod validate;
 
+pub use access::{Access, Action};
 pub use date::Date;
 pub use problem::{Problem, Rule};
 pub use risk::{WaiverStatus, advisory_classes, waiver_status};

@@ -183,6 +183,12 @@ pub async fn read_published(etcd: &Etcd) -> Result<Stored<PublishedPolicy>, etcd
     Ok(stored(POLICY_KEY, resp.kvs().first()))
 }
 
+/// The published policy from a key-value pair read or watched at
+/// [`POLICY_KEY`] (`None`: the key is absent or was deleted).
+pub fn decode_published(kv: Option<&KeyValue>) -> Stored<PublishedPolicy> {
+    stored(POLICY_KEY, kv)
+}
+
 /// The status document.
 pub async fn read_status(etcd: &Etcd) -> Result<Stored<PolicyStatus>, etcd_client::Error> {
     let resp = etcd.client.clone().get(POLICY_STATUS_KEY, None).await?;

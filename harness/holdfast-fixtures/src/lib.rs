@@ -4,7 +4,9 @@
 //! - [`postgres`]: a throwaway PostgreSQL cluster from Debian's packages.
 //! - [`s3`]: a real S3-compatible server (versitygw) on loopback.
 //! - [`etcdlog`]: etcd's revision history as the checkers' `EtcdLog`.
+//! - [`policy`]: a class set for the lab, published by the real controller.
 
 pub mod etcdlog;
+pub mod policy;
 pub mod postgres;
 pub mod s3;

@@ -1,0 +1,214 @@
+//! Enforcing the published class set (`/sys/policy`, written by
+//! holdfast-controller; see docs/policy.md).
+//!
+//! [`run`] reads the set at start and then watches it; every new version is
+//! checked (its content hash) and swapped in whole, so a call sees either
+//! the old set or the new one, never a mix. A document that does not decode
+//! or whose hash does not match is ignored, and the set in force stays.
+//!
+//! [`Policy::authorize`] runs before anything touches etcd: the caller's
+//! SPIFFE ID against the grants ([`holdfast_policy::Access`], a prefix tree
+//! with longest match), then the class's home region. A denial is one
+//! message, built from the request alone: it cannot depend on whether the
+//! key exists or is held, because nothing about the key has been read.
+//! Without a published set nothing is granted ([`ErrorReason::NoPolicy`]).
+
+use crate::Refusal;
+use crate::etcd::Etcd;
+use etcd_client::WatchOptions;
+use holdfast_model::LockKey;
+use holdfast_model::layout::POLICY_KEY;
+use holdfast_policy::{Access, Action, Class};
+use holdfast_proto::ErrorReason;
+use holdfast_store::policy::{PublishedPolicy, Stored, decode_published};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tonic::Code;
+
+/// One published version, ready to enforce.
+pub struct Loaded {
+    pub version: u64,
+    pub hash: String,
+    access: Access,
+    classes: Vec<Class>,
+}
+
+/// The set this arbiter enforces, swapped whole on every publish.
+pub struct Policy {
+    current: RwLock<Option<Arc<Loaded>>>,
+    /// This arbiter's region (`region` in its config); `None`: one region,
+    /// every class is served here.
+    region: Option<String>,
+}
+
+impl Policy {
+    pub fn new(region: Option<String>) -> Self {
+        Policy { current: RwLock::new(None), region }
+    }
+
+    /// The version in force, if any.
+    pub fn loaded(&self) -> Option<Arc<Loaded>> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts a published document in force, if it is newer than the one in
+    /// force and its hash matches its content. Returns whether it did.
+    pub fn install(&self, published: &PublishedPolicy) -> Result<bool, String> {
+        if published.hash != published.set.hash || !published.set.hash_is_valid() {
+            return Err(format!("version {} at {POLICY_KEY}: its hash does not match its content", published.version));
+        }
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|c| c.version >= published.version) {
+            return Ok(false);
+        }
+        let loaded = Loaded {
+            version: published.version,
+            hash: published.hash.clone(),
+            access: Access::new(&published.set),
+            classes: published.set.classes.values().cloned().collect(),
+        };
+        *current = Some(Arc::new(loaded));
+        crate::metrics::set_policy_version(published.version);
+        Ok(true)
+    }
+
+    /// The classes of the set in force (none before one is published).
+    pub fn classes(&self) -> Vec<Class> {
+        self.loaded().map(|l| l.classes.clone()).unwrap_or_default()
+    }
+
+    /// The class of `key` if `who` may do `action` on it here. Checks only
+    /// what is in memory; see the module documentation.
+    pub fn authorize(&self, who: &str, key: &LockKey, action: Action) -> Result<Class, Refusal> {
+        let Some(loaded) = self.loaded() else { return Err(no_policy()) };
+        let Some(class) = loaded.access.check(who, key.namespace(), key.key(), action) else {
+            return Err(denied(who, key, action));
+        };
+        if let (Some(home), Some(here)) = (&class.home_region, &self.region)
+            && home != here
+        {
+            return Err(wrong_region(key, &class.name, home, here));
+        }
+        Ok(class.clone())
+    }
+
+    /// The class governing `namespace`, for a session opened for it; the
+    /// caller must hold some lock grant in it.
+    pub fn class_for_session(&self, who: &str, namespace: &str) -> Result<Class, Refusal> {
+        let Some(loaded) = self.loaded() else { return Err(no_policy()) };
+        loaded.access.namespace_class(who, namespace).cloned().ok_or_else(|| {
+            Refusal::new(
+                Code::PermissionDenied,
+                ErrorReason::Denied,
+                format!("{who} has no grant to lock keys in namespace {namespace:?}; add one in grants.d/ (docs/policy.md)"),
+            )
+        })
+    }
+}
+
+fn no_policy() -> Refusal {
+    Refusal::new(
+        Code::FailedPrecondition,
+        ErrorReason::NoPolicy,
+        "no class set is published yet, so this arbiter grants nothing; run holdfast-controller on a valid policy directory \
+         and see `holdfastctl status`",
+    )
+}
+
+/// The one denial: the same text for a free, held or never-used key.
+fn denied(who: &str, key: &LockKey, action: Action) -> Refusal {
+    let verb = match action {
+        Action::Lock => "lock",
+        Action::Inspect => "inspect",
+        Action::ForceRelease => "force-release",
+    };
+    Refusal::new(
+        Code::PermissionDenied,
+        ErrorReason::Denied,
+        format!("{who} may not {verb} {key}: no grant covers it; ask for a {verb} grant in grants.d/ (docs/policy.md)"),
+    )
+}
+
+fn wrong_region(key: &LockKey, class: &str, home: &str, here: &str) -> Refusal {
+    Refusal::new(
+        Code::FailedPrecondition,
+        ErrorReason::WrongRegion,
+        format!("{key} is in class {class}, homed to region {home}; this arbiter serves region {here}; call an arbiter in {home}"),
+    )
+}
+
+/// The refusal of an Acquire on a session whose TTL is not the class's.
+pub fn class_ttl(key: &LockKey, class: &Class, session_ttl_secs: u64) -> Refusal {
+    let ttl = class.ttl.as_secs();
+    Refusal::new(
+        Code::FailedPrecondition,
+        ErrorReason::ClassTtl,
+        format!(
+            "{key} is in class {} whose TTL is {ttl}s, but this session's TTL is {session_ttl_secs}s; \
+             open a session for namespace {:?} (or with a {ttl}s TTL)",
+            class.name, class.namespace
+        ),
+    )
+}
+
+/// Reads the published set once (before READY, so the first calls see it
+/// when one is published); an error here is left to [`run`].
+pub async fn load(etcd: &Etcd, policy: &Policy) {
+    if let Ok(stored) = holdfast_store::policy::read_published(etcd).await {
+        apply(policy, &stored);
+    }
+}
+
+/// Keeps `policy` equal to the published set: reads it, then watches it;
+/// reconnects (re-reading) after any watch error. Never returns.
+pub async fn run(etcd: Etcd, policy: Arc<Policy>) {
+    loop {
+        let from = match holdfast_store::policy::read_published(&etcd).await {
+            Ok(stored) => {
+                apply(&policy, &stored);
+                Some(stored.mod_revision())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the published class set failed; retrying");
+                None
+            }
+        };
+        if let Some(from) = from {
+            watch(&etcd, &policy, from).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn watch(etcd: &Etcd, policy: &Policy, from: i64) {
+    let opts = WatchOptions::new().with_start_revision(from + 1);
+    let Ok(mut stream) = etcd.client.clone().watch(POLICY_KEY, Some(opts)).await else { return };
+    while let Ok(Some(resp)) = stream.message().await {
+        if resp.canceled() {
+            return;
+        }
+        for event in resp.events() {
+            if event.event_type() == etcd_client::EventType::Put {
+                apply(policy, &decode_published(event.kv()));
+            } else {
+                tracing::error!("{POLICY_KEY} was deleted; the set in force stays (only holdfast-controller writes it)");
+            }
+        }
+    }
+}
+
+fn apply(policy: &Policy, stored: &Stored<PublishedPolicy>) {
+    match stored {
+        Stored::Absent => {
+            if policy.loaded().is_none() {
+                tracing::warn!("no class set is published at {POLICY_KEY}: granting nothing until holdfast-controller publishes one");
+            }
+        }
+        Stored::Malformed { error, .. } => tracing::error!(%error, "ignoring the document at {POLICY_KEY}; the set in force stays"),
+        Stored::Present { doc, .. } => match policy.install(doc) {
+            Ok(true) => tracing::info!(version = doc.version, hash = %doc.hash, "class set in force"),
+            Ok(false) => {}
+            Err(e) => tracing::error!(error = %e, "ignoring it; the set in force stays"),
+        },
+    }
+}

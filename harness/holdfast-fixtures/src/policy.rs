@@ -1,0 +1,126 @@
+//! A class set for the lab (the end-to-end tests, the gate, the bench),
+//! published the way production publishes one: a policy directory read,
+//! validated and published by the real `holdfast-controller`.
+//!
+//! Each [`FixtureClass`] becomes one class of its own namespace. A class
+//! with a TTL under 30 s must be fenced (advisory classes need 30 s or
+//! more), and a fenced class needs a passing pause-test result: for those
+//! this module records one under `/sys/pausetest/<class>/` naming the
+//! resource `fixture:holdfast-lab`. That record is a fixture, not evidence:
+//! the lab's resources are the gate's model resource and the reference
+//! fences, whose rejection of stale tokens the gate and
+//! `tests/tests/pausetest.rs` prove. Longer TTLs become advisory classes
+//! with a far waiver, so no fixture record is needed for them.
+//!
+//! One grant gives every identity under `identity_prefix` lock, inspect and
+//! force-release on every namespace; `extra_grants` (TOML `[grant.NAME]`
+//! tables) can narrow some identities (a more specific identity wins).
+
+use anyhow::Context;
+use holdfast_config::{ControllerConfig, EtcdConfig};
+use holdfast_devkit::controller::{ControllerLaunch, ControllerProcess};
+use holdfast_model::layout::{self, PauseTestOutcome, PauseTestRecord};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The resource named in fixture pause-test records.
+pub const FIXTURE_RESOURCE: &str = "fixture:holdfast-lab";
+
+/// One class: its namespace (also its name) and its TTL.
+#[derive(Debug, Clone)]
+pub struct FixtureClass {
+    pub namespace: String,
+    pub ttl: Duration,
+}
+
+impl FixtureClass {
+    pub fn new(namespace: &str, ttl: Duration) -> Self {
+        FixtureClass { namespace: namespace.to_string(), ttl }
+    }
+
+    fn fenced(&self) -> bool {
+        self.ttl < Duration::from_secs(30)
+    }
+}
+
+/// The policy directory's files for `classes` and a grant to every identity
+/// under `identity_prefix` (plus `extra_grants`).
+pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], extra_grants: &str) -> anyhow::Result<()> {
+    let mut text = String::from("# Written by holdfast-fixtures (policy.rs): the lab's class set.\n");
+    for c in classes {
+        let ns = &c.namespace;
+        let ttl = c.ttl.as_secs();
+        let rule = if c.fenced() {
+            "purpose = \"correctness\"\nenforcement = \"fenced\"".to_string()
+        } else {
+            "purpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"holdfast-lab\"\nwaiver_expires = 2099-12-31".to_string()
+        };
+        text.push_str(&format!("\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"entity\"\n"));
+    }
+    let prefixes: Vec<String> = classes.iter().map(|c| format!("\"{}/\"", c.namespace)).collect();
+    let all = prefixes.join(", ");
+    let grants = format!(
+        "# Written by holdfast-fixtures (policy.rs).\n\n[grant.lab]\nidentity = \"{identity_prefix}\"\nlock = [{all}]\ninspect = [{all}]\nforce_release = [{all}]\n\n{extra_grants}"
+    );
+    for (sub, body) in [("classes.d", text), ("grants.d", grants)] {
+        std::fs::create_dir_all(dir.join(sub))?;
+        let file = dir.join(sub).join("lab.toml");
+        std::fs::write(&file, body).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// Records a passing fixture pause-test result for every fenced class (see
+/// the module documentation), on a one-year lease like the kit's, with the
+/// credentials of `etcd` (the pause-test kit's role on a cluster with
+/// authentication on).
+pub async fn record_pause_tests(etcd: &EtcdConfig, classes: &[FixtureClass]) -> anyhow::Result<()> {
+    let mut client = holdfast_store::Etcd::connect(etcd).await.context("connecting to etcd")?.client;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+    let year = 365 * 24 * 3600;
+    for c in classes.iter().filter(|c| c.fenced()) {
+        let record = PauseTestRecord {
+            class: c.namespace.clone(),
+            resource: FIXTURE_RESOURCE.into(),
+            schema_version: 1,
+            time_unix_ms: now,
+            expires_unix_ms: now + year * 1000,
+            etcd_version: "fixture".into(),
+            outcome: PauseTestOutcome::Pass,
+            reason: "a lab fixture (holdfast-fixtures policy.rs), not a pause test".into(),
+            fence_mode: "correct".into(),
+        };
+        let lease = client.lease_grant(year as i64, None).await?.id();
+        let key = layout::pausetest_key(&c.namespace, FIXTURE_RESOURCE);
+        client.put(key, layout::encode(&record), Some(etcd_client::PutOptions::new().with_lease(lease))).await?;
+    }
+    Ok(())
+}
+
+/// Writes `DIR/policy`, records the fixture pause tests (as `pausetest`)
+/// and starts a real controller (the binary `bin`; see
+/// `holdfast_devkit::controller::locate`) on it with `etcd`; returns once
+/// the controller is READY, which it sends after its first round (the set
+/// is published by then).
+pub async fn publish(
+    bin: PathBuf,
+    dir: &Path,
+    etcd: EtcdConfig,
+    pausetest: &EtcdConfig,
+    identity_prefix: &str,
+    classes: &[FixtureClass],
+    extra_grants: &str,
+) -> anyhow::Result<(ControllerProcess, PathBuf)> {
+    let policy = dir.join("policy");
+    write_dir(&policy, identity_prefix, classes, extra_grants)?;
+    record_pause_tests(pausetest, classes).await?;
+    let mut config = ControllerConfig::new(etcd);
+    config.policy_dir = policy.clone();
+    config.metrics_listen = ([127, 0, 0, 1], holdfast_devkit::ports::free_port()).into();
+    config.cluster_name = "lab".into();
+    config.rescan_interval = Duration::from_millis(500);
+    let launch = ControllerLaunch::new(bin, config, dir, "controller");
+    let mut process = ControllerProcess::spawn(&launch)?;
+    process.wait_ready(Duration::from_secs(60))?;
+    Ok((process, policy))
+}
