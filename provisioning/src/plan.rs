@@ -476,9 +476,29 @@ pub fn render_text(p: &Plan) -> String {
     s
 }
 
-/// A member's etcd settings as a systemd `EnvironmentFile=` (etcd reads `ETCD_*`).
+/// Where a member's TLS material lives on its host: one certificate for
+/// clients and peers (`/etc/holdfast/tls/<member>.pem` and its key, e.g. `etcd-a1.pem`),
+/// and the etcd CA that signs members and every tool's client certificate.
+pub const ETCD_TLS_DIR: &str = "/etc/holdfast/tls";
+
+/// A member's etcd settings as a systemd `EnvironmentFile=` (etcd reads
+/// `ETCD_*`): client and peer TLS, both requiring a certificate from the
+/// etcd CA (`--client-cert-auth`: a tool's etcd user is its certificate's
+/// CN). Authentication itself is turned on once the cluster is up, by
+/// `holdfastctl etcd roles`, which also makes every tool's role.
 pub fn render_env(c: &ClusterPlan, m: &Member) -> String {
-    format!(
+    let (dir, name) = (ETCD_TLS_DIR, &m.name);
+    let tls = format!(
+        "ETCD_CERT_FILE={dir}/{name}.pem\n\
+         ETCD_KEY_FILE={dir}/{name}-key.pem\n\
+         ETCD_TRUSTED_CA_FILE={dir}/etcd-ca.pem\n\
+         ETCD_CLIENT_CERT_AUTH=true\n\
+         ETCD_PEER_CERT_FILE={dir}/{name}.pem\n\
+         ETCD_PEER_KEY_FILE={dir}/{name}-key.pem\n\
+         ETCD_PEER_TRUSTED_CA_FILE={dir}/etcd-ca.pem\n\
+         ETCD_PEER_CLIENT_CERT_AUTH=true\n"
+    );
+    let urls = format!(
         "# holdfast-provision plan: member {} of cluster {} ({}). Generated; do not edit.\n\
          ETCD_NAME={}\n\
          ETCD_INITIAL_CLUSTER={}\n\
@@ -499,5 +519,6 @@ pub fn render_env(c: &ClusterPlan, m: &Member) -> String {
         m.listen_peer_urls,
         m.advertise_client_urls,
         m.listen_client_urls
-    )
+    );
+    urls + &tls
 }

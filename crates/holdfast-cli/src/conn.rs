@@ -79,6 +79,11 @@ pub fn report(e: &Error) -> u8 {
             (" Check --cert/--key: the certificate must come from the arbiter's client CA.", exit::NOPERM)
         }
         Some(ErrorReason::Denied) => ("", exit::NOPERM),
+        Some(ErrorReason::NoPolicy) => (" `holdfastctl status` shows the class set and any refused change.", exit::UNAVAILABLE),
+        Some(ErrorReason::WrongRegion) => ("", exit::UNAVAILABLE),
+        Some(ErrorReason::ClassTtl) => ("", exit::USAGE),
+        Some(ErrorReason::RateLimited) => (" Retry after a short backoff.", exit::UNAVAILABLE),
+        Some(ErrorReason::Quota) => ("", exit::UNAVAILABLE),
         Some(ErrorReason::SessionNotFound) => ("", exit::UNAVAILABLE),
         Some(ErrorReason::InvalidArgument) => ("", exit::USAGE),
         _ => match e {

@@ -5,9 +5,12 @@ use holdfast_proto::LockClient;
 use holdfast_proto::v1::{
     InspectRequest, InspectResponse, OpenSessionRequest, ServerStatusRequest, ServerStatusResponse, ValidateTokenRequest,
 };
+use holdfast_tls::{Dialer, Files, Reloading};
+use rustls::pki_types::ServerName;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 
 /// Where the arbiter is and the mTLS material to reach it.
 #[derive(Debug, Clone)]
@@ -42,50 +45,64 @@ pub struct Client {
     pub(crate) rpc: LockClient<Channel>,
 }
 
-fn read(what: &str, path: &PathBuf) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| Error::Config(format!("cannot read the {what} {}: {e}", path.display())))
-}
-
 impl Client {
     /// Connects now; fails if the arbiter cannot be reached.
     pub async fn connect(cfg: &ClientConfig) -> Result<Self, Error> {
-        let endpoint = Self::endpoint(cfg)?;
-        let url = endpoint.uri().to_string();
-        let channel = endpoint.connect().await.map_err(|e| Error::Connect { endpoint: url, message: error_chain(&e) })?;
+        let (endpoint, dialer) = Self::endpoint(cfg)?;
+        let channel = endpoint
+            .connect_with_connector(dialer)
+            .await
+            .map_err(|e| Error::Connect { endpoint: cfg.endpoint.clone(), message: error_chain(&e) })?;
         Ok(Client { rpc: LockClient::new(channel) })
     }
 
     /// Connects on first use and reconnects as needed: calls fail with
     /// `Unavailable` while the arbiter is down.
     pub fn connect_lazy(cfg: &ClientConfig) -> Result<Self, Error> {
-        Ok(Client { rpc: LockClient::new(Self::endpoint(cfg)?.connect_lazy()) })
+        let (endpoint, dialer) = Self::endpoint(cfg)?;
+        Ok(Client { rpc: LockClient::new(endpoint.connect_with_connector_lazy(dialer)) })
     }
 
-    fn endpoint(cfg: &ClientConfig) -> Result<Endpoint, Error> {
+    /// The endpoint tonic speaks HTTP/2 to, and the dialer that makes its
+    /// TLS connections: every (re)connection reads the SVID files again, so
+    /// a rotated SVID is used without a new `Client`.
+    fn endpoint(cfg: &ClientConfig) -> Result<(Endpoint, Dialer), Error> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let url = if cfg.endpoint.contains("://") { cfg.endpoint.clone() } else { format!("https://{}", cfg.endpoint) };
-        let host = url.split("://").nth(1).and_then(|rest| rest.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']']).to_string()));
-        let mut tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(read("CA file", &cfg.ca)?))
-            .identity(Identity::from_pem(read("client certificate", &cfg.cert)?, read("client key", &cfg.key)?));
-        if let Some(host) = host {
-            tls = tls.domain_name(host);
+        let rest = cfg.endpoint.split_once("://").map_or(cfg.endpoint.as_str(), |(scheme, rest)| if scheme == "https" { rest } else { "" });
+        if rest.is_empty() {
+            return Err(Error::Config(format!(
+                "endpoint {:?}: the arbiter speaks mTLS only; use host:port or https://host:port",
+                cfg.endpoint
+            )));
         }
-        let connect_err = |e: tonic::transport::Error| Error::Connect { endpoint: url.clone(), message: error_chain(&e) };
-        let endpoint = Endpoint::from_shared(url.clone())
-            .map_err(|e| Error::Config(format!("endpoint {url:?} is not a URL: {e}")))?
-            .tls_config(tls)
-            .map_err(connect_err)?
+        let host = rest.rsplit_once(':').map(|(h, _)| h.trim_matches(['[', ']']).to_string()).unwrap_or_default();
+        let server_name = ServerName::try_from(host.clone())
+            .map_err(|e| Error::Config(format!("endpoint {:?}: {host:?} is not a host name or IP address ({e})", cfg.endpoint)))?;
+        let files = Files { cert: cfg.cert.clone(), key: cfg.key.clone(), ca: cfg.ca.clone() };
+        let tls = Reloading::load(files, holdfast_tls::client_config).map_err(|e| Error::Config(e.to_string()))?;
+        // TLS is the dialer's: tonic sees plain HTTP/2 over the TLS stream.
+        let url = format!("http://{rest}");
+        let endpoint = Endpoint::from_shared(url)
+            .map_err(|e| Error::Config(format!("endpoint {:?} is not a URL: {e}", cfg.endpoint)))?
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
-        Ok(endpoint)
+        Ok((endpoint, Dialer::new(Arc::new(tls), Some(server_name), "client SVID (HOLDFAST_CERT, HOLDFAST_KEY, HOLDFAST_CA)")))
     }
 
-    /// Opens a session with the given TTL (zero: the 15 s default).
+    /// Opens a session with the given TTL (zero: the 15 s default). Keys can
+    /// be acquired on it only in classes with that TTL; prefer
+    /// [`Client::open_session_for`].
     pub async fn open_session(&self, ttl: Duration) -> Result<Session, Error> {
-        self.open_session_with(ttl, Vec::new(), None).await
+        self.open_session_with(ttl, "", Vec::new(), None).await
+    }
+
+    /// Opens a session for the class of `namespace`: its TTL is the class's.
+    /// `ttl`, if given, must equal it (the arbiter refuses another, naming
+    /// the class).
+    pub async fn open_session_for(&self, namespace: &str, ttl: Option<Duration>) -> Result<Session, Error> {
+        self.open_session_with(ttl.unwrap_or_default(), namespace, Vec::new(), None).await
     }
 
     /// Opens a session whose every keepalive `observer` sees (recorders).
@@ -94,18 +111,20 @@ impl Client {
         ttl: Duration,
         observer: std::sync::Arc<dyn crate::KeepaliveObserver>,
     ) -> Result<Session, Error> {
-        self.open_session_with(ttl, Vec::new(), Some(observer)).await
+        self.open_session_with(ttl, "", Vec::new(), Some(observer)).await
     }
 
     /// Opens a session here whose keepalives fail over to `others`.
     pub(crate) async fn open_session_with(
         &self,
         ttl: Duration,
+        namespace: &str,
         others: Vec<Client>,
         observer: Option<std::sync::Arc<dyn crate::KeepaliveObserver>>,
     ) -> Result<Session, Error> {
         let opened_at = tokio::time::Instant::now();
-        let resp = self.rpc.clone().open_session(OpenSessionRequest { ttl_millis: ttl.as_millis() as u64 }).await?.into_inner();
+        let req = OpenSessionRequest { ttl_millis: ttl.as_millis() as u64, namespace: namespace.to_string() };
+        let resp = self.rpc.clone().open_session(req).await?.into_inner();
         let mut clients = vec![self.clone()];
         clients.extend(others);
         Ok(Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at, observer))

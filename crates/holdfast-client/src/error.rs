@@ -24,6 +24,15 @@ impl Error {
             Error::Config(_) => None,
         }
     }
+
+    /// The gRPC status code of a refusal (e.g. `ResourceExhausted` for a
+    /// rate limit or quota); `None` when the arbiter was not reached.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            Error::Refused { code, .. } => Some(*code),
+            Error::Connect { .. } | Error::Config(_) => None,
+        }
+    }
 }
 
 impl From<tonic::Status> for Error {

@@ -47,8 +47,10 @@ pub struct Fenced {
 /// How to acquire.
 #[derive(Debug, Clone, Copy)]
 pub struct AcquireOptions {
-    /// Session TTL (5 s..300 s). Holds of one TTL share one session.
-    pub ttl: Duration,
+    /// Session TTL. `None` (the default): the TTL of the key's class, which
+    /// is the only TTL the arbiter accepts for it; a different value is
+    /// refused naming the class. Holds of one TTL share one session.
+    pub ttl: Option<Duration>,
     /// How long to wait while another session holds the key (0: try once).
     pub wait: Duration,
     /// Record the wait in etcd so its order survives an arbiter restart.
@@ -57,7 +59,7 @@ pub struct AcquireOptions {
 
 impl Default for AcquireOptions {
     fn default() -> Self {
-        AcquireOptions { ttl: holdfast_model::ttl::DEFAULT_TTL, wait: Duration::ZERO, durable: false }
+        AcquireOptions { ttl: None, wait: Duration::ZERO, durable: false }
     }
 }
 
@@ -89,6 +91,8 @@ struct Inner {
     endpoints: Vec<String>,
     clients: Vec<Client>,
     slots: tokio::sync::Mutex<HashMap<Duration, Arc<Slot>>>,
+    /// The class TTL of each namespace a session was opened for.
+    class_ttls: Mutex<HashMap<String, Duration>>,
     on_fence: Arc<FenceFn>,
 }
 
@@ -130,7 +134,13 @@ impl Locker {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Locker {
-            inner: Arc::new(Inner { endpoints: config.endpoints, clients, slots: Default::default(), on_fence: Arc::new(on_fence) }),
+            inner: Arc::new(Inner {
+                endpoints: config.endpoints,
+                clients,
+                slots: Default::default(),
+                class_ttls: Default::default(),
+                on_fence: Arc::new(on_fence),
+            }),
         })
     }
 
@@ -139,22 +149,41 @@ impl Locker {
         ranked(&key.to_string(), &self.inner.endpoints)[0]
     }
 
-    /// The session used for holds of this TTL, opening it if needed.
-    async fn slot(&self, ttl: Duration) -> Result<Arc<Slot>, Error> {
+    /// The session used for holds of `key`'s class TTL (or `ttl`), opening
+    /// it if needed: a new session is opened for the key's namespace, so the
+    /// arbiter says the class's TTL (and refuses a `ttl` that differs).
+    async fn slot(&self, key: &LockKey, ttl: Option<Duration>) -> Result<Arc<Slot>, Error> {
         let mut slots = self.inner.slots.lock().await;
-        if let Some(s) = slots.get(&ttl)
+        let known = ttl.or_else(|| lock(&self.inner.class_ttls).get(key.namespace()).copied());
+        if let Some(ttl) = known
+            && let Some(s) = slots.get(&ttl)
             && *s.session.health().borrow() != Health::Lost
         {
             return Ok(s.clone());
         }
-        // Sessions are spread by TTL over the arbiters, with failover.
-        let order = ranked(&format!("session/{}", ttl.as_millis()), &self.inner.endpoints);
+        // Sessions are spread by TTL (or namespace, until its TTL is known)
+        // over the arbiters, with failover.
+        let spread = match known {
+            Some(ttl) => format!("session/{}", ttl.as_millis()),
+            None => format!("session/{}", key.namespace()),
+        };
+        let order = ranked(&spread, &self.inner.endpoints);
         let mut last = None;
         for (n, i) in order.iter().enumerate() {
             let others: Vec<Client> =
                 order.iter().skip(n + 1).chain(order.iter().take(n)).map(|j| self.inner.clients[*j].clone()).collect();
-            match self.inner.clients[*i].open_session_with(ttl, others, None).await {
+            match self.inner.clients[*i].open_session_with(known.unwrap_or_default(), key.namespace(), others, None).await {
                 Ok(session) => {
+                    let ttl = session.ttl();
+                    lock(&self.inner.class_ttls).insert(key.namespace().to_string(), ttl);
+                    // Opened only to learn the class's TTL, which a live
+                    // session already has: keep that one (one session per TTL).
+                    if let Some(s) = slots.get(&ttl)
+                        && *s.session.health().borrow() != Health::Lost
+                    {
+                        let _ = session.close().await;
+                        return Ok(s.clone());
+                    }
                     let slot = Arc::new(Slot { session, holds: Default::default(), key_locks: Default::default() });
                     slots.insert(ttl, slot.clone());
                     tokio::spawn(fence_when_lost(self.inner.clone(), ttl, slot.clone()));
@@ -184,7 +213,7 @@ impl Locker {
     /// Acquires `key`. A key already held through this locker's session of
     /// the same TTL is re-entered: its count goes up, nothing is sent.
     pub async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<LockGuard, Error> {
-        let slot = self.slot(opts.ttl).await?;
+        let slot = self.slot(key, opts.ttl).await?;
         let key_lock = slot.key_lock(key);
         let _serial = key_lock.lock().await;
         if let Some(e) = lock(&slot.holds).get_mut(key) {

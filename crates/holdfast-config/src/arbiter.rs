@@ -24,6 +24,11 @@ pub struct ArbiterConfig {
     /// The `cluster` label value on every metric.
     #[serde(default = "default_cluster_name")]
     pub cluster_name: String,
+    /// The region this arbiter serves (a class's `home_region`). Keys of a
+    /// class homed elsewhere are refused with a typed error naming their
+    /// region. Leave it out when there is one region: every class is served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// Server certificate and the CA that client certificates must chain to.
     pub tls: TlsConfig,
     /// The etcd cluster holding the lock key space.
@@ -37,6 +42,9 @@ pub struct ArbiterConfig {
     /// How grant transactions are sent.
     #[serde(default)]
     pub grants: GrantsConfig,
+    /// Per-identity request rate and quotas on sessions and holds.
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// Deliberately broken behaviour, for proving that the correctness gate
     /// catches it. Only an arbiter built with the `mutations` cargo feature
     /// (test builds) acts on it; any other arbiter refuses to start when a
@@ -107,6 +115,10 @@ pub struct TlsConfig {
     /// PEM CA bundle; every client must present a certificate from it that
     /// carries exactly one `spiffe://` URI SAN.
     pub client_ca_file: PathBuf,
+    /// The SPIFFE trust domain of the workloads (`example.org` in
+    /// `spiffe://example.org/...`): an SVID of any other domain is refused,
+    /// even from a CA in `client_ca_file`.
+    pub trust_domain: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -212,6 +224,103 @@ pub struct GrantsConfig {
     pub group_commit: bool,
 }
 
+/// `[limits]`: what one workload may take. Refusals are `ResourceExhausted`
+/// with a typed reason (`RATE_LIMITED`, `QUOTA`) and a message naming the
+/// limit's key; nothing is written to etcd.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Requests one identity may make per second on this arbiter, sustained
+    /// (a token bucket in this process; keepalive renewals on an open stream
+    /// are not counted: the session quota bounds them).
+    #[serde(default = "default_requests_per_second")]
+    pub requests_per_second: u32,
+    /// Requests one identity may make at once after a quiet period.
+    #[serde(default = "default_request_burst")]
+    pub request_burst: u32,
+    /// Sessions one identity may have open in the cluster (a session is not
+    /// bound to a namespace, so this quota is per identity).
+    #[serde(default = "default_sessions_per_identity")]
+    pub max_sessions_per_identity: u64,
+    /// Holds one identity may have in the cluster.
+    #[serde(default = "default_holds_per_identity")]
+    pub max_holds_per_identity: u64,
+    /// Holds in one namespace, in the cluster, unless `namespaces` says
+    /// otherwise for it.
+    #[serde(default = "default_holds_per_namespace")]
+    pub max_holds_per_namespace: u64,
+    /// Per-namespace overrides: `[limits.namespaces.payments] max_holds = 500`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub namespaces: std::collections::BTreeMap<String, NamespaceLimits>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceLimits {
+    /// Holds in this namespace, in the cluster.
+    pub max_holds: u64,
+}
+
+impl LimitsConfig {
+    /// The hold quota of `namespace`.
+    pub fn max_holds_in(&self, namespace: &str) -> u64 {
+        self.namespaces.get(namespace).map_or(self.max_holds_per_namespace, |n| n.max_holds)
+    }
+
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let positive = [
+            ("limits.requests_per_second", u64::from(self.requests_per_second)),
+            ("limits.request_burst", u64::from(self.request_burst)),
+            ("limits.max_sessions_per_identity", self.max_sessions_per_identity),
+            ("limits.max_holds_per_identity", self.max_holds_per_identity),
+            ("limits.max_holds_per_namespace", self.max_holds_per_namespace),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                p.push(format!("{key} = 0 would refuse everything; leave it out for the default or set at least 1"));
+            }
+        }
+        for (ns, n) in &self.namespaces {
+            if n.max_holds == 0 {
+                p.push(format!(
+                    "limits.namespaces.{ns}.max_holds = 0 would refuse every lock in {ns:?}; remove its grants instead, or set at least 1"
+                ));
+            }
+        }
+        p
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            requests_per_second: default_requests_per_second(),
+            request_burst: default_request_burst(),
+            max_sessions_per_identity: default_sessions_per_identity(),
+            max_holds_per_identity: default_holds_per_identity(),
+            max_holds_per_namespace: default_holds_per_namespace(),
+            namespaces: Default::default(),
+        }
+    }
+}
+
+fn default_requests_per_second() -> u32 {
+    2000
+}
+fn default_request_burst() -> u32 {
+    4000
+}
+fn default_sessions_per_identity() -> u64 {
+    1000
+}
+fn default_holds_per_identity() -> u64 {
+    10_000
+}
+fn default_holds_per_namespace() -> u64 {
+    50_000
+}
+
 impl Default for WaitersConfig {
     fn default() -> Self {
         WaitersConfig { watch: true }
@@ -272,11 +381,13 @@ impl ArbiterConfig {
             listen: default_listen(),
             metrics_listen: default_metrics_listen(),
             cluster_name: default_cluster_name(),
+            region: None,
             tls,
             etcd,
             seal: SealConfig::default(),
             waiters: WaitersConfig::default(),
             grants: GrantsConfig::default(),
+            limits: LimitsConfig::default(),
             mutation: MutationConfig::default(),
             drain_timeout: default_drain(),
             tracing: TracingConfig::default(),
@@ -310,11 +421,18 @@ impl ArbiterConfig {
         if let Some(problem) = secret_file_problem(&self.tls.key_file) {
             p.push(format!("tls.key_file = {:?}: {problem}", self.tls.key_file.display().to_string()));
         }
+        let domain = &self.tls.trust_domain;
+        if domain.is_empty() || !domain.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b)) {
+            p.push(format!(
+                "tls.trust_domain = {domain:?} is not a SPIFFE trust domain; use the lower-case domain of your SVIDs (\"example.org\" for spiffe://example.org/...)"
+            ));
+        }
         p.extend(self.etcd.problems());
         if self.seal.check_interval < Duration::from_millis(100) || self.seal.check_interval > Duration::from_secs(30) {
             p.push("seal.check_interval must be between 100ms and 30s (default 1s)".into());
         }
         p.extend(self.tracing.problems());
+        p.extend(self.limits.problems());
         p
     }
 }
@@ -379,7 +497,12 @@ mod tests {
     #[test]
     fn a_rendered_config_reads_back_the_same() {
         let mut c = ArbiterConfig::new(
-            TlsConfig { cert_file: "/t/c.pem".into(), key_file: "/t/k.pem".into(), client_ca_file: "/t/ca.pem".into() },
+            TlsConfig {
+                cert_file: "/t/c.pem".into(),
+                key_file: "/t/k.pem".into(),
+                client_ca_file: "/t/ca.pem".into(),
+                trust_domain: "example.org".into(),
+            },
             EtcdConfig::plain(vec!["http://127.0.0.1:2379".into()]),
         );
         c.etcd.ca_file = Some("/t/etcd-ca.pem".into());
@@ -399,6 +522,21 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_limit_is_refused_naming_its_key() {
+        let mut c = LimitsConfig { max_holds_per_namespace: 0, ..LimitsConfig::default() };
+        c.namespaces.insert("pay".into(), NamespaceLimits { max_holds: 0 });
+        let p = c.problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("limits.max_holds_per_namespace = 0 would refuse everything"), "{p:?}");
+        assert!(p[1].starts_with("limits.namespaces.pay.max_holds = 0"), "{p:?}");
+        assert_eq!(c.max_holds_in("pay"), 0);
+        assert_eq!(LimitsConfig::default().max_holds_in("pay"), 50_000);
+        let parsed: LimitsConfig = toml::from_str("requests_per_second = 5\n[namespaces.pay]\nmax_holds = 7\n").unwrap();
+        assert_eq!((parsed.requests_per_second, parsed.request_burst, parsed.max_holds_in("pay")), (5, 4000, 7));
+        assert!(toml::from_str::<LimitsConfig>("max_holds = 1").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
     fn the_example_config_parses() {
         let text = include_str!("../../../config/arbiter.toml");
         let c: ArbiterConfig = toml::from_str(text).expect("config/arbiter.toml parses");
@@ -409,7 +547,7 @@ mod tests {
 
     fn with_tracing(table: &str) -> ArbiterConfig {
         toml::from_str(&format!(
-            "[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[tracing]\n{table}"
+            "[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[tracing]\n{table}"
         ))
         .unwrap()
     }
@@ -445,7 +583,7 @@ mod tests {
     #[test]
     fn unknown_and_renamed_keys_are_named() {
         let err = toml::from_str::<ArbiterConfig>(
-            "listen = \"127.0.0.1:1\"\n[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\n[etcd]\nendpoint = [\"http://x:1\"]\n",
+            "listen = \"127.0.0.1:1\"\n[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoint = [\"http://x:1\"]\n",
         )
         .unwrap_err()
         .to_string();
@@ -456,7 +594,7 @@ mod tests {
     #[test]
     fn every_problem_is_reported_at_once() {
         let c: ArbiterConfig = toml::from_str(
-            "[tls]\ncert_file=\"/nonexistent/a\"\nkey_file=\"/nonexistent/b\"\nclient_ca_file=\"/nonexistent/c\"\n[etcd]\nendpoints = [\"x:1\"]\n",
+            "[tls]\ncert_file=\"/nonexistent/a\"\nkey_file=\"/nonexistent/b\"\nclient_ca_file=\"/nonexistent/c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoints = [\"x:1\"]\n",
         )
         .unwrap();
         let p = c.problems();

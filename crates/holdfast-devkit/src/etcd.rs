@@ -80,14 +80,34 @@ pub struct MemberSpec {
     pub data_dir: PathBuf,
     pub client_port: u16,
     pub peer_port: u16,
+    /// Client and peer TLS with certificate authentication; `None`: plain
+    /// http (tests that are not about transport security).
+    pub tls: Option<MemberTls>,
+    /// A plain-HTTP `/metrics` listener on the member's host
+    /// (`--listen-metrics-urls`), for scrapers without a client
+    /// certificate (the benchmark). `None`: metrics only on the client URL.
+    pub metrics_port: Option<u16>,
+}
+
+/// A member's TLS files: one certificate serves clients and peers, and both
+/// must present a certificate from `ca` (`--client-cert-auth`,
+/// `--peer-client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct MemberTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
 }
 
 impl MemberSpec {
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
     pub fn client_url(&self) -> String {
-        format!("http://{}:{}", self.host, self.client_port)
+        format!("{}://{}:{}", self.scheme(), self.host, self.client_port)
     }
     pub fn peer_url(&self) -> String {
-        format!("http://{}:{}", self.host, self.peer_port)
+        format!("{}://{}:{}", self.scheme(), self.host, self.peer_port)
     }
 }
 
@@ -126,6 +146,22 @@ impl ClusterSpec {
             "--log-level=warn".into(),
         ];
         args.extend(bin.checkpoint_flags());
+        if let Some(port) = m.metrics_port {
+            args.push(format!("--listen-metrics-urls=http://{}:{port}", m.host));
+        }
+        if let Some(tls) = &m.tls {
+            let (cert, key, ca) = (tls.cert.display(), tls.key.display(), tls.ca.display());
+            args.extend([
+                format!("--cert-file={cert}"),
+                format!("--key-file={key}"),
+                format!("--trusted-ca-file={ca}"),
+                "--client-cert-auth".into(),
+                format!("--peer-cert-file={cert}"),
+                format!("--peer-key-file={key}"),
+                format!("--peer-trusted-ca-file={ca}"),
+                "--peer-client-cert-auth".into(),
+            ]);
+        }
         args
     }
 }
@@ -196,13 +232,20 @@ use crate::process::which;
 
 /// Waits until every member answers Status and a leader is known.
 pub async fn wait_ready(endpoints: &[String], timeout: Duration) -> anyhow::Result<()> {
+    wait_ready_with(&holdfast_config::EtcdConfig::plain(endpoints.to_vec()), timeout).await
+}
+
+/// [`wait_ready`] with the credentials of `config` (any etcd user may ask
+/// for Status).
+pub async fn wait_ready_with(config: &holdfast_config::EtcdConfig, timeout: Duration) -> anyhow::Result<()> {
     let end = Instant::now() + timeout;
     let mut last = String::new();
+    let config = holdfast_config::EtcdConfig { request_timeout: Duration::from_secs(1), ..config.clone() };
     while Instant::now() < end {
         let mut ok = 0;
-        for e in endpoints {
-            let opts = etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(1)).with_connect_timeout(Duration::from_secs(1));
-            match etcd_client::Client::connect([e], Some(opts)).await {
+        for e in &config.endpoints {
+            let one = holdfast_config::EtcdConfig { endpoints: vec![e.clone()], ..config.clone() };
+            match holdfast_store::etcd::connect_client(&one).await {
                 Ok(mut c) => match c.status().await {
                     Ok(s) if s.leader() != 0 => ok += 1,
                     Ok(_) => last = format!("{e}: no leader yet"),
@@ -211,7 +254,7 @@ pub async fn wait_ready(endpoints: &[String], timeout: Duration) -> anyhow::Resu
                 Err(err) => last = format!("{e}: {err}"),
             }
         }
-        if ok == endpoints.len() {
+        if ok == config.endpoints.len() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -219,10 +262,19 @@ pub async fn wait_ready(endpoints: &[String], timeout: Duration) -> anyhow::Resu
     bail!("etcd not ready within {timeout:?}: {last}")
 }
 
-/// Saves a snapshot from one member.
-pub fn snapshot_save(bin: &EtcdBinary, endpoint: &str, file: &Path) -> anyhow::Result<()> {
+/// Saves a snapshot from the first member of `etcd.endpoints`, with its
+/// TLS files (etcd's root: with authentication on, only root may).
+pub fn snapshot_save(bin: &EtcdBinary, etcd: &holdfast_config::EtcdConfig, file: &Path) -> anyhow::Result<()> {
     let etcdctl = bin.etcdctl.as_ref().context("etcdctl not found next to etcd or on PATH")?;
-    run(Command::new(etcdctl).env("ETCDCTL_API", "3").args([&format!("--endpoints={endpoint}"), "snapshot", "save"]).arg(file))
+    let endpoint = etcd.endpoints.first().context("no etcd endpoint to snapshot")?;
+    let mut cmd = Command::new(etcdctl);
+    cmd.env("ETCDCTL_API", "3").arg(format!("--endpoints={endpoint}"));
+    for (flag, file) in [("--cacert", &etcd.ca_file), ("--cert", &etcd.cert_file), ("--key", &etcd.key_file)] {
+        if let Some(f) = file {
+            cmd.arg(format!("{flag}={}", f.display()));
+        }
+    }
+    run(cmd.args(["snapshot", "save"]).arg(file))
 }
 
 /// Restores a snapshot into member `i`'s (new, absent) data dir, with the

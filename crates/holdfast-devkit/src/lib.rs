@@ -11,3 +11,7 @@ pub mod notify;
 pub mod pki;
 pub mod ports;
 pub mod process;
+
+/// rcgen, for tests that build certificate parameters of their own
+/// ([`pki::DevCa::issue_with`]).
+pub use rcgen;

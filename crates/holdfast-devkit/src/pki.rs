@@ -49,12 +49,19 @@ impl DevCa {
     /// Issues `<name>.pem` / `<name>-key.pem` with the given DNS/IP names and
     /// URI SANs (pass none for a certificate without a SPIFFE ID).
     pub fn issue(&self, name: &str, dns_or_ip: &[&str], uris: &[&str]) -> anyhow::Result<Issued> {
+        self.issue_cn(name, name, dns_or_ip, uris)
+    }
+
+    /// Like [`DevCa::issue`], with a common name other than the file name.
+    pub fn issue_cn(&self, name: &str, common_name: &str, dns_or_ip: &[&str], uris: &[&str]) -> anyhow::Result<Issued> {
+        self.issue_with(name, params(common_name, dns_or_ip, uris)?)
+    }
+
+    /// Issues `<name>.pem` / `<name>-key.pem` from `params` as given (tests
+    /// use it for certificates that must be refused: expired, not yet
+    /// valid, a CA as a leaf).
+    pub fn issue_with(&self, name: &str, params: CertificateParams) -> anyhow::Result<Issued> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(dns_or_ip.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
-        params.distinguished_name.push(DnType::CommonName, name);
-        for uri in uris {
-            params.subject_alt_names.push(SanType::URI((*uri).try_into()?));
-        }
         let cert = params.signed_by(&key, &self.issuer)?;
         let issued = Issued { cert: self.dir.join(format!("{name}.pem")), key: self.dir.join(format!("{name}-key.pem")) };
         std::fs::write(&issued.cert, cert.pem())?;
@@ -67,10 +74,80 @@ impl DevCa {
         self.issue(name, &[], &[&format!("spiffe://{DEV_TRUST_DOMAIN}/{path}")])
     }
 
+    /// An etcd client certificate for the etcd user `user`: etcd with
+    /// `--client-cert-auth` takes the user from the common name.
+    pub fn etcd_user(&self, user: &str) -> anyhow::Result<Issued> {
+        self.issue_cn(&format!("etcd-user-{user}"), user, &[], &[])
+    }
+
+    /// The etcd members' certificate (server and peer) for `hosts` and
+    /// loopback.
+    pub fn etcd_member(&self, hosts: &[&str]) -> anyhow::Result<Issued> {
+        let mut names = vec!["localhost", "127.0.0.1"];
+        names.extend(hosts.iter().filter(|h| !["localhost", "127.0.0.1"].contains(h)));
+        self.issue_cn("etcd-member", "holdfast etcd member", &names, &[])
+    }
+
+    /// The arbiter's `[tls]` for a server certificate of this CA: clients
+    /// from this CA, in the dev trust domain.
+    pub fn arbiter_tls(&self, server: &Issued) -> holdfast_config::arbiter::TlsConfig {
+        holdfast_config::arbiter::TlsConfig {
+            cert_file: server.cert.clone(),
+            key_file: server.key.clone(),
+            client_ca_file: self.ca_path(),
+            trust_domain: DEV_TRUST_DOMAIN.into(),
+        }
+    }
+
     /// Issues the arbiter's server certificate for loopback.
     pub fn server(&self, name: &str) -> anyhow::Result<Issued> {
         self.issue(name, &["localhost", "127.0.0.1"], &[&format!("spiffe://{DEV_TRUST_DOMAIN}/holdfast/{name}")])
     }
+}
+
+/// etcd's own CA (not the workloads'), for a cluster run with client and
+/// peer TLS and `--client-cert-auth`: the members' certificate, and a
+/// client certificate per etcd user (the CN is the user, so no tool holds a
+/// password). The dev appliance, the gate and the tests use it.
+pub struct EtcdPki {
+    pub ca: DevCa,
+}
+
+impl EtcdPki {
+    /// Opens the CA in `dir`, creating it if absent.
+    pub fn open_or_create(dir: &Path) -> anyhow::Result<Self> {
+        Ok(EtcdPki { ca: DevCa::open_or_create(dir)? })
+    }
+
+    /// The members' TLS files, valid for `hosts` and loopback.
+    pub fn member_tls(&self, hosts: &[&str]) -> anyhow::Result<crate::etcd::MemberTls> {
+        let member = self.ca.etcd_member(hosts)?;
+        Ok(crate::etcd::MemberTls { cert: member.cert, key: member.key, ca: self.ca.ca_path() })
+    }
+
+    /// How to reach `endpoints` as the etcd user `user` (its certificate is
+    /// issued on first use and reused after).
+    pub fn config_as(&self, user: &str, endpoints: Vec<String>) -> anyhow::Result<holdfast_config::EtcdConfig> {
+        let dir = &self.ca.dir;
+        let issued = Issued { cert: dir.join(format!("etcd-user-{user}.pem")), key: dir.join(format!("etcd-user-{user}-key.pem")) };
+        let issued = if issued.cert.exists() && issued.key.exists() { issued } else { self.ca.etcd_user(user)? };
+        Ok(holdfast_config::EtcdConfig {
+            ca_file: Some(self.ca.ca_path()),
+            cert_file: Some(issued.cert),
+            key_file: Some(issued.key),
+            ..holdfast_config::EtcdConfig::plain(endpoints)
+        })
+    }
+}
+
+/// A leaf's parameters: the common name, DNS/IP names and URI SANs.
+pub fn params(common_name: &str, dns_or_ip: &[&str], uris: &[&str]) -> anyhow::Result<CertificateParams> {
+    let mut params = CertificateParams::new(dns_or_ip.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    for uri in uris {
+        params.subject_alt_names.push(SanType::URI((*uri).try_into()?));
+    }
+    Ok(params)
 }
 
 /// The dev CA's subject and constraints (the same on every open).

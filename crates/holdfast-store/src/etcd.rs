@@ -1,11 +1,22 @@
 //! Connecting to etcd: one balanced client for grants, and one client per
 //! member for the Status calls that restore detection needs.
+//!
+//! Over `https://` the TLS is ours, not etcd-client's: every new connection
+//! goes through a [`holdfast_tls::Dialer`] that re-reads `etcd.cert_file`,
+//! `etcd.key_file` and `etcd.ca_file`, so a daemon's etcd certificate can be
+//! rotated on disk without a restart (connections already open keep theirs;
+//! etcd takes the user from the certificate at the handshake). The balanced
+//! channel is built like tonic's own (power of two choices over lazily
+//! connected channels, one per endpoint), with that dialer.
 
 use anyhow::Context;
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{BalancedChannelBuilder, Client, ConnectOptions};
 use holdfast_config::EtcdConfig;
 use holdfast_model::seal::LogPosition;
+use holdfast_tls::{Dialer, Files, Reloading};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio_stream::StreamExt;
 
 #[derive(Clone)]
 pub struct Etcd {
@@ -30,13 +41,12 @@ pub struct MemberStatus {
 
 impl Etcd {
     pub async fn connect(cfg: &EtcdConfig) -> anyhow::Result<Self> {
-        let options = connect_options(cfg)?;
-        let client = Client::connect(&cfg.endpoints, Some(options.clone()))
-            .await
-            .with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))?;
+        let transport = Transport::new(cfg)?;
+        let client =
+            transport.client(&cfg.endpoints, true).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))?;
         let mut members = Vec::new();
         for e in &cfg.endpoints {
-            let c = Client::connect([e], Some(options.clone())).await.with_context(|| format!("connecting to etcd member {e}"))?;
+            let c = transport.client(std::slice::from_ref(e), true).await.with_context(|| format!("connecting to etcd member {e}"))?;
             members.push((e.clone(), c));
         }
         Ok(Etcd { client, members, timeout: cfg.request_timeout })
@@ -95,35 +105,104 @@ impl Etcd {
 /// keepalive pings still time out): for calls that wait by design, like an
 /// election campaign, which answers only once the caller is elected.
 pub async fn connect_for_waiting_calls(cfg: &EtcdConfig) -> anyhow::Result<Client> {
-    let options = connect_options_with(cfg, false)?;
-    Client::connect(&cfg.endpoints, Some(options)).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
+    Transport::new(cfg)?.client(&cfg.endpoints, false).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
 }
 
-fn connect_options(cfg: &EtcdConfig) -> anyhow::Result<ConnectOptions> {
-    connect_options_with(cfg, true)
+/// One etcd client over `cfg.endpoints` with `cfg`'s timeouts and TLS, for
+/// tools that need a plain [`Client`] rather than an [`Etcd`].
+pub async fn connect_client(cfg: &EtcdConfig) -> anyhow::Result<Client> {
+    Transport::new(cfg)?.client(&cfg.endpoints, true).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
 }
 
-fn connect_options_with(cfg: &EtcdConfig, request_timeout: bool) -> anyhow::Result<ConnectOptions> {
-    let mut options = ConnectOptions::new();
-    if request_timeout {
-        options = options.with_timeout(cfg.request_timeout);
-    }
-    let mut options = options
-        .with_connect_timeout(cfg.request_timeout)
-        .with_keep_alive(Duration::from_secs(5), cfg.request_timeout)
-        .with_keep_alive_while_idle(true);
-    if cfg.endpoints.iter().any(|e| e.starts_with("https://")) {
-        let mut tls = TlsOptions::new();
-        if let Some(ca) = &cfg.ca_file {
-            let pem = std::fs::read(ca).with_context(|| format!("reading etcd.ca_file {}", ca.display()))?;
-            tls = tls.ca_certificate(Certificate::from_pem(pem));
+/// How a daemon reaches etcd: timeouts, keepalives, and (for `https://`
+/// endpoints) the reloading TLS files.
+struct Transport {
+    cfg: EtcdConfig,
+    tls: Option<Arc<Reloading<rustls::ClientConfig>>>,
+}
+
+impl Transport {
+    fn new(cfg: &EtcdConfig) -> anyhow::Result<Self> {
+        let https = cfg.endpoints.iter().filter(|e| e.starts_with("https://")).count();
+        if https != 0 && https != cfg.endpoints.len() {
+            anyhow::bail!("etcd.endpoints mixes https:// and other URLs; use https:// for every member");
         }
-        if let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) {
-            let c = std::fs::read(cert).with_context(|| format!("reading etcd.cert_file {}", cert.display()))?;
-            let k = std::fs::read(key).with_context(|| format!("reading etcd.key_file {}", key.display()))?;
-            tls = tls.identity(Identity::from_pem(c, k));
-        }
-        options = options.with_tls(tls);
+        let tls = if https == 0 {
+            None
+        } else {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let ca = cfg.ca_file.clone().context("etcd.endpoints are https:// but etcd.ca_file is not set; point it at the etcd CA")?;
+            let (cert, key) = match (&cfg.cert_file, &cfg.key_file) {
+                (Some(c), Some(k)) => (c.clone(), k.clone()),
+                _ => anyhow::bail!(
+                    "etcd.endpoints are https:// but etcd.cert_file and etcd.key_file are not both set; etcd runs with \
+                     --client-cert-auth: give this tool the client certificate of its etcd user"
+                ),
+            };
+            let files = Files { cert, key, ca };
+            Some(Arc::new(Reloading::load(files, client_config).context("etcd TLS (etcd.ca_file, cert_file, key_file)")?))
+        };
+        Ok(Transport { cfg: cfg.clone(), tls })
     }
-    Ok(options)
+
+    fn options(&self, request_timeout: bool) -> ConnectOptions {
+        let mut options = ConnectOptions::new();
+        if request_timeout {
+            options = options.with_timeout(self.cfg.request_timeout);
+        }
+        options
+            .with_connect_timeout(self.cfg.request_timeout)
+            .with_keep_alive(Duration::from_secs(5), self.cfg.request_timeout)
+            .with_keep_alive_while_idle(true)
+    }
+
+    async fn client(&self, endpoints: &[String], request_timeout: bool) -> Result<Client, etcd_client::Error> {
+        let options = Some(self.options(request_timeout));
+        match &self.tls {
+            None => Client::connect(endpoints, options).await,
+            Some(tls) => {
+                // The TLS is the dialer's: etcd-client sees http:// URLs.
+                let plain: Vec<String> = endpoints.iter().map(|e| e.replacen("https://", "http://", 1)).collect();
+                Client::connect_with_balanced_channel(plain, options, ReloadingTls(tls.clone())).await
+            }
+        }
+    }
+}
+
+/// etcd's client config: the tool's certificate (its CN is its etcd user),
+/// trusting the etcd CA. gRPC over HTTP/2. No session resumption: etcd
+/// verifies the certificate on every connection, so a replaced one is never
+/// carried on by a resumed session.
+fn client_config(pem: &holdfast_tls::Pem) -> Result<rustls::ClientConfig, holdfast_tls::TlsError> {
+    let mut config = holdfast_tls::client_config(pem)?;
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(config)
+}
+
+/// A balanced channel over lazily connected per-endpoint channels that dial
+/// through the reloading [`Dialer`].
+struct ReloadingTls(Arc<Reloading<rustls::ClientConfig>>);
+
+type TonicChange = tonic::transport::channel::Change<http::Uri, tonic::transport::Endpoint>;
+
+impl BalancedChannelBuilder for ReloadingTls {
+    // Never returned: building the channel cannot fail.
+    type Error = etcd_client::Error;
+
+    fn balanced_channel(self, buffer_size: usize) -> Result<(etcd_client::Channel, tokio::sync::mpsc::Sender<TonicChange>), Self::Error> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<TonicChange>(buffer_size);
+        let dialer = Dialer::new(self.0, None, "etcd client certificate (etcd.cert_file, key_file, ca_file)");
+        let discover = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |change| {
+            Ok::<_, tower::BoxError>(match change {
+                TonicChange::Insert(uri, endpoint) => {
+                    let channel = endpoint.connect_with_connector_lazy(dialer.clone());
+                    tower::discover::Change::Insert(uri, tower::load::Constant::new(channel, 0usize))
+                }
+                TonicChange::Remove(uri) => tower::discover::Change::Remove(uri),
+            })
+        });
+        let balance = tower::balance::p2c::Balance::new(discover);
+        let service = tower::buffer::Buffer::new(tower::util::BoxService::new(balance), buffer_size);
+        Ok((etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(service)), tx))
+    }
 }

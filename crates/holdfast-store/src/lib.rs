@@ -8,14 +8,19 @@
 //! - [`policy`]: the published class and grant set (`/sys/policy`), the
 //!   controller's status document, the pause-test results, and the
 //!   leader-guarded transactions that write them.
+//! - [`force`]: the two-person force-release of one hold.
+//! - [`roles`]: the etcd role of each tool and its key ranges, and making a
+//!   cluster match them (`holdfastctl etcd roles`).
 //! - `mutation` (feature `mutations`, test builds only): deliberate bugs for
 //!   the correctness gate.
 
 pub mod epoch;
 pub mod etcd;
+pub mod force;
 #[cfg(feature = "mutations")]
 pub mod mutation;
 pub mod policy;
+pub mod roles;
 pub mod txn;
 
 pub use etcd::Etcd;

@@ -1,11 +1,14 @@
-//! Caller identity: the single `spiffe://` URI SAN of the client certificate.
+//! Caller identity: the single `spiffe://` URI SAN of the client certificate,
+//! in the arbiter's trust domain (`tls.trust_domain`).
 
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// Extracts the SPIFFE ID from a DER client certificate. The message of the
 /// error names what is wrong with the certificate and what to issue instead.
-pub fn spiffe_id(der: &[u8]) -> Result<String, String> {
+/// An ID of another trust domain is refused even when the CA vouches for it
+/// (one CA may serve several domains).
+pub fn spiffe_id(der: &[u8], trust_domain: &str) -> Result<String, String> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("client certificate could not be parsed ({e})"))?;
     let san = cert.subject_alternative_name().map_err(|e| format!("client certificate has a malformed subjectAltName ({e})"))?;
     let uris: Vec<&str> = san
@@ -23,17 +26,23 @@ pub fn spiffe_id(der: &[u8]) -> Result<String, String> {
     let spiffe: Vec<&str> = uris.iter().copied().filter(|u| u.starts_with("spiffe://")).collect();
     match spiffe.as_slice() {
         [] => Err("client certificate URI SAN: no spiffe:// ID; issue the workload an X.509 SVID (a certificate with one URI SAN spiffe://<trust-domain>/<path>)".into()),
-        [one] if uris.len() == 1 => validate(one).map(|()| one.to_string()),
+        [one] if uris.len() == 1 => validate(one, trust_domain).map(|()| one.to_string()),
         _ => Err("client certificate URI SAN: an SVID carries exactly one URI SAN; this certificate has several".into()),
     }
 }
 
-fn validate(id: &str) -> Result<(), String> {
+fn validate(id: &str, trust_domain: &str) -> Result<(), String> {
     let rest = &id["spiffe://".len()..];
     let (domain, path) = rest.split_once('/').unwrap_or((rest, ""));
     let ok_domain = !domain.is_empty() && domain.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b));
     if !ok_domain {
         return Err(format!("client certificate URI SAN: {id:?} has an invalid trust domain"));
+    }
+    if domain != trust_domain {
+        return Err(format!(
+            "client certificate URI SAN: {id:?} is in trust domain {domain:?}, but this arbiter serves {trust_domain:?}; \
+             issue the workload an SVID of spiffe://{trust_domain}/..."
+        ));
     }
     if path.split('/').any(|s| s == "." || s == "..") || path.ends_with('/') {
         return Err(format!("client certificate URI SAN: {id:?} has an invalid path"));

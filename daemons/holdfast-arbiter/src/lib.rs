@@ -12,6 +12,10 @@
 //! - [`server`]: TLS, listener, systemd notify and watchdog, drain on SIGTERM.
 //! - [`metrics`], [`telemetry`]: Prometheus metrics; span export over OTLP.
 //! - [`expiry`]: counting holds that ended by lease expiry.
+//! - [`policy`]: the published class set, watched and enforced (grants,
+//!   class TTL, home region) before any etcd read.
+//! - [`limits`]: the per-identity request rate and the quotas on sessions
+//!   and holds, counted from a watch of etcd.
 //! - [`validate`]: ValidateToken: a linearizable, constant-time check of a
 //!   presented token against the current hold, rate-limited on its own.
 
@@ -20,12 +24,15 @@ pub mod confirm;
 pub mod expiry;
 pub mod grant;
 pub mod identity;
+pub mod limits;
 pub mod metrics;
+pub mod policy;
 pub mod seal;
 pub mod server;
 pub mod service;
 pub mod session;
 pub mod telemetry;
+pub mod tls;
 pub mod validate;
 pub mod waiting;
 
@@ -63,6 +70,11 @@ impl Refusal {
             ErrorReason::Unauthenticated => "unauthenticated",
             ErrorReason::Denied => "denied",
             ErrorReason::Unavailable => "unavailable",
+            ErrorReason::NoPolicy => "no_policy",
+            ErrorReason::WrongRegion => "wrong_region",
+            ErrorReason::ClassTtl => "class_ttl",
+            ErrorReason::RateLimited => "rate_limited",
+            ErrorReason::Quota => "quota",
         }
     }
 
@@ -119,6 +131,16 @@ impl Refusal {
             ErrorReason::Unavailable,
             format!("the grant committed in etcd but was not handed out ({why}); {now}; retry"),
         )
+    }
+
+    /// Past the per-identity request rate (see [`limits`]).
+    pub fn rate_limited(message: impl Into<String>) -> Self {
+        Self::new(Code::ResourceExhausted, ErrorReason::RateLimited, message)
+    }
+
+    /// A session or hold quota used up (see [`limits`]).
+    pub fn quota(message: impl Into<String>) -> Self {
+        Self::new(Code::ResourceExhausted, ErrorReason::Quota, message)
     }
 
     pub fn unavailable(reason: &str) -> Self {

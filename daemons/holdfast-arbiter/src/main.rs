@@ -49,6 +49,11 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::Check) = args.command {
+        holdfast_arbiter::server::install_crypto_provider();
+        if let Err(e) = holdfast_arbiter::tls::load(&config.tls) {
+            eprintln!("holdfast-arbiter: {}: [tls]: {e}", args.config.display());
+            return ExitCode::from(78); // EX_CONFIG
+        }
         println!("{}: ok", args.config.display());
         return ExitCode::SUCCESS;
     }

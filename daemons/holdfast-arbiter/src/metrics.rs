@@ -2,9 +2,13 @@
 //!
 //! Names follow `holdfast_arbiter_<thing>_<unit|total>`. Labels are only
 //! `namespace`, `class`, `tier` and `cluster`, with values drawn from
-//! configuration, never from request contents (a test scrapes the endpoint
-//! and fails on any other label). Until class files exist, the only label is
-//! `cluster` (the configured `cluster_name`); per-key questions go to
+//! configuration (the configured `cluster_name` and the published class
+//! set), never from request contents: a label value exists only for a class
+//! the set declares. Counters of a call whose key has a class (acquire
+//! outcomes after the grant check, ValidateToken answers) carry all four
+//! ([`ClassLabels`]); process-wide ones (denials, seals, renewals, waiters,
+//! grant latency) carry `cluster` alone. A test scrapes the endpoint and
+//! fails on any other label and on a missing one. Per-key questions go to
 //! `holdfastctl inspect`.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -38,26 +42,27 @@ pub struct Labels {
     pub cluster: String,
 }
 
-/// Labels of the per-namespace counters (ValidateToken). The namespace
-/// comes from the request, so its values are bounded: see
-/// [`crate::validate::namespace_label`].
+/// Labels of per-class counters: the class of the call's key, from the
+/// published set (so the values are bounded by it).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NsLabels {
+pub struct ClassLabels {
     pub namespace: String,
+    pub class: String,
+    pub tier: String,
     pub cluster: String,
 }
 
 type Counters = Family<Labels, Counter>;
-type NsCounters = Family<NsLabels, Counter>;
+type ClassCounters = Family<ClassLabels, Counter>;
 
 pub struct Metrics {
     registry: Registry,
     labels: Labels,
     pub grant_latency: Family<Labels, Histogram>,
     pub hold_duration: Family<Labels, Histogram>,
-    pub granted: Counters,
-    pub contention: Counters,
-    pub leak: Counters,
+    pub granted: ClassCounters,
+    pub contention: ClassCounters,
+    pub leak: ClassCounters,
     pub denied: Counters,
     pub sealed_refusals: Counters,
     pub waited: Counters,
@@ -67,9 +72,21 @@ pub struct Metrics {
     pub expiries_without_release: Counters,
     pub waiters: Family<Labels, Gauge>,
     pub sealed: Family<Labels, Gauge>,
-    pub validate_valid: NsCounters,
-    pub validate_invalid: NsCounters,
-    pub validate_refused: NsCounters,
+    pub policy_version: Family<Labels, Gauge>,
+    pub validate_valid: ClassCounters,
+    pub validate_invalid: ClassCounters,
+    pub validate_refused: ClassCounters,
+    pub rate_limited: Counters,
+    pub quota_refusals: Counters,
+    pub tls_handshake_failures: Counters,
+    pub tls_reloads: Counters,
+    pub holds: Family<ClassLabels, Gauge>,
+    pub holds_quota: Family<ClassLabels, Gauge>,
+    pub limit_requests_per_second: Family<Labels, Gauge>,
+    pub limit_request_burst: Family<Labels, Gauge>,
+    pub limit_sessions_per_identity: Family<Labels, Gauge>,
+    pub limit_holds_per_identity: Family<Labels, Gauge>,
+    pub limit_holds_per_namespace: Family<Labels, Gauge>,
 }
 
 impl Metrics {
@@ -94,9 +111,21 @@ impl Metrics {
             expiries_without_release: Default::default(),
             waiters: Default::default(),
             sealed: Default::default(),
+            policy_version: Default::default(),
             validate_valid: Default::default(),
             validate_invalid: Default::default(),
             validate_refused: Default::default(),
+            rate_limited: Default::default(),
+            quota_refusals: Default::default(),
+            tls_handshake_failures: Default::default(),
+            tls_reloads: Default::default(),
+            holds: Default::default(),
+            holds_quota: Default::default(),
+            limit_requests_per_second: Default::default(),
+            limit_request_burst: Default::default(),
+            limit_sessions_per_identity: Default::default(),
+            limit_holds_per_identity: Default::default(),
+            limit_holds_per_namespace: Default::default(),
         };
         registry.register_with_unit(
             "grant_latency",
@@ -121,7 +150,11 @@ impl Metrics {
             "Acquires refused because the same identity held the key through another session",
             m.leak.clone(),
         );
-        registry.register("acquire_denied", "Acquires refused for authorisation or bad input", m.denied.clone());
+        registry.register(
+            "acquire_denied",
+            "Acquires refused by the class set (no grant, no set, wrong region, another TTL) or for bad input",
+            m.denied.clone(),
+        );
         registry.register("acquire_sealed", "Acquires refused because the arbiter was sealed or not serving", m.sealed_refusals.clone());
         registry.register(
             "acquire_waited",
@@ -146,13 +179,62 @@ impl Metrics {
         let _ = m.expiries_without_release.get_or_create(&m.labels);
         registry.register("waiters", "Waiters queued in this arbiter", m.waiters.clone());
         registry.register("sealed", "1 while the arbiter grants nothing (sealed or not yet verified)", m.sealed.clone());
+        registry.register(
+            "policy_version",
+            "Version of the published class set in force here (0: none yet, granting nothing)",
+            m.policy_version.clone(),
+        );
+        let _ = m.policy_version.get_or_create(&m.labels);
         // Outcomes are metric names, not labels (like acquire_*).
-        registry.register("validate_token_valid", "ValidateToken calls answered valid, per namespace", m.validate_valid.clone());
-        registry.register("validate_token_invalid", "ValidateToken calls answered invalid, per namespace", m.validate_invalid.clone());
+        registry.register("validate_token_valid", "ValidateToken calls answered valid, per class", m.validate_valid.clone());
+        registry.register("validate_token_invalid", "ValidateToken calls answered invalid, per class", m.validate_invalid.clone());
         registry.register(
             "validate_token_refused",
-            "ValidateToken calls refused (rate limit, sealed, not serving, etcd unavailable), per namespace",
+            "ValidateToken calls refused (rate limit, sealed, not serving, etcd unavailable), per class",
             m.validate_refused.clone(),
+        );
+        registry.register(
+            "rate_limited",
+            "Requests refused past limits.requests_per_second (RESOURCE_EXHAUSTED, RATE_LIMITED)",
+            m.rate_limited.clone(),
+        );
+        registry.register(
+            "quota_refusals",
+            "Sessions and acquires refused by a session or hold quota (RESOURCE_EXHAUSTED, QUOTA)",
+            m.quota_refusals.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "Connections closed before or during the TLS handshake (untrusted, expired or missing client certificate, timeout)",
+            m.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "tls_reloads",
+            "Times the server certificate, key or client CA bundle changed and was loaded for new connections",
+            m.tls_reloads.clone(),
+        );
+        let _ = m.rate_limited.get_or_create(&m.labels);
+        let _ = m.quota_refusals.get_or_create(&m.labels);
+        let _ = m.tls_handshake_failures.get_or_create(&m.labels);
+        let _ = m.tls_reloads.get_or_create(&m.labels);
+        registry.register("holds", "Holds in the class's namespace in the cluster, as this arbiter's watch sees them", m.holds.clone());
+        registry.register(
+            "holds_quota",
+            "Hold quota of the class's namespace (limits.max_holds_per_namespace or its override)",
+            m.holds_quota.clone(),
+        );
+        registry.register(
+            "limit_requests_per_second",
+            "limits.requests_per_second: requests per identity per second here",
+            m.limit_requests_per_second.clone(),
+        );
+        registry.register("limit_request_burst", "limits.request_burst", m.limit_request_burst.clone());
+        registry.register("limit_sessions_per_identity", "limits.max_sessions_per_identity", m.limit_sessions_per_identity.clone());
+        registry.register("limit_holds_per_identity", "limits.max_holds_per_identity", m.limit_holds_per_identity.clone());
+        registry.register(
+            "limit_holds_per_namespace",
+            "limits.max_holds_per_namespace (the default hold quota of a namespace)",
+            m.limit_holds_per_namespace.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -161,10 +243,18 @@ impl Metrics {
         &self.labels
     }
 
-    /// The labels of a per-namespace counter; `namespace` must already be
-    /// bounded ([`crate::validate::namespace_label`]).
-    pub fn ns_labels(&self, namespace: &str) -> NsLabels {
-        NsLabels { namespace: namespace.to_string(), cluster: self.labels.cluster.clone() }
+    /// The labels of a per-class counter.
+    pub fn class_labels(&self, class: &holdfast_policy::Class) -> ClassLabels {
+        let tier = match class.tier {
+            holdfast_policy::Tier::Coord => "coord",
+            holdfast_policy::Tier::Entity => "entity",
+        };
+        ClassLabels {
+            namespace: class.namespace.clone(),
+            class: class.name.clone(),
+            tier: tier.into(),
+            cluster: self.labels.cluster.clone(),
+        }
     }
 
     pub fn counter(&self, f: fn(&Metrics) -> &Family<Labels, Counter>) -> u64 {
@@ -176,6 +266,29 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// Increments a per-class counter of this process.
+pub fn inc_class(f: fn(&Metrics) -> &ClassCounters, class: &holdfast_policy::Class) {
+    let m = &*METRICS;
+    f(m).get_or_create(&m.class_labels(class)).inc();
+}
+
+/// Exports the configured caps.
+pub fn set_limits(c: &holdfast_config::arbiter::LimitsConfig) {
+    let m = &*METRICS;
+    let l = &m.labels;
+    m.limit_requests_per_second.get_or_create(l).set(i64::from(c.requests_per_second));
+    m.limit_request_burst.get_or_create(l).set(i64::from(c.request_burst));
+    m.limit_sessions_per_identity.get_or_create(l).set(c.max_sessions_per_identity as i64);
+    m.limit_holds_per_identity.get_or_create(l).set(c.max_holds_per_identity as i64);
+    m.limit_holds_per_namespace.get_or_create(l).set(c.max_holds_per_namespace as i64);
+}
+
+/// Records the class-set version now in force.
+pub fn set_policy_version(version: u64) {
+    let m = &*METRICS;
+    m.policy_version.get_or_create(&m.labels).set(version as i64);
 }
 
 /// Serves `GET /metrics` (anything else: 404) over plain HTTP/1.1.

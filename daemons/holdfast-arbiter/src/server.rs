@@ -15,7 +15,7 @@ use sd_notify::NotifyState;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 /// Installs the ring crypto provider for rustls, once per process.
 pub fn install_crypto_provider() {
@@ -31,11 +31,7 @@ fn notify(state: &[NotifyState]) {
 
 pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     install_crypto_provider();
-    let cert = std::fs::read(&config.tls.cert_file).with_context(|| format!("reading tls.cert_file {}", config.tls.cert_file.display()))?;
-    let key = std::fs::read(&config.tls.key_file).with_context(|| format!("reading tls.key_file {}", config.tls.key_file.display()))?;
-    let ca = std::fs::read(&config.tls.client_ca_file)
-        .with_context(|| format!("reading tls.client_ca_file {}", config.tls.client_ca_file.display()))?;
-    let tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca));
+    let tls = crate::tls::load(&config.tls).context("[tls]")?;
 
     crate::metrics::init(&config.cluster_name);
     for name in apply_mutations(&config.mutation)? {
@@ -77,6 +73,16 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         }
     });
 
+    let policy = Arc::new(crate::policy::Policy::new(config.region.clone()));
+    crate::policy::load(&etcd, &policy).await;
+    tokio::spawn(crate::policy::run(etcd.clone(), policy.clone()));
+    // Quotas count what etcd holds; listed before READY when etcd answers.
+    crate::metrics::set_limits(&config.limits);
+    let limits = Arc::new(crate::limits::Limits::new(config.limits.clone()));
+    let from = limits.ledger.load(&etcd).await.unwrap_or(0);
+    tokio::spawn(crate::limits::run(etcd.clone(), limits.clone(), from));
+    tokio::spawn(crate::limits::export(limits.clone(), policy.clone()));
+
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let confirmer = crate::confirm::Confirmer::start(etcd.clone());
     let committer = crate::commit::Committer::new(etcd.clone(), config.grants.group_commit);
@@ -91,19 +97,14 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         stopping,
         expiries,
         validate_limit: Default::default(),
+        policy,
+        limits,
+        trust_domain: config.tls.trust_domain.as_str().into(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // tonic ignores its own TCP_NODELAY setting for an incoming stream, so it
-    // is set here on every accepted connection: with Nagle's algorithm on, a
-    // small response written while an earlier one awaits its (delayed) ACK
-    // waits up to 40 ms — which is what made one client with group commit on
-    // run at 57 pairs/s instead of ~500.
-    let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |conn| {
-        conn.and_then(|c| c.set_nodelay(true).map(|()| c))
-    });
+    crate::tls::watch(tls.clone()).context("SIGHUP handler")?;
+    let incoming = crate::tls::incoming(listener, tls);
     let server = Server::builder()
-        .tls_config(tls)
-        .context("TLS configuration")?
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(LockServer::new(service))
         .serve_with_incoming_shutdown(incoming, async {

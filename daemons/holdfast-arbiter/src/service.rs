@@ -9,6 +9,7 @@ use crate::session::Sessions;
 use crate::waiting::Waiters;
 use crate::{Refusal, identity};
 use holdfast_model::{LockKey, Token, ttl};
+use holdfast_policy::Action;
 use holdfast_proto::v1::*;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,6 +39,12 @@ pub struct LockService {
     pub expiries: Arc<crate::expiry::Expiries>,
     /// ValidateToken's own rate limit (see [`crate::validate`]).
     pub validate_limit: Arc<crate::validate::Bucket>,
+    /// The published class set, enforced before any etcd read.
+    pub policy: Arc<crate::policy::Policy>,
+    /// The per-identity request rate and the session and hold quotas.
+    pub limits: Arc<crate::limits::Limits>,
+    /// The SPIFFE trust domain callers must belong to (`tls.trust_domain`).
+    pub trust_domain: Arc<str>,
 }
 
 impl LockService {
@@ -52,6 +59,13 @@ impl LockService {
         r
     }
 
+    /// The caller's SPIFFE ID, once its request is within its rate.
+    fn admit<T>(&self, req: &Request<T>) -> Result<String, Refusal> {
+        let who = caller(req, &self.trust_domain)?;
+        self.limits.admit(&who)?;
+        Ok(who)
+    }
+
     async fn until_stopping(&self) {
         let mut s = self.stopping.clone();
         let _ = s.wait_for(|v| *v).await;
@@ -59,10 +73,10 @@ impl LockService {
 }
 
 /// The caller's SPIFFE ID, from the verified client certificate.
-fn caller<T>(req: &Request<T>) -> Result<String, Refusal> {
+fn caller<T>(req: &Request<T>, trust_domain: &str) -> Result<String, Refusal> {
     let certs = req.peer_certs().ok_or_else(|| Refusal::unauthenticated("no client certificate; connect with mTLS and an X.509 SVID"))?;
     let leaf = certs.first().ok_or_else(|| Refusal::unauthenticated("no client certificate; connect with mTLS and an X.509 SVID"))?;
-    identity::spiffe_id(leaf.as_ref()).map_err(Refusal::unauthenticated)
+    identity::spiffe_id(leaf.as_ref(), trust_domain).map_err(Refusal::unauthenticated)
 }
 
 fn lock_key(namespace: &str, key: &str) -> Result<LockKey, Refusal> {
@@ -125,10 +139,30 @@ impl holdfast_proto::Lock for LockService {
     async fn open_session(&self, req: Request<OpenSessionRequest>) -> Result<Response<OpenSessionResponse>, Status> {
         let span = rpc_span!("OpenSession");
         let r = async {
-            let who = caller(&req)?;
+            let who = self.admit(&req)?;
             let requested = Duration::from_millis(req.get_ref().ttl_millis);
-            let ttl = ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?;
-            let (lease, granted) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
+            let namespace = &req.get_ref().namespace;
+            let ttl = if namespace.is_empty() {
+                ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?
+            } else {
+                lock_key(namespace, "x")?;
+                let class = self.policy.class_for_session(&who, namespace)?;
+                if !requested.is_zero() && requested != class.ttl {
+                    return Err(Refusal::invalid(
+                        "ttl_millis",
+                        format!(
+                            "{}s is not the TTL of class {} (namespace {namespace:?}), which is {}s; leave the TTL out, or use a namespace whose class has the TTL you need",
+                            requested.as_secs_f64(),
+                            class.name,
+                            class.ttl.as_secs()
+                        ),
+                    ));
+                }
+                class.ttl
+            };
+            self.limits.session_quota(&who).await?;
+            let (lease, granted, revision) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
+            self.limits.ledger.wrote(revision);
             record_session(&span, lease);
             tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
             Ok(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 })
@@ -142,7 +176,7 @@ impl holdfast_proto::Lock for LockService {
     type KeepAliveStream = KeepAliveStream;
 
     async fn keep_alive(&self, req: Request<Streaming<KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let who = match caller(&req) {
+        let who = match self.admit(&req) {
             Ok(who) => who,
             Err(e) => {
                 finish(&rpc_span!("KeepAlive"), &Err::<(), _>(e.clone()), |_| "");
@@ -177,7 +211,7 @@ impl holdfast_proto::Lock for LockService {
     async fn close_session(&self, req: Request<CloseSessionRequest>) -> Result<Response<CloseSessionResponse>, Status> {
         let span = rpc_span!("CloseSession");
         let r = async {
-            let who = caller(&req)?;
+            let who = self.admit(&req)?;
             let lease = session_id(req.get_ref().session_id)?;
             self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
             record_session(&span, lease);
@@ -200,7 +234,7 @@ impl holdfast_proto::Lock for LockService {
     async fn release(&self, req: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
         let span = rpc_span!("Release");
         let r = async {
-            let who = caller(&req)?;
+            let who = self.admit(&req)?;
             let r = req.get_ref();
             let key = lock_key(&r.namespace, &r.key)?;
             record_key(&span, &key);
@@ -220,10 +254,11 @@ impl holdfast_proto::Lock for LockService {
     async fn inspect(&self, req: Request<InspectRequest>) -> Result<Response<InspectResponse>, Status> {
         let span = rpc_span!("Inspect");
         let r = async {
-            caller(&req)?;
+            let who = self.admit(&req)?;
             let r = req.get_ref();
             let key = lock_key(&r.namespace, &r.key)?;
             record_key(&span, &key);
+            self.policy.authorize(&who, &key, Action::Inspect)?;
             let waiters = self.waiters.count(&holdfast_model::layout::hold_key(&key));
             let epoch = match self.guard.state() {
                 Serve::Serving(c) => c.record.epoch,
@@ -250,25 +285,21 @@ impl holdfast_proto::Lock for LockService {
     async fn validate_token(&self, req: Request<ValidateTokenRequest>) -> Result<Response<ValidateTokenResponse>, Status> {
         let span = rpc_span!("ValidateToken");
         let r = async {
-            caller(&req)?;
-            // Every authenticated attempt takes a permit, well-formed or not.
-            let admitted = self.validate_limit.try_take();
+            let who = self.admit(&req)?;
             let r = req.get_ref();
-            let key = lock_key(&r.namespace, &r.key);
-            if let Ok(key) = &key {
-                record_key(&span, key);
-            }
-            if !admitted {
+            let key = lock_key(&r.namespace, &r.key)?;
+            record_key(&span, &key);
+            // Resources check tokens for keys they may inspect; the check is
+            // in memory, so it comes before the rate limit.
+            let class = self.policy.authorize(&who, &key, Action::Inspect)?;
+            if !self.validate_limit.try_take() {
                 let refused = Err(crate::validate::rate_limited());
-                if let Ok(key) = &key {
-                    crate::validate::count(&crate::validate::namespace_label(key.namespace()), &refused);
-                }
+                crate::validate::count(&class, &refused);
                 return refused.map(|valid| ValidateTokenResponse { valid });
             }
-            let key = key?;
             // The token is compared, never recorded: not on the span, not in a log.
             let valid = self.seen(crate::validate::check(&self.etcd, &self.guard, &key, r.token).await);
-            crate::validate::count(&crate::validate::namespace_label(key.namespace()), &valid);
+            crate::validate::count(&class, &valid);
             valid.map(|valid| ValidateTokenResponse { valid })
         }
         .instrument(span.clone())
@@ -278,7 +309,7 @@ impl holdfast_proto::Lock for LockService {
     }
 
     async fn server_status(&self, req: Request<ServerStatusRequest>) -> Result<Response<ServerStatusResponse>, Status> {
-        caller(&req)?;
+        self.admit(&req)?;
         let etcd_version = self.guard.etcd_version();
         let resp = match self.guard.state() {
             Serve::Serving(c) => ServerStatusResponse {
@@ -303,7 +334,7 @@ impl holdfast_proto::Lock for LockService {
 
 impl LockService {
     async fn acquire_call(&self, req: Request<AcquireRequest>, span: &Span) -> Result<AcquireResponse, Refusal> {
-        let who = caller(&req)?;
+        let who = self.admit(&req)?;
         let r = req.get_ref();
         let key = lock_key(&r.namespace, &r.key)?;
         record_key(span, &key);
@@ -312,8 +343,15 @@ impl LockService {
         if wait > MAX_WAIT {
             return Err(Refusal::invalid("wait_millis", "is over one hour; wait in shorter steps"));
         }
+        // Before anything is read from etcd: a denial cannot depend on the key.
+        let class = self.policy.authorize(&who, &key, Action::Lock).inspect_err(|_| crate::metrics::inc(|m| &m.denied))?;
+        self.limits.hold_quota(&who, &key).await?;
         let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
         record_session(span, lease);
+        if session.record.ttl_secs != class.ttl.as_secs() {
+            crate::metrics::inc(|m| &m.denied);
+            return Err(crate::policy::class_ttl(&key, &class, session.record.ttl_secs));
+        }
         let deadline = tokio::time::Instant::now() + wait;
         let wait = async {
             if r.durable {
@@ -325,28 +363,31 @@ impl LockService {
         let token = tokio::select! {
             r = wait => {
                 let r = self.seen(r);
-                count_outcome(&r);
+                count_outcome(&r, &class);
                 r?
             }
             _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another")),
         };
         self.expiries.granted(&holdfast_model::layout::hold_key(&key), token);
+        self.limits.ledger.wrote(token.revision() as i64);
         Ok(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() })
     }
 }
 
-/// One counter per acquire outcome (outcomes are metric names, not labels).
-fn count_outcome<T>(r: &Result<T, Refusal>) {
+/// One counter per acquire outcome (outcomes are metric names, not
+/// labels): granted, contention and leak per class, the rest process-wide.
+fn count_outcome<T>(r: &Result<T, Refusal>, class: &holdfast_policy::Class) {
+    use crate::metrics::{inc, inc_class};
     use holdfast_proto::ErrorReason as R;
-    crate::metrics::inc(match r {
-        Ok(_) => |m| &m.granted,
+    match r {
+        Ok(_) => inc_class(|m| &m.granted, class),
         Err(e) => match e.reason {
-            R::Contention => |m| &m.contention,
-            R::Leak => |m| &m.leak,
-            R::Sealed | R::Unavailable => |m| &m.sealed_refusals,
-            _ => |m| &m.denied,
+            R::Contention => inc_class(|m| &m.contention, class),
+            R::Leak => inc_class(|m| &m.leak, class),
+            R::Sealed | R::Unavailable => inc(|m| &m.sealed_refusals),
+            _ => inc(|m| &m.denied),
         },
-    });
+    }
 }
 
 type Keepers = std::collections::HashMap<i64, (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>;

@@ -29,8 +29,9 @@ pub struct Owned {
 
 impl Sessions {
     /// Opens a session for `identity`: grant the lease, then write the record
-    /// on it. If the record cannot be written the lease is revoked.
-    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration) -> Result<(i64, i64), Refusal> {
+    /// on it. If the record cannot be written the lease is revoked. Returns
+    /// the lease, its TTL in seconds and the revision of the record.
+    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration) -> Result<(i64, i64, i64), Refusal> {
         let mut client = etcd.client.clone();
         let lease = client.lease_grant(ttl.as_secs() as i64, None).await.map_err(Refusal::etcd)?;
         let record = SessionRecord { spiffe_id: identity.to_string(), ttl_secs: ttl.as_secs() };
@@ -40,8 +41,8 @@ impl Sessions {
             layout::encode(&record),
             Some(PutOptions::new().with_lease(lease.id())),
         )]);
-        match client.txn(txn).await {
-            Ok(r) if r.succeeded() => {}
+        let revision = match client.txn(txn).await {
+            Ok(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
             outcome => {
                 let _ = client.lease_revoke(lease.id()).await;
                 return Err(match outcome {
@@ -49,9 +50,9 @@ impl Sessions {
                     Ok(_) => Refusal::unavailable("session record already existed for a new lease; retry"),
                 });
             }
-        }
+        };
         self.remember(lease.id(), record);
-        Ok((lease.id(), lease.ttl()))
+        Ok((lease.id(), lease.ttl(), revision))
     }
 
     fn remember(&self, lease: i64, record: SessionRecord) {

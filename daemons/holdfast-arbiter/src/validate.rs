@@ -18,8 +18,8 @@
 //!   ([`RATE_PER_SECOND`], [`BURST`]), so guessing is slow and etcd reads are
 //!   bounded; grants are not affected.
 //! - **Counting**: `holdfast_arbiter_validate_token_{valid,invalid,refused}_total`
-//!   by `namespace` and `cluster`; the namespace label set is bounded
-//!   ([`namespace_label`]).
+//!   by the key's class (`namespace`, `class`, `tier`, `cluster`); calls
+//!   refused by the class set before that are not counted here.
 
 use crate::Refusal;
 use crate::seal::{Guard, Serve};
@@ -27,8 +27,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
 use holdfast_store::etcd::Etcd;
-use std::collections::HashSet;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 use subtle::{Choice, ConstantTimeEq};
 use tonic::Code;
@@ -37,12 +36,6 @@ use tonic::Code;
 pub const RATE_PER_SECOND: u32 = 2000;
 /// ValidateToken calls one arbiter admits at once after a quiet period.
 pub const BURST: u32 = 200;
-/// Distinct namespaces counted under their own label value; later ones are
-/// counted as [`OTHER_NAMESPACE`]. (Until the published policy bounds the
-/// namespaces, a request names any namespace it likes.)
-pub const MAX_NAMESPACE_LABELS: usize = 64;
-/// The label value past [`MAX_NAMESPACE_LABELS`]; not a valid namespace.
-pub const OTHER_NAMESPACE: &str = "_other";
 
 /// A token bucket: holds up to `burst` permits, refilled at `rate` per second.
 pub struct Bucket {
@@ -94,31 +87,15 @@ pub fn rate_limited() -> Refusal {
     }
 }
 
-static NAMESPACES: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
-
-/// The `namespace` label value for a (validated) namespace: itself for the
-/// first [`MAX_NAMESPACE_LABELS`] distinct namespaces, then [`OTHER_NAMESPACE`].
-pub fn namespace_label(namespace: &str) -> String {
-    let mut seen = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
-    if seen.contains(namespace) {
-        return namespace.to_string();
-    }
-    if seen.len() < MAX_NAMESPACE_LABELS {
-        seen.insert(namespace.to_string());
-        return namespace.to_string();
-    }
-    OTHER_NAMESPACE.to_string()
-}
-
-/// Counts one answered or refused call under its namespace label.
-pub fn count(namespace_label: &str, outcome: &Result<bool, Refusal>) {
+/// Counts one answered or refused call under its key's class.
+pub fn count(class: &holdfast_policy::Class, outcome: &Result<bool, Refusal>) {
     let m = &*crate::metrics::METRICS;
     let family = match outcome {
         Ok(true) => &m.validate_valid,
         Ok(false) => &m.validate_invalid,
         Err(_) => &m.validate_refused,
     };
-    family.get_or_create(&m.ns_labels(namespace_label)).inc();
+    family.get_or_create(&m.class_labels(class)).inc();
 }
 
 /// Whether `presented` is the token of the hold on `key` now.
@@ -213,16 +190,6 @@ mod tests {
         assert!(!same(Some(t), Token::new(4, 301).unwrap().expose()), "another epoch");
         assert!(!same(None, 0), "a free key, even against 0");
         assert!(!same(None, t.expose()));
-    }
-
-    #[test]
-    fn namespace_labels_are_bounded() {
-        for i in 0..MAX_NAMESPACE_LABELS * 2 {
-            let label = namespace_label(&format!("ns{i}"));
-            assert!(label == format!("ns{i}") || label == OTHER_NAMESPACE);
-        }
-        assert_eq!(namespace_label("never-seen-before"), OTHER_NAMESPACE);
-        assert!(NAMESPACES.lock().unwrap().len() <= MAX_NAMESPACE_LABELS);
     }
 
     #[test]

@@ -26,14 +26,19 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "\
-Example, against a dev appliance:
-  holdfastctl dev --detach --dir /tmp/hf && source /tmp/hf/env
+Example, against a dev appliance (the direct etcd paths need etcd's root,
+whose certificate env-etcd-root exports):
+  holdfastctl dev --detach --dir /tmp/hf && source /tmp/hf/env && source /tmp/hf/env-etcd-root
   holdfast-bench --plot /tmp/bench.svg
   holdfast-bench --only renewal --json | tail -n1")]
 pub struct BenchArgs {
-    /// etcd client URLs (the same cluster the arbiter uses), comma-separated.
-    #[arg(long, env = "HOLDFAST_ETCD_ENDPOINT", value_delimiter = ',', required = true)]
-    etcd_endpoint: Vec<String>,
+    /// The arbiter's etcd cluster and credentials to reach it directly.
+    #[command(flatten)]
+    etcd: holdfast_cli::conn::EtcdArgs,
+    /// etcd's plain-HTTP metrics URL (`--listen-metrics-urls`); default:
+    /// `/metrics` on the first endpoint, which works only for `http://`.
+    #[arg(long, env = "HOLDFAST_ETCD_METRICS")]
+    etcd_metrics: Option<String>,
     /// How long each uncontended and contended cell runs.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     duration: Duration,
@@ -135,13 +140,7 @@ struct Ctx {
 
 async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
     let client = conn.connect().await.map_err(|code| anyhow::anyhow!("cannot connect to the arbiter (exit {code})"))?;
-    let cfg = holdfast_config::EtcdConfig {
-        endpoints: args.etcd_endpoint.clone(),
-        request_timeout: Duration::from_secs(10),
-        ca_file: None,
-        cert_file: None,
-        key_file: None,
-    };
+    let cfg = holdfast_config::EtcdConfig { request_timeout: Duration::from_secs(10), ..args.etcd.config() };
     let etcd = Etcd::connect(&cfg).await?;
     let sys = holdfast_store::epoch::read_sys(&etcd).await?;
     let (record, epoch_bytes) = sys.epoch.ok_or_else(|| anyhow::anyhow!("the epoch is not initialised"))?;
@@ -152,12 +151,12 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         epoch_bytes,
         epoch: record.epoch,
         etcd_version,
-        metrics_url: format!("{}/metrics", args.etcd_endpoint[0].trim_end_matches('/')),
+        metrics_url: args.etcd_metrics.clone().unwrap_or_else(|| format!("{}/metrics", cfg.endpoints[0].trim_end_matches('/'))),
     });
     let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
     // Progress and the table go to stderr, so `--json | tail -n1` is clean.
     let say = |m: String| eprintln!("{m}");
-    say(format!("holdfast bench against etcd {} ({}), {:?} per cell", ctx.etcd_version, args.etcd_endpoint.join(","), args.duration));
+    say(format!("holdfast bench against etcd {} ({}), {:?} per cell", ctx.etcd_version, cfg.endpoints.join(","), args.duration));
 
     let mut summary = serde_json::Map::new();
     summary.insert("etcd_version".into(), ctx.etcd_version.clone().into());
@@ -245,6 +244,10 @@ fn round(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// The namespace of every key the bench locks: its class (`bench` in the
+/// dev set, `config/classes.d/dev.toml`, 60 s) gives every session's TTL.
+pub const BENCH_NAMESPACE: &str = "bench";
+
 /// A session plus its etcd lease, for the direct variants.
 async fn raw_session(etcd: &Etcd, identity: &str) -> anyhow::Result<(i64, Vec<u8>)> {
     let mut c = etcd.client.clone();
@@ -261,13 +264,13 @@ async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration:
     for i in 0..clients {
         let ctx = ctx.clone();
         let gate = start_gate.clone();
-        let key = LockKey::new("bench", &format!("u-{run}-{i}"))?;
+        let key = LockKey::new(BENCH_NAMESPACE, &format!("u-{run}-{i}"))?;
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
             match variant {
                 Variant::Arbiter => {
-                    let session = ctx.client.open_session(Duration::from_secs(60)).await?;
+                    let session = ctx.client.open_session_for(BENCH_NAMESPACE, None).await?;
                     gate.wait().await;
                     let end = Instant::now() + duration;
                     while Instant::now() < end {
@@ -349,7 +352,7 @@ fn rand_u64() -> u64 {
 
 /// (handoffs/s, p50 release→next grant in ms, etcd txns per handoff)
 async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64, f64)> {
-    let key = LockKey::new("bench", &format!("hot-{:x}", rand_u64()))?;
+    let key = LockKey::new(BENCH_NAMESPACE, &format!("hot-{:x}", rand_u64()))?;
     let events: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
     let attempts_before = ctx.client.server_status().await?.grant_attempts;
     let end = Instant::now() + duration;
@@ -357,7 +360,7 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
     for _ in 0..waiters {
         let (ctx, key, events) = (ctx.clone(), key.clone(), events.clone());
         tasks.push(tokio::spawn(async move {
-            let session: Session = ctx.client.open_session(Duration::from_secs(60)).await?;
+            let session: Session = ctx.client.open_session_for(BENCH_NAMESPACE, None).await?;
             let mut releases = 0u64;
             while Instant::now() < end {
                 let left = end.saturating_duration_since(Instant::now());
@@ -447,7 +450,9 @@ async fn scrape(url: &str, metric: &str, filter: &str) -> anyhow::Result<f64> {
 /// A plain HTTP/1.0 GET of etcd's /metrics (loopback, no TLS).
 async fn http_get(url: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").ok_or_else(|| anyhow::anyhow!("{url}: only http:// etcd endpoints can be scraped"))?;
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        anyhow::anyhow!("{url}: only http:// can be scraped; point --etcd-metrics (HOLDFAST_ETCD_METRICS) at etcd's --listen-metrics-urls")
+    })?;
     let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
     let mut s = tokio::net::TcpStream::connect(host).await?;
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes()).await?;
@@ -462,10 +467,10 @@ async fn renewal(ctx: &Arc<Ctx>, sessions: usize, holds: usize, window: Duration
     let mut open = Vec::new();
     let run = rand_u64();
     for s in 0..sessions {
-        let session = ctx.client.open_session(Duration::from_secs(5)).await?;
+        let session = ctx.client.open_session_for(BENCH_NAMESPACE, None).await?;
         let mut held = Vec::new();
         for h in 0..holds {
-            held.push(session.acquire(&LockKey::new("bench", &format!("r-{run:x}-{s}-{h}"))?, Duration::ZERO).await?);
+            held.push(session.acquire(&LockKey::new(BENCH_NAMESPACE, &format!("r-{run:x}-{s}-{h}"))?, Duration::ZERO).await?);
         }
         open.push((session, held));
     }

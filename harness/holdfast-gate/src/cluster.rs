@@ -7,11 +7,12 @@ use super::net::{Host, Net};
 use super::proxy::{self, Controls};
 use anyhow::Context;
 use holdfast_config::EtcdConfig;
-use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
+use holdfast_config::arbiter::ArbiterConfig;
 use holdfast_devkit::arbiter::{ArbiterProcess, Launch};
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
-use holdfast_devkit::pki::{DevCa, Issued};
+use holdfast_devkit::pki::{DevCa, EtcdPki, Issued};
 use holdfast_store::etcd::Etcd;
+use holdfast_store::roles;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,18 @@ pub struct Cluster {
     pub proxies: Vec<Arc<Controls>>,
     pub ca: DevCa,
     pub client_cert: Issued,
+    /// etcd's own CA: the members run client and peer TLS with
+    /// `--client-cert-auth` and authentication on, each tool with its role.
+    pub etcd_pki: EtcdPki,
+    /// Two dr-operators: every epoch advance is a request they both sign.
+    pub approvals: crate::approvals::Approvals,
+    /// The controller that published the `gate` class (host namespace,
+    /// outside every fault).
+    pub controller: Option<holdfast_devkit::controller::ControllerProcess>,
 }
+
+/// The namespace of every key the gate's clients lock.
+pub const GATE_NAMESPACE: &str = "gate";
 
 impl Cluster {
     /// Starts the members in `net.hosts[0..3]` and the arbiters in
@@ -63,6 +75,12 @@ impl Cluster {
         let arbiter_bin = holdfast_devkit::arbiter::locate()?;
         let ca = DevCa::open_or_create(&dir.join("tls"))?;
         let client_cert = ca.workload("gate-client", "gate/client")?;
+        // One member certificate for every member's address and the gateway
+        // (arbiter 1 reaches the members through proxies there).
+        let etcd_pki = EtcdPki::open_or_create(&dir.join("etcd-tls"))?;
+        let mut names: Vec<&str> = net.hosts[0..3].iter().map(|h| h.ip.as_str()).collect();
+        names.push(&net.gateway);
+        let member_tls = etcd_pki.member_tls(&names)?;
         let spec = ClusterSpec {
             members: (0..3)
                 .map(|i| MemberSpec {
@@ -71,6 +89,8 @@ impl Cluster {
                     data_dir: dir.join(format!("etcd-e{i}")),
                     client_port: 2379,
                     peer_port: 2380,
+                    tls: Some(member_tls.clone()),
+                    metrics_port: None,
                 })
                 .collect(),
             token: format!("holdfast-gate-{}", std::process::id()),
@@ -87,17 +107,38 @@ impl Cluster {
             proxies: Vec::new(),
             ca,
             client_cert,
+            etcd_pki,
+            approvals: crate::approvals::Approvals::create(dir)?,
+            controller: None,
         };
         for i in 0..3 {
             let p = cluster.spawn_member(i, net)?;
             cluster.members.push(Some(p));
         }
         let urls = cluster.spec.client_urls();
-        holdfast_devkit::etcd::wait_ready(&urls, Duration::from_secs(60))
+        holdfast_devkit::etcd::wait_ready_with(&cluster.etcd_config(roles::ROOT)?, Duration::from_secs(60))
             .await
             .context("the gate's etcd cluster did not start; see etcd-e*.log")?;
+        let changes = roles::ensure(&mut cluster.etcd().await?, true).await.context("creating the etcd roles")?;
+        say(&format!("etcd over mTLS, authentication on: {} roles ({} change(s))", roles::ROLES.len(), changes.len()));
         let etcd = cluster.holdfast_etcd().await?;
         holdfast_store::epoch::init(&etcd, |m| say(m)).await.context("initialising the epoch")?;
+        // Policy on: the `gate` class (the clients' TTL) and a grant for
+        // the gate's identities, published by a real controller.
+        let class = holdfast_fixtures::policy::FixtureClass::new(GATE_NAMESPACE, crate::CLIENT_TTL);
+        let (controller, _) = holdfast_fixtures::policy::publish(
+            holdfast_devkit::controller::locate()?,
+            dir,
+            cluster.etcd_config(roles::CONTROLLER.name)?,
+            &cluster.etcd_config(roles::PAUSETEST.name)?,
+            "spiffe://holdfast.dev/gate/",
+            &[class],
+            "",
+        )
+        .await
+        .context("publishing the gate's class set; see controller.log")?;
+        cluster.controller = Some(controller);
+        say(&format!("class set published: class {GATE_NAMESPACE}, TTL {}s, fenced", crate::CLIENT_TTL.as_secs()));
 
         // Proxies for arbiter 1: gateway:23790+i -> member i.
         let mut proxied = Vec::new();
@@ -106,15 +147,13 @@ impl Cluster {
             let listen = format!("{}:{}", net.gateway, 23790 + i);
             proxy::start(&listen, format!("{}:{}", m.host, m.client_port), controls.clone()).await?;
             cluster.proxies.push(controls);
-            proxied.push(format!("http://{listen}"));
+            proxied.push(format!("https://{listen}"));
         }
         for (a, endpoints) in [(0usize, urls), (1, proxied)] {
             let host = net.hosts[3 + a].clone();
             let server = cluster.ca.issue(&format!("arbiter{a}"), &[&host.ip], &[&format!("spiffe://holdfast.dev/holdfast/arbiter{a}")])?;
-            let mut config = ArbiterConfig::new(
-                TlsConfig { cert_file: server.cert.clone(), key_file: server.key.clone(), client_ca_file: cluster.ca.ca_path() },
-                EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(endpoints) },
-            );
+            let mut config =
+                ArbiterConfig::new(cluster.ca.arbiter_tls(&server), EtcdConfig { endpoints, ..cluster.etcd_config(roles::ARBITER.name)? });
             let ip: std::net::IpAddr = host.ip.parse().with_context(|| format!("arbiter address {}", host.ip))?;
             config.listen = (ip, ARBITER_PORT).into();
             config.metrics_listen = (ip, 9100).into();
@@ -123,6 +162,10 @@ impl Cluster {
             config.seal.check_interval = Duration::from_millis(500);
             config.seal.watermark_interval = Duration::from_secs(2);
             config.grants.group_commit = options.group_commit;
+            // Every gate client is one identity; the gate checks grants
+            // under faults, not the rate limit.
+            config.limits.requests_per_second = 50_000;
+            config.limits.request_burst = 100_000;
             if let Some(m) = &options.mutation {
                 config.mutation.set(m).map_err(|e| anyhow::anyhow!("--mutation: {e}"))?;
             }
@@ -162,10 +205,11 @@ impl Cluster {
     /// before it (at most the snapshot's).
     pub async fn snapshot(&mut self, i: usize) -> anyhow::Result<(PathBuf, i64)> {
         let url = self.spec.members[i].client_url();
-        let revision = etcd_client::Client::connect([url.as_str()], None).await?.get("/", None).await?.header().map(|h| h.revision());
+        let root = EtcdConfig { endpoints: vec![url], ..self.etcd_config(roles::ROOT)? };
+        let revision = Etcd::connect(&root).await?.client.get("/", None).await?.header().map(|h| h.revision());
         let file = self.dir.join(format!("snapshot-{}.db", self.snapshots));
         self.snapshots += 1;
-        holdfast_devkit::etcd::snapshot_save(&self.bin, &url, &file)?;
+        holdfast_devkit::etcd::snapshot_save(&self.bin, &root, &file)?;
         Ok((file, revision.context("no revision in etcd's answer")?))
     }
 
@@ -188,7 +232,7 @@ impl Cluster {
         for i in 0..self.spec.members.len() {
             self.restart_member(i, net)?;
         }
-        holdfast_devkit::etcd::wait_ready(&self.spec.client_urls(), Duration::from_secs(60))
+        holdfast_devkit::etcd::wait_ready_with(&self.etcd_config(roles::ROOT)?, Duration::from_secs(60))
             .await
             .context("the restored cluster did not start")
     }
@@ -254,27 +298,36 @@ impl Cluster {
 
     /// The member every reachable member names as leader, if they agree.
     pub async fn leader(&self) -> Option<usize> {
-        leader_of(&self.spec.client_urls()).await
+        leader_of(&self.etcd_config(roles::OBSERVER.name).ok()?).await
     }
 
     /// Each member's raft applied index, if it answers.
     pub async fn applied(&self) -> Vec<Option<u64>> {
         let mut out = Vec::new();
+        let Ok(observer) = self.etcd_config(roles::OBSERVER.name) else { return vec![None; self.spec.members.len()] };
         for url in self.spec.client_urls() {
-            out.push(status(&url).await.map(|s| s.raft_applied_index()));
+            out.push(status(&url, &observer).await.map(|s| s.raft_applied_index()));
         }
         out
     }
 
-    /// The arbiter's etcd handle over every member (for the epoch
-    /// procedures).
-    pub async fn holdfast_etcd(&self) -> anyhow::Result<Etcd> {
-        Etcd::connect(&EtcdConfig::plain(self.spec.client_urls())).await
+    /// Every member, as the etcd user `user` (a certificate with that CN
+    /// from the gate's etcd CA), with the gate's 2 s request timeout.
+    pub fn etcd_config(&self, user: &str) -> anyhow::Result<EtcdConfig> {
+        let c = self.etcd_pki.config_as(user, self.spec.client_urls())?;
+        Ok(EtcdConfig { request_timeout: Duration::from_secs(2), ..c })
     }
 
-    /// An etcd client over every member (from the host namespace).
+    /// The epoch administrator's etcd handle over every member (epoch
+    /// init, advance, and reading the epoch), as the DR procedure has it.
+    pub async fn holdfast_etcd(&self) -> anyhow::Result<Etcd> {
+        Etcd::connect(&self.etcd_config(roles::EPOCH.name)?).await
+    }
+
+    /// etcd's administrator over every member (from the host namespace):
+    /// the recorder reads the whole log with it.
     pub async fn etcd(&self) -> anyhow::Result<etcd_client::Client> {
-        Ok(etcd_client::Client::connect(self.spec.client_urls(), None).await?)
+        Ok(Etcd::connect(&self.etcd_config(roles::ROOT)?).await?.client)
     }
 }
 
@@ -303,22 +356,25 @@ pub async fn epoch_of(etcd: &Etcd) -> anyhow::Result<u32> {
     Ok(sys.epoch.context("the epoch is not initialised")?.0.epoch)
 }
 
-async fn status(url: &str) -> Option<etcd_client::StatusResponse> {
-    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_millis(300)).with_timeout(Duration::from_millis(300));
+/// One member's Status, with `creds`'s certificate and a short deadline.
+async fn status(url: &str, creds: &EtcdConfig) -> Option<etcd_client::StatusResponse> {
+    let quick = EtcdConfig { request_timeout: Duration::from_millis(300), ..creds.clone() };
+    let one = EtcdConfig { endpoints: vec![url.to_string()], ..quick };
     let status = async {
-        let mut c = etcd_client::Client::connect([url], Some(opts)).await.ok()?;
+        let mut c = holdfast_store::etcd::connect_client(&one).await.ok()?;
         c.status().await.ok()
     };
     tokio::time::timeout(Duration::from_millis(700), status).await.ok().flatten()
 }
 
-/// The member that every member reachable at `urls` names as leader, if
-/// they agree (a majority at least must answer).
-pub async fn leader_of(urls: &[String]) -> Option<usize> {
+/// The member that every member reachable at `creds.endpoints` names as
+/// leader, if they agree (a majority at least must answer).
+pub async fn leader_of(creds: &EtcdConfig) -> Option<usize> {
+    let urls = &creds.endpoints;
     let mut ids = Vec::new();
     let mut leaders = Vec::new();
     for url in urls {
-        match status(url).await {
+        match status(url, creds).await {
             Some(s) => {
                 ids.push(s.header().map(|h| h.member_id()).unwrap_or(0));
                 leaders.push(s.leader());

@@ -1,0 +1,389 @@
+//! `[limits]`: what one workload may take.
+//!
+//! - **Request rate**, per identity, on this arbiter: a keyed token bucket
+//!   ([`governor`], GCRA) checked right after the caller is authenticated,
+//!   before anything else. Keepalive renewals on an open stream are not
+//!   counted (the stream itself is, once); the session quota bounds them.
+//! - **Quotas**, across the cluster: sessions per identity, holds per
+//!   identity, holds per namespace (with per-namespace overrides). They are
+//!   counted from etcd itself, not from this arbiter's own calls: a
+//!   [`Ledger`] lists the session records `/s/` and holds `/l/` once (before
+//!   READY) and then follows a watch of them, so every arbiter sees the
+//!   sessions and holds any arbiter made, and expiries, which etcd commits
+//!   on its own. The view is a watch delivery behind etcd (milliseconds);
+//!   a check first waits for the arbiter's own latest session or grant to
+//!   arrive, so calls through one arbiter see each other, but calls in
+//!   flight on several arbiters at once can overshoot a quota by their
+//!   number. A quota is a guard against a runaway workload, not a
+//!   correctness property; it is checked before any etcd read or write, so
+//!   a refusal writes nothing.
+//!
+//! Refusals are `ResourceExhausted` with reason `RATE_LIMITED` or `QUOTA`
+//! and a message naming the `limits.` key and what to do.
+
+use crate::Refusal;
+use crate::etcd::Etcd;
+use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use holdfast_config::arbiter::LimitsConfig;
+use holdfast_model::LockKey;
+use holdfast_model::layout::{self, HoldRecord, SessionRecord};
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// End of the listed and watched range: `/l/`, `/q/` and `/s/`, not `/sys/`.
+const RANGE_END: &str = "/s0";
+
+pub struct Limits {
+    pub config: LimitsConfig,
+    rate: DefaultKeyedRateLimiter<String>,
+    pub ledger: Ledger,
+}
+
+impl Limits {
+    pub fn new(config: LimitsConfig) -> Self {
+        let nonzero = |v: u32| NonZeroU32::new(v).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::per_second(nonzero(config.requests_per_second)).allow_burst(nonzero(config.request_burst));
+        Limits { rate: RateLimiter::keyed(quota), config, ledger: Ledger::default() }
+    }
+
+    /// One request of `who`, if its bucket has a permit.
+    pub fn admit(&self, who: &str) -> Result<(), Refusal> {
+        match self.rate.check_key(&who.to_string()) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                crate::metrics::inc(|m| &m.rate_limited);
+                Err(Refusal::rate_limited(format!(
+                    "{who} is past limits.requests_per_second = {} (burst limits.request_burst = {}) on this arbiter; \
+                     retry after a short backoff, or ask the operator to raise it in arbiter.toml",
+                    self.config.requests_per_second, self.config.request_burst
+                )))
+            }
+        }
+    }
+
+    /// Whether `who` may open one more session.
+    pub async fn session_quota(&self, who: &str) -> Result<(), Refusal> {
+        self.ledger.caught_up().await;
+        let open = self.ledger.sessions_of(who);
+        let max = self.config.max_sessions_per_identity;
+        if open >= max {
+            crate::metrics::inc(|m| &m.quota_refusals);
+            return Err(Refusal::quota(format!(
+                "{who} has {open} sessions open, limits.max_sessions_per_identity = {max}; \
+                 close sessions it no longer uses (one session can hold many keys), or ask the operator to raise the quota"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `who` may take one more hold, on `key`.
+    pub async fn hold_quota(&self, who: &str, key: &LockKey) -> Result<(), Refusal> {
+        self.ledger.caught_up().await;
+        let (mine, in_namespace) = self.ledger.holds_of(who, key.namespace());
+        let max = self.config.max_holds_per_identity;
+        if mine >= max {
+            crate::metrics::inc(|m| &m.quota_refusals);
+            return Err(Refusal::quota(format!(
+                "{who} has {mine} holds, limits.max_holds_per_identity = {max}; \
+                 release holds it no longer needs, or ask the operator to raise the quota"
+            )));
+        }
+        let max = self.config.max_holds_in(key.namespace());
+        if in_namespace >= max {
+            crate::metrics::inc(|m| &m.quota_refusals);
+            let ns = key.namespace();
+            let which = if self.config.namespaces.contains_key(ns) {
+                format!("limits.namespaces.{ns}.max_holds")
+            } else {
+                "limits.max_holds_per_namespace".to_string()
+            };
+            return Err(Refusal::quota(format!(
+                "namespace {ns:?} has {in_namespace} holds, {which} = {max}; wait for holds to be released, \
+                 or ask the operator to raise the quota"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Forgets the rate state of identities idle long enough to have a
+    /// full bucket again (memory stays bounded by the active identities).
+    pub fn forget_idle(&self) {
+        self.rate.retain_recent();
+    }
+}
+
+/// Sessions and holds in etcd, by owner and namespace.
+pub struct Ledger {
+    counts: Mutex<Counts>,
+    /// The revision the counts include (listing or last watch response).
+    seen: tokio::sync::watch::Sender<i64>,
+    /// The latest revision this arbiter itself wrote a session or grant at.
+    wrote: AtomicI64,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger { counts: Mutex::default(), seen: tokio::sync::watch::Sender::new(0), wrote: AtomicI64::new(0) }
+    }
+}
+
+/// Longest a quota check waits for the watch to deliver this arbiter's own
+/// latest write (normally it already has: a watch event follows its commit
+/// within a millisecond).
+const CATCH_UP: Duration = Duration::from_millis(500);
+
+#[derive(Default)]
+struct Counts {
+    /// Session record key → owner.
+    sessions: HashMap<String, String>,
+    /// Hold key → (owner, namespace).
+    holds: HashMap<String, (String, String)>,
+    sessions_by_identity: HashMap<String, u64>,
+    holds_by_identity: HashMap<String, u64>,
+    holds_by_namespace: HashMap<String, u64>,
+}
+
+fn bump(map: &mut HashMap<String, u64>, key: &str, up: bool) {
+    if up {
+        *map.entry(key.to_string()).or_default() += 1;
+    } else if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+impl Counts {
+    fn put(&mut self, key: &str, value: &[u8]) {
+        if key.starts_with(layout::SESSION_PREFIX) {
+            let Ok(record) = layout::decode::<SessionRecord>(key, value) else { return };
+            if let Some(old) = self.sessions.insert(key.to_string(), record.spiffe_id.clone()) {
+                bump(&mut self.sessions_by_identity, &old, false);
+            }
+            bump(&mut self.sessions_by_identity, &record.spiffe_id, true);
+        } else if let Some(rest) = key.strip_prefix(layout::HOLD_PREFIX) {
+            let Ok(record) = layout::decode::<HoldRecord>(key, value) else { return };
+            let ns = rest.split('/').next().unwrap_or_default().to_string();
+            if let Some((old_owner, old_ns)) = self.holds.insert(key.to_string(), (record.spiffe_id.clone(), ns.clone())) {
+                bump(&mut self.holds_by_identity, &old_owner, false);
+                bump(&mut self.holds_by_namespace, &old_ns, false);
+            }
+            bump(&mut self.holds_by_identity, &record.spiffe_id, true);
+            bump(&mut self.holds_by_namespace, &ns, true);
+        }
+    }
+
+    fn delete(&mut self, key: &str) {
+        if let Some(owner) = self.sessions.remove(key) {
+            bump(&mut self.sessions_by_identity, &owner, false);
+        } else if let Some((owner, ns)) = self.holds.remove(key) {
+            bump(&mut self.holds_by_identity, &owner, false);
+            bump(&mut self.holds_by_namespace, &ns, false);
+        }
+    }
+}
+
+impl Ledger {
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that this arbiter committed a session or a grant at `revision`.
+    pub fn wrote(&self, revision: i64) {
+        self.wrote.fetch_max(revision, Ordering::Relaxed);
+    }
+
+    /// Waits (at most [`CATCH_UP`]) until the counts include this arbiter's
+    /// own latest write, so one client's calls through one arbiter see each
+    /// other's sessions and holds.
+    async fn caught_up(&self) {
+        let target = self.wrote.load(Ordering::Relaxed);
+        let mut seen = self.seen.subscribe();
+        let _ = tokio::time::timeout(CATCH_UP, seen.wait_for(|r| *r >= target)).await;
+    }
+
+    pub fn sessions_of(&self, who: &str) -> u64 {
+        self.counts().sessions_by_identity.get(who).copied().unwrap_or(0)
+    }
+
+    /// Holds of `who`, and holds in `namespace`.
+    pub fn holds_of(&self, who: &str, namespace: &str) -> (u64, u64) {
+        let c = self.counts();
+        (c.holds_by_identity.get(who).copied().unwrap_or(0), c.holds_by_namespace.get(namespace).copied().unwrap_or(0))
+    }
+
+    pub fn holds_in(&self, namespace: &str) -> u64 {
+        self.counts().holds_by_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// Replaces the view with a fresh listing; returns the revision to watch
+    /// from.
+    pub async fn load(&self, etcd: &Etcd) -> Result<i64, etcd_client::Error> {
+        let resp = etcd.client.clone().get(layout::HOLD_PREFIX, Some(GetOptions::new().with_range(RANGE_END))).await?;
+        let mut fresh = Counts::default();
+        for kv in resp.kvs() {
+            if let Ok(key) = kv.key_str() {
+                fresh.put(key, kv.value());
+            }
+        }
+        *self.counts() = fresh;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        self.seen.send_replace(revision);
+        Ok(revision + 1)
+    }
+
+    fn apply(&self, resp: &etcd_client::WatchResponse) {
+        let mut c = self.counts();
+        let mut last = resp.header().map_or(0, |h| h.revision());
+        for e in resp.events() {
+            let Some(kv) = e.kv() else { continue };
+            last = last.max(kv.mod_revision());
+            let Ok(key) = KeyValue::key_str(kv) else { continue };
+            match e.event_type() {
+                EventType::Put => c.put(key, kv.value()),
+                EventType::Delete => c.delete(key),
+            }
+        }
+        drop(c);
+        self.seen.send_if_modified(|r| {
+            let newer = last > *r;
+            *r = (*r).max(last);
+            newer
+        });
+    }
+}
+
+/// Follows the watch from `from` (0: list first) until the process ends;
+/// after a watch error or a compaction it lists again and resumes from that
+/// listing, so whatever happened in between (a compaction, a restore) is
+/// counted from etcd's state, not replayed.
+pub async fn run(etcd: Etcd, limits: Arc<Limits>, mut from: i64) {
+    loop {
+        if from <= 0 {
+            match limits.ledger.load(&etcd).await {
+                Ok(next) => from = next,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot list sessions and holds for the quotas; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        let opts = WatchOptions::new().with_range(RANGE_END).with_start_revision(from);
+        match etcd.client.clone().watch(layout::HOLD_PREFIX, Some(opts)).await {
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(resp)) if resp.canceled() => break,
+                    Ok(Some(resp)) => limits.ledger.apply(&resp),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "quota watch ended; listing again");
+                        break;
+                    }
+                }
+            },
+            Err(e) => tracing::debug!(error = %e, "cannot open the quota watch; retrying"),
+        }
+        from = 0;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every few seconds: the hold count and quota of each class's namespace
+/// (per class, from the published set), and forgetting idle rate buckets.
+pub async fn export(limits: Arc<Limits>, policy: Arc<crate::policy::Policy>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        limits.forget_idle();
+        let m = &*crate::metrics::METRICS;
+        for class in policy.classes() {
+            let labels = m.class_labels(&class);
+            m.holds.get_or_create(&labels).set(limits.ledger.holds_in(&class.namespace) as i64);
+            m.holds_quota.get_or_create(&labels).set(limits.config.max_holds_in(&class.namespace) as i64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(who: &str) -> Vec<u8> {
+        layout::encode(&SessionRecord { spiffe_id: who.into(), ttl_secs: 10 })
+    }
+
+    fn hold(who: &str) -> Vec<u8> {
+        layout::encode(&HoldRecord { spiffe_id: who.into(), session: 1, epoch: 1, granted_unix_ms: 0 })
+    }
+
+    #[test]
+    fn counts_follow_puts_and_deletes_and_a_rewrite_counts_once() {
+        let mut c = Counts::default();
+        c.put("/s/0000000000000001", &session("a"));
+        c.put("/s/0000000000000002", &session("a"));
+        c.put("/l/pay/x", &hold("a"));
+        c.put("/l/pay/y/z", &hold("b"));
+        c.put("/l/pay/x", &hold("a"));
+        c.put("/q/pay/x/0000000000000003", b"waiter");
+        assert_eq!(c.sessions_by_identity["a"], 2);
+        assert_eq!(c.holds_by_identity["a"], 1, "a rewritten hold is still one hold");
+        assert_eq!(c.holds_by_namespace["pay"], 2);
+        c.delete("/l/pay/x");
+        c.delete("/l/pay/x");
+        c.delete("/s/0000000000000001");
+        c.delete("/q/pay/x/0000000000000003");
+        assert_eq!(c.sessions_by_identity["a"], 1);
+        assert!(!c.holds_by_identity.contains_key("a"));
+        assert_eq!(c.holds_by_namespace["pay"], 1);
+    }
+
+    #[test]
+    fn a_record_that_does_not_decode_is_not_counted() {
+        let mut c = Counts::default();
+        c.put("/s/0000000000000001", b"not json");
+        c.put("/l/pay/x", b"{}");
+        assert!(c.sessions.is_empty() && c.holds.is_empty());
+    }
+
+    #[tokio::test]
+    async fn refusals_name_the_limit() {
+        let config = LimitsConfig {
+            requests_per_second: 1,
+            request_burst: 2,
+            max_sessions_per_identity: 1,
+            max_holds_per_identity: 5,
+            max_holds_per_namespace: 1,
+            namespaces: [("big".to_string(), holdfast_config::arbiter::NamespaceLimits { max_holds: 3 })].into(),
+        };
+        let limits = Limits::new(config);
+        assert!(limits.admit("a").is_ok() && limits.admit("a").is_ok());
+        let e = limits.admit("a").unwrap_err();
+        assert_eq!(e.reason, holdfast_proto::ErrorReason::RateLimited);
+        assert!(e.message.contains("limits.requests_per_second = 1"), "{}", e.message);
+        assert!(limits.admit("b").is_ok(), "buckets are per identity");
+
+        limits.ledger.counts().put("/s/0000000000000001", &session("a"));
+        let e = limits.session_quota("a").await.unwrap_err();
+        assert!(e.message.contains("limits.max_sessions_per_identity = 1"), "{}", e.message);
+        assert!(limits.session_quota("b").await.is_ok());
+
+        limits.ledger.counts().put("/l/small/x", &hold("a"));
+        limits.ledger.counts().put("/l/big/x", &hold("a"));
+        let small = LockKey::new("small", "y").unwrap();
+        let big = LockKey::new("big", "y").unwrap();
+        let e = limits.hold_quota("b", &small).await.unwrap_err();
+        assert_eq!(e.reason, holdfast_proto::ErrorReason::Quota);
+        assert!(e.message.contains("limits.max_holds_per_namespace = 1"), "{}", e.message);
+        assert!(limits.hold_quota("b", &big).await.is_ok(), "big has its own quota of 3");
+        limits.ledger.counts().put("/l/big/y", &hold("a"));
+        limits.ledger.counts().put("/l/big/z", &hold("a"));
+        let e = limits.hold_quota("b", &big).await.unwrap_err();
+        assert!(e.message.contains("limits.namespaces.big.max_holds = 3"), "{}", e.message);
+    }
+}

@@ -1,0 +1,287 @@
+//! Transport security at the arbiter: every kind of bad client certificate
+//! is refused and writes nothing, and certificates rotate under a running
+//! arbiter and running clients without losing a hold.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
+
+use holdfast_devkit::pki::{DevCa, Issued, params};
+use holdfast_devkit::rcgen;
+use holdfast_model::LockKey;
+use holdfast_proto::LockClient;
+use holdfast_proto::v1::OpenSessionRequest;
+use holdfast_tests::*;
+use hyper_util::rt::TokioIo;
+use rustls::RootCertStore;
+use rustls::client::ResolvesClientCert;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::sign::CertifiedKey;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tonic::transport::{Endpoint, Uri};
+
+fn chain(path: &Path) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_file_iter(path).unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+fn roots(ca: &Path) -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    for c in chain(ca) {
+        roots.add(c).unwrap();
+    }
+    roots
+}
+
+/// Presents a certificate with whatever key it is given: rustls's own
+/// builder refuses a key that does not match, and the arbiter must refuse
+/// it too when a client presents one anyway.
+#[derive(Debug)]
+struct Present(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for Present {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A rustls client trusting `ca`, presenting `cert` (with its key file,
+/// matching or not), or nothing.
+fn client_tls(ca: &Path, cert: Option<&Issued>) -> Arc<rustls::ClientConfig> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots(ca));
+    let mut config = match cert {
+        None => builder.with_no_client_auth(),
+        Some(c) => {
+            let provider = rustls::crypto::ring::default_provider();
+            let key = provider.key_provider.load_private_key(PrivateKeyDer::from_pem_file(&c.key).unwrap()).unwrap();
+            builder.with_client_cert_resolver(Arc::new(Present(Arc::new(CertifiedKey::new(chain(&c.cert), key)))))
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
+/// Dials the arbiter with a fixed rustls config (the test's own, not the
+/// client library's).
+#[derive(Clone)]
+struct RawDialer(Arc<rustls::ClientConfig>);
+
+impl tower_service::Service<Uri> for RawDialer {
+    type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connector = tokio_rustls::TlsConnector::from(self.0.clone());
+        Box::pin(async move {
+            let tcp = TcpStream::connect((uri.host().unwrap(), uri.port_u16().unwrap())).await?;
+            let name = ServerName::try_from("127.0.0.1").unwrap();
+            Ok(TokioIo::new(connector.connect(name, tcp).await?))
+        })
+    }
+}
+
+/// OpenSession (which writes the session record) through a connection made
+/// with `tls`.
+async fn open_session(endpoint: &str, tls: Arc<rustls::ClientConfig>) -> Result<u64, tonic::Status> {
+    let channel = Endpoint::from_shared(format!("http://{endpoint}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(RawDialer(tls))
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("connect: {e:?}")))?;
+    let req = OpenSessionRequest { ttl_millis: 0, namespace: "demo".into() };
+    LockClient::new(channel).open_session(req).await.map(|r| r.into_inner().session_id)
+}
+
+/// The certificate the arbiter presents to a new connection.
+async fn presented(endpoint: &str, tls: Arc<rustls::ClientConfig>) -> Result<CertificateDer<'static>, std::io::Error> {
+    let tcp = TcpStream::connect(endpoint).await?;
+    let stream = tokio_rustls::TlsConnector::from(tls).connect(ServerName::try_from("127.0.0.1").unwrap(), tcp).await?;
+    Ok(stream.get_ref().1.peer_certificates().unwrap()[0].clone())
+}
+
+async fn handshake_failures(arbiter: &Arbiter) -> f64 {
+    sample(&scrape(arbiter.metrics_port).await, "holdfast_arbiter_tls_handshake_failures_total{cluster=\"test\"}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_bad_client_certificate_is_refused_and_etcd_does_not_move() {
+    let app = Appliance::start("tls-matrix", 1).await;
+    let (ca, ca_file, endpoint) = (&app.pki.ca, app.pki.ca.ca_path(), app.arbiter.endpoint());
+    let svid = |path: &str| format!("spiffe://holdfast.dev/matrix/{path}");
+    let leaf = |name: &str| params(name, &[], &[&svid(name)]).unwrap();
+
+    let other_ca = DevCa::open_or_create(&app.dir.path.join("other-ca")).unwrap();
+    let mut expired = leaf("expired");
+    (expired.not_before, expired.not_after) = (rcgen::date_time_ymd(2020, 1, 1), rcgen::date_time_ymd(2021, 1, 1));
+    let mut not_yet = leaf("not-yet-valid");
+    (not_yet.not_before, not_yet.not_after) = (rcgen::date_time_ymd(2090, 1, 1), rcgen::date_time_ymd(2091, 1, 1));
+    let mut ca_leaf = leaf("ca-leaf");
+    ca_leaf.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let good = ca.workload("good", "matrix/good").unwrap();
+    let mismatched = Issued { cert: good.cert.clone(), key: ca.workload("another", "matrix/another").unwrap().key };
+
+    // Refused in the TLS handshake (counted by the arbiter).
+    let at_handshake: Vec<(&str, Option<Issued>)> = vec![
+        ("an untrusted CA", Some(other_ca.workload("untrusted", "matrix/untrusted").unwrap())),
+        ("an expired certificate", Some(ca.issue_with("expired", expired).unwrap())),
+        ("a certificate not yet valid", Some(ca.issue_with("not-yet-valid", not_yet).unwrap())),
+        ("no client certificate", None),
+        ("a CA:TRUE leaf", Some(ca.issue_with("ca-leaf", ca_leaf).unwrap())),
+        ("a key that does not match its certificate", Some(mismatched)),
+    ];
+    // Past the handshake, refused on the call with what to issue instead.
+    let at_call: Vec<(&str, Issued, &str)> = vec![
+        (
+            "the wrong trust domain",
+            ca.issue("wrong-domain", &[], &["spiffe://other.example/matrix/x"]).unwrap(),
+            "is in trust domain \"other.example\", but this arbiter serves \"holdfast.dev\"",
+        ),
+        (
+            "two URI SANs",
+            ca.issue("two-sans", &[], &[&svid("a"), &svid("b")]).unwrap(),
+            "an SVID carries exactly one URI SAN; this certificate has several",
+        ),
+        ("a non-spiffe URI", ca.issue("https-uri", &[], &["https://matrix.example/x"]).unwrap(), "no spiffe:// ID"),
+    ];
+
+    let revision = app.etcd.revision().await;
+    for (what, cert) in &at_handshake {
+        let before = handshake_failures(&app.arbiter).await;
+        let r = open_session(&endpoint, client_tls(&ca_file, cert.as_ref())).await;
+        let status = r.expect_err(&format!("{what}: a session was opened"));
+        assert_ne!(status.code(), tonic::Code::Unauthenticated, "{what}: got past the handshake: {status:?}");
+        let end = Instant::now() + Duration::from_secs(5);
+        while handshake_failures(&app.arbiter).await < before + 1.0 {
+            assert!(Instant::now() < end, "{what}: the arbiter did not count a refused handshake ({status:?})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for (what, cert, message) in &at_call {
+        let status = open_session(&endpoint, client_tls(&ca_file, Some(cert))).await.expect_err(what);
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{what}: {status:?}");
+        assert!(status.message().contains(message), "{what}: {:?}", status.message());
+    }
+    assert_eq!(app.etcd.revision().await, revision, "a refused client wrote to etcd");
+
+    // The control: the good SVID opens a session (and that does write).
+    open_session(&endpoint, client_tls(&ca_file, Some(&good))).await.expect("the good SVID");
+    assert!(app.etcd.revision().await > revision);
+}
+
+/// Writes `from`'s certificate and key over `to`'s files, each by an
+/// atomic rename (the certificate first: for a moment the two do not match,
+/// as in a real rotation).
+fn replace(from: &Issued, to: &Issued) {
+    for (src, dst) in [(&from.cert, &to.cert), (&from.key, &to.key)] {
+        let tmp = dst.with_extension("new");
+        std::fs::copy(src, &tmp).unwrap();
+        std::fs::rename(&tmp, dst).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn write_atomically(path: &Path, contents: &[u8]) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn certificates_rotate_under_eight_holders_without_a_restart_and_no_hold_is_lost() {
+    let mut app = Appliance::start("tls-rotation", 1).await;
+    let dir = app.dir.path.clone();
+    let first_ca = std::fs::read(app.pki.ca.ca_path()).unwrap();
+
+    // Eight workloads each hold a key of the 30 s "demo" class and renew.
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let mut holders = Vec::new();
+    for i in 0..8 {
+        let path = format!("rotate/w{i}");
+        let cert = app.pki.workload(&path.replace('/', "-"), &path);
+        let f = fenced.clone();
+        let locker = app.locker(&path, &[&app.arbiter], move |_| {
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+        let key = LockKey::parse(&format!("demo/rotate-{i}")).unwrap();
+        let guard = locker.acquire(&key, Default::default()).await.unwrap();
+        holders.push((locker, guard, cert, key));
+    }
+    let holds_before = holds(&app.etcd).await;
+    assert_eq!(holds_before.len(), 8);
+
+    // A second CA: the bundle trusts both while certificates move over.
+    let second = DevCa::open_or_create(&dir.join("second-ca")).unwrap();
+    let both = [first_ca.clone(), std::fs::read(second.ca_path()).unwrap()].concat();
+    write_atomically(&app.pki.ca.ca_path(), &both);
+    replace(&second.server("arbiter").unwrap(), &app.pki.server);
+    for (_, _, cert, _) in &holders {
+        let name = cert.cert.file_stem().unwrap().to_str().unwrap().to_string();
+        let path = name.replacen('-', "/", 1);
+        replace(&second.workload(&name, &path).unwrap(), cert);
+    }
+
+    // New connections get the new server certificate, without a restart.
+    let new_server = chain(&app.pki.server.cert)[0].clone();
+    let probe = second.workload("probe", "rotate/probe").unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = presented(&app.arbiter.endpoint(), client_tls(&app.pki.ca.ca_path(), Some(&probe))).await.unwrap();
+        if got == new_server {
+            break;
+        }
+        assert!(Instant::now() < end, "the arbiter still presents its first certificate");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let metrics = scrape(app.arbiter.metrics_port).await;
+    assert!(sample(&metrics, "holdfast_arbiter_tls_reloads_total{cluster=\"test\"}") >= 1.0, "{metrics}");
+
+    // Then the first CA is withdrawn: a certificate from it no longer
+    // connects, while the eight existing connections carry on renewing.
+    write_atomically(&app.pki.ca.ca_path(), &std::fs::read(second.ca_path()).unwrap());
+    let old = DevCa::open_or_create(&dir.join("tls")).unwrap().workload("old", "rotate/old").unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while open_session(&app.arbiter.endpoint(), client_tls(&app.pki.ca.ca_path(), Some(&old))).await.is_ok() {
+        assert!(Instant::now() < end, "the arbiter still trusts the withdrawn CA");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(12)).await; // more than one renewal period of the 30 s class
+
+    // The clients' new connections present their rotated SVIDs: after an
+    // arbiter restart (same port) only those are trusted, and every
+    // session reconnects and renews on.
+    let port = app.arbiter.port;
+    app.arbiter.stop();
+    let endpoints = app.etcd.endpoints();
+    app.arbiter = Arbiter::start_with(&dir, "arbiter-after", &endpoints, &app.pki, &|c| c.listen = ([127, 0, 0, 1], port).into());
+    tokio::time::sleep(Duration::from_secs(15)).await; // a renewal period and more, on the new connections
+    for (_, guard, _, key) in &holders {
+        assert!(guard.can_start(), "{key}: the holder may no longer act");
+        assert!(guard.remaining_ttl() > Duration::from_secs(10), "{key}: renewals stopped ({:?} left)", guard.remaining_ttl());
+    }
+    assert_eq!(fenced.load(Ordering::SeqCst), 0, "a client was fenced");
+    assert_eq!(holds(&app.etcd).await, holds_before, "a hold was lost or granted again");
+    for (_, guard, _, _) in holders {
+        assert!(guard.release().await.unwrap());
+    }
+}
+
+/// Every hold in etcd: (key, create revision, lease).
+async fn holds(etcd: &Etcd) -> Vec<(String, i64, i64)> {
+    let opts = etcd_client::GetOptions::new().with_prefix();
+    let resp = etcd.client().await.get(holdfast_model::layout::HOLD_PREFIX, Some(opts)).await.unwrap();
+    resp.kvs().iter().map(|kv| (kv.key_str().unwrap().to_string(), kv.create_revision(), kv.lease())).collect()
+}
