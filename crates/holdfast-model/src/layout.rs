@@ -27,6 +27,58 @@ pub const PAUSETEST_VALIDITY: std::time::Duration = std::time::Duration::from_se
 /// nor the end of a session.
 pub const WITHDRAWN_PREFIX: &str = "/sys/withdrawn/";
 
+/// Used approval nonces (`/sys/nonce/<nonce>`): written by the transaction
+/// that performs a two-person operation, compared absent by it, so a
+/// request runs at most once.
+pub const NONCE_PREFIX: &str = "/sys/nonce/";
+
+pub fn nonce_key(nonce: &str) -> String {
+    format!("{NONCE_PREFIX}{nonce}")
+}
+
+/// Force-release records (`/sys/force/<nonce>`), on a 24 h lease.
+pub const FORCE_PREFIX: &str = "/sys/force/";
+
+pub fn force_key(nonce: &str) -> String {
+    format!("{FORCE_PREFIX}{nonce}")
+}
+
+/// How long a force-release record stays in etcd (the audit tailer archives
+/// it before then).
+pub const FORCE_RECORD_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The record at [`force_key`]: who ended which hold, approved by whom, and
+/// whether the class is fenced. The hold is named by its holder, session and
+/// grant time — never its create revision, which with the epoch is the
+/// holder's token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForceRecord {
+    pub namespace: String,
+    pub key: String,
+    pub holder: String,
+    pub session: i64,
+    pub granted_unix_ms: u64,
+    pub class: String,
+    pub fenced: bool,
+    pub requester: String,
+    pub approver: String,
+    pub reason: String,
+    pub revoked_session: bool,
+    pub at_unix: u64,
+}
+
+/// The record at [`nonce_key`]: which two-person operation used the nonce.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NonceRecord {
+    pub kind: String,
+    pub requester: String,
+    pub signers: Vec<String>,
+    pub reason: String,
+    pub at_unix: u64,
+}
+
 /// The compiled class and grant set, published by the active
 /// holdfast-controller as one JSON document (`holdfast_store::policy::
 /// PublishedPolicy`) and watched by every arbiter. Replaced on each good

@@ -1,8 +1,10 @@
 //! The epoch record: reading it, initialising a new cluster, and the advance
 //! transaction that ends a seal.
 //!
-//! The advance here is the bare transaction. Operators reach it through the
-//! two-person signed procedure (a later issue); tests call it directly.
+//! Operators reach the advance through the two-person signed procedure
+//! (`holdfastctl epoch advance`, the `holdfast-epoch-advance@` unit): that
+//! is [`advance_to`] with the request's target epoch and its nonce, which the
+//! same transaction records so the request cannot run twice.
 
 use crate::etcd::{Etcd, MemberStatus};
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
@@ -28,6 +30,14 @@ pub enum EpochError {
     Members(String),
     #[error("the record changed while we worked (another operator?); nothing was changed, retry")]
     Raced,
+    #[error("this request was already carried out (its nonce is recorded at {0}); nothing was changed")]
+    NonceUsed(String),
+    #[error(
+        "the cluster reports cluster ID {actual}, but the request names {expected}; nothing was changed: request again for this cluster"
+    )]
+    WrongCluster { expected: u64, actual: u64 },
+    #[error("the new epoch {new} is not above the current {current}; nothing was changed")]
+    NotAbove { new: u32, current: u32 },
     #[error("{0}")]
     Malformed(String),
 }
@@ -158,17 +168,87 @@ pub struct Advanced {
 /// records: only the grant's compare on the session record keeps them from
 /// receiving grants. (The correctness gate delays the revokes on purpose.)
 pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochError> {
+    advance_txn_to(etcd, &Target { expected, new_epoch: expected.saturating_add(1), cluster_id: None, nonce: None }).await
+}
+
+/// What an approved advance asks for (see [`advance_to`]).
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The epoch in force now; anything else refuses.
+    pub expected: u32,
+    /// The epoch to write: above every epoch this cluster ever used (after
+    /// a restore from an old snapshot, more than `expected + 1`).
+    pub new_epoch: u32,
+    /// The cluster ID the request was made for; `None`: whatever etcd reports.
+    pub cluster_id: Option<u64>,
+    /// The request's nonce and the record to keep at `/sys/nonce/<nonce>`
+    /// (on a lease of `ttl_secs`), compared absent in the same transaction.
+    pub nonce: Option<(String, Vec<u8>, i64)>,
+}
+
+/// What an approved request asks for: its epochs and cluster ID, and its
+/// nonce with the record kept at `/sys/nonce/<nonce>` (who asked, who
+/// signed, why) until a day past the request's expiry. `holdfastctl epoch
+/// advance` (the unit) and the correctness gate's epoch-advance fault both
+/// advance through this.
+pub fn approved_target(approved: &holdfast_approval::Approved, now_unix: u64) -> Result<Target, EpochError> {
+    let r = &approved.request;
+    let holdfast_approval::Operation::EpochAdvance { expected_epoch, new_epoch, cluster_id, .. } = &r.operation else {
+        return Err(EpochError::Malformed(format!("a {} request is not an epoch advance", r.operation.kind())));
+    };
+    let record = layout::encode(&layout::NonceRecord {
+        kind: r.operation.kind().to_string(),
+        requester: r.requester.clone(),
+        signers: approved.signers.clone(),
+        reason: r.reason.clone(),
+        at_unix: now_unix,
+    });
+    let ttl = r.expires_unix.saturating_sub(now_unix) + 86_400;
+    Ok(Target {
+        expected: *expected_epoch,
+        new_epoch: *new_epoch,
+        cluster_id: Some(*cluster_id),
+        nonce: Some((r.nonce.clone(), record, ttl as i64)),
+    })
+}
+
+/// The two-person advance: [`advance_txn_to`], then the old sessions'
+/// leases revoked.
+pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
+    let advanced = advance_txn_to(etcd, target).await?;
+    revoke_sessions(etcd, &advanced.old_leases).await;
+    Ok(advanced)
+}
+
+/// The advance transaction: compares the epoch record (and that the nonce
+/// is unused), writes the new epoch bound to the cluster ID and log floor
+/// measured now, and deletes every hold, waiter, withdrawal marker, session
+/// record and the seal; nothing else changes, and on any refusal nothing
+/// changes at all.
+pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
+    if let Some((nonce, _, _)) = &target.nonce {
+        let key = layout::nonce_key(nonce);
+        if etcd.client.clone().get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+            return Err(EpochError::NonceUsed(key));
+        }
+    }
     let sys = read_sys(etcd).await?;
     let (current, bytes) = sys.epoch.ok_or(EpochError::NotInitialised)?;
-    if current.epoch != expected {
-        return Err(EpochError::Mismatch { expected, actual: current.epoch });
+    if current.epoch != target.expected {
+        return Err(EpochError::Mismatch { expected: target.expected, actual: current.epoch });
     }
-    if current.epoch >= MAX_EPOCH {
+    if current.epoch >= MAX_EPOCH || target.new_epoch > MAX_EPOCH {
         return Err(EpochError::Exhausted(current.epoch));
+    }
+    if target.new_epoch <= current.epoch {
+        return Err(EpochError::NotAbove { new: target.new_epoch, current: current.epoch });
     }
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
-    let record = EpochRecord { epoch: current.epoch + 1, cluster_id, log_floor: floor };
+    if let Some(expected) = target.cluster_id.filter(|c| *c != cluster_id) {
+        return Err(EpochError::WrongCluster { expected, actual: cluster_id });
+    }
+    let record = EpochRecord { epoch: target.new_epoch, cluster_id, log_floor: floor };
     // The session leases outlive their records unless revoked: list them now.
     let sessions = etcd.client.clone().get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only())).await?;
     let leases: Vec<i64> = sessions
@@ -178,7 +258,8 @@ pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochEr
         .map(|l| l as i64)
         .collect();
     let prefix = || Some(DeleteOptions::new().with_prefix());
-    let txn = Txn::new().when([Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)]).and_then([
+    let mut compares = vec![Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)];
+    let mut ops = vec![
         TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None),
         TxnOp::delete(layout::SEAL_KEY, None),
         TxnOp::delete(layout::WATERMARK_KEY, None),
@@ -186,9 +267,20 @@ pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochEr
         TxnOp::delete(layout::WAITER_PREFIX, prefix()),
         TxnOp::delete(layout::WITHDRAWN_PREFIX, prefix()),
         TxnOp::delete(layout::SESSION_PREFIX, prefix()),
-    ]);
-    let resp = etcd.client.clone().txn(txn).await?;
+    ];
+    let nonce_key = target.nonce.as_ref().map(|(n, _, _)| layout::nonce_key(n));
+    if let (Some((_, value, ttl)), Some(key)) = (&target.nonce, &nonce_key) {
+        let lease = etcd.client.clone().lease_grant(*ttl, None).await?.id();
+        compares.push(Compare::create_revision(key.as_str(), CompareOp::Equal, 0));
+        ops.push(TxnOp::put(key.as_str(), value.clone(), Some(etcd_client::PutOptions::new().with_lease(lease))));
+    }
+    let resp = etcd.client.clone().txn(Txn::new().when(compares).and_then(ops)).await?;
     if !resp.succeeded() {
+        if let Some(key) = nonce_key
+            && etcd.client.clone().get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0
+        {
+            return Err(EpochError::NonceUsed(key));
+        }
         return Err(EpochError::Raced);
     }
     Ok(Advanced { record, old_leases: leases })

@@ -9,8 +9,7 @@
 use anyhow::{Context, bail};
 use holdfast_cli::exit;
 use holdfast_config::ControllerConfig;
-use holdfast_config::EtcdConfig;
-use holdfast_config::arbiter::{ArbiterConfig, TlsConfig};
+use holdfast_config::arbiter::ArbiterConfig;
 use holdfast_devkit::arbiter::{self, ArbiterProcess, Launch, tail};
 use holdfast_devkit::controller::{self, ControllerLaunch, ControllerProcess};
 
@@ -18,9 +17,10 @@ use holdfast_devkit::controller::{self, ControllerLaunch, ControllerProcess};
 const DEV_CLASSES: &str = include_str!("../../../config/classes.d/dev.toml");
 const DEV_GRANTS: &str = include_str!("../../../config/grants.d/dev.toml");
 use holdfast_devkit::etcd::{ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
-use holdfast_devkit::pki::DevCa;
+use holdfast_devkit::pki::{DevCa, EtcdPki};
 use holdfast_devkit::ports::free_port;
 use holdfast_store::etcd::Etcd;
+use holdfast_store::roles;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,9 +34,11 @@ Examples:
   source /tmp/hf/env && holdfastctl lock exec demo/job -- echo hello
   holdfastctl dev stop --dir /tmp/hf
 
-Files in DIR: env (export lines for spiffe://holdfast.dev/dev/operator),
-env-second (the same for a second identity, dev/second), tls/ (CA,
-certificates), etcd/ (data), policy/ (the dev class set: classes.d/,
+Files in DIR: env (export lines for spiffe://holdfast.dev/dev/operator, and
+etcd's read-only observer credentials), env-second (the same for a second
+identity, dev/second), env-etcd-root (etcd's administrator: for `holdfastctl
+etcd roles` and holdfast-bench), tls/ (CA, certificates), etcd-tls/ (etcd's
+own CA and a client certificate per etcd user), etcd/ (data), policy/ (the dev class set: classes.d/,
 grants.d/; edit it and the controller publishes each valid change),
 arbiter.toml, controller.toml, etcd.log, arbiter.log, controller.log, dev.log
 (detached supervisor).")]
@@ -64,6 +66,21 @@ enum DevAction {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Restore the running appliance's etcd from a snapshot, as an operator
+    /// restores a cluster (same cluster token and peer URL): for the DR
+    /// drill. The arbiter seals; the two-person epoch advance lifts it.
+    ///
+    /// Take the snapshot with etcd's root credentials (DIR/env-etcd-root):
+    ///   etcdctl --endpoints $HOLDFAST_ETCD_ENDPOINT --cacert $HOLDFAST_ETCD_CA \
+    ///     --cert $HOLDFAST_ETCD_CERT --key $HOLDFAST_ETCD_KEY snapshot save FILE
+    Restore {
+        /// The --dir the appliance was started with.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The snapshot file (`etcdctl snapshot save`).
+        #[arg(long)]
+        snapshot: PathBuf,
+    },
 }
 
 const DETACHED_ENV: &str = "HOLDFAST_DEV_SUPERVISOR";
@@ -71,6 +88,7 @@ const DETACHED_ENV: &str = "HOLDFAST_DEV_SUPERVISOR";
 pub async fn run(args: DevArgs) -> u8 {
     let result = match args.action {
         Some(DevAction::Stop { dir }) => stop(&dir),
+        Some(DevAction::Restore { dir, snapshot }) => restore(&dir, &snapshot),
         None if args.detach && std::env::var_os(DETACHED_ENV).is_none() => detach(args.dir, args.group_commit),
         None => supervise(args.dir, std::env::var_os(DETACHED_ENV).is_some(), args.group_commit).await,
     };
@@ -109,6 +127,68 @@ fn stop(dir: &Path) -> anyhow::Result<()> {
     }
     println!("stopped");
     Ok(())
+}
+
+/// `dev restore`: etcd is stopped, the snapshot named in DIR/restore.request
+/// is restored into a fresh data directory with the cluster's own token and
+/// peer URL (so etcd keeps its cluster and member IDs: only the rewound log
+/// shows), and etcd starts again; the arbiter and the controller run on. The
+/// old data directory is kept as `etcd.before-restore-<unix time>`.
+async fn restore_in_place(
+    dir: &Path,
+    bin: &EtcdBinary,
+    cluster: &mut ClusterSpec,
+    children: &mut Children,
+    root: &holdfast_config::EtcdConfig,
+) -> anyhow::Result<String> {
+    let snapshot = PathBuf::from(std::fs::read_to_string(dir.join("restore.request")).context("DIR/restore.request")?.trim());
+    if !snapshot.is_file() {
+        bail!("{} is not a snapshot file", snapshot.display());
+    }
+    let data = dir.join("etcd");
+    let restoring = dir.join("etcd.restoring");
+    let _ = std::fs::remove_dir_all(&restoring);
+    cluster.members[0].data_dir = restoring.clone();
+    let restored = holdfast_devkit::etcd::snapshot_restore(bin, &snapshot, cluster, 0);
+    cluster.members[0].data_dir = data.clone();
+    restored.context("etcdutl snapshot restore")?;
+    if let Some(mut e) = children.etcd.take() {
+        e.stop(Duration::from_secs(10));
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let kept = dir.join(format!("etcd.before-restore-{now}"));
+    std::fs::rename(&data, &kept).with_context(|| format!("moving {} aside", data.display()))?;
+    std::fs::rename(&restoring, &data).with_context(|| format!("moving the restored data to {}", data.display()))?;
+    children.etcd = Some(EtcdProcess::start(bin, cluster, 0, &dir.join("etcd.log"))?);
+    holdfast_devkit::etcd::wait_ready_with(root, Duration::from_secs(60)).await.context("the restored etcd did not start; see etcd.log")?;
+    Ok(format!(
+        "etcd restored from {} with the same cluster token and peer URL (the old data is in {}); the arbiter seals itself: advance the epoch with two approvals (docs/runbook-dr.md)",
+        snapshot.display(),
+        kept.display()
+    ))
+}
+
+/// Asks a running appliance to restore its etcd from `snapshot` and waits.
+fn restore(dir: &Path, snapshot: &Path) -> anyhow::Result<()> {
+    let pid = read_pid(dir).filter(|p| pid_alive(*p)).with_context(|| format!("no appliance is running in {}", dir.display()))?;
+    let snapshot = snapshot.canonicalize().with_context(|| format!("{}", snapshot.display()))?;
+    let result = dir.join("restore.result");
+    let _ = std::fs::remove_file(&result);
+    std::fs::write(dir.join("restore.request"), snapshot.display().to_string())?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGUSR1)?;
+    let end = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < end {
+        if let Ok(text) = std::fs::read_to_string(&result) {
+            let text = text.trim();
+            if let Some(ok) = text.strip_prefix("ok: ") {
+                println!("{ok}");
+                return Ok(());
+            }
+            bail!("{}", text.strip_prefix("error: ").unwrap_or(text));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("no answer within 120s; see {}/dev.log", dir.display())
 }
 
 /// Starts the supervisor in the background and waits until it is ready.
@@ -221,57 +301,67 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let ports_file = dir.join("ports");
     let saved: Vec<u16> =
         std::fs::read_to_string(&ports_file).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
-    let ports: Vec<u16> = match saved.as_slice() {
-        [a, b, c, d, e] if [*a, *b, *c, *d, *e].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
-        _ => (0..5).map(|_| free_port()).collect(),
+    const PORTS: usize = 6;
+    let ports: Vec<u16> = match saved.len() {
+        PORTS if saved.iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
+        _ => (0..PORTS).map(|_| free_port()).collect(),
     };
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
-    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port) =
-        (ports[0], ports[1], ports[2], ports[3], ports[4]);
+    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port) =
+        (ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]);
+
+    // etcd's own CA: client and peer TLS, a client certificate per etcd
+    // user (its CN), authentication on with one role per tool.
+    let etcd_pki = EtcdPki::open_or_create(&dir.join("etcd-tls"))?;
 
     // etcd.
     let bin = EtcdBinary::locate()?;
     say(&format!("starting etcd {} ({})", bin.version_string(), bin.etcd.display()));
-    let cluster = ClusterSpec {
+    // The cluster token is kept in DIR, so a restore (`dev restore`) uses
+    // the token the cluster was created with.
+    let token_file = dir.join("etcd-token");
+    let token = match std::fs::read_to_string(&token_file) {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => {
+            let t = format!("holdfast-dev-{}", std::process::id());
+            std::fs::write(&token_file, &t)?;
+            t
+        }
+    };
+    let mut cluster = ClusterSpec {
         members: vec![MemberSpec {
             name: "dev".into(),
             host: "127.0.0.1".into(),
             data_dir: dir.join("etcd"),
             client_port: etcd_client_port,
             peer_port: etcd_peer_port,
+            tls: Some(etcd_pki.member_tls(&[])?),
+            metrics_port: Some(etcd_metrics_port),
         }],
-        token: format!("holdfast-dev-{}", std::process::id()),
+        token,
     };
     let mut children =
         Children { controller: None, arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };
-    holdfast_devkit::etcd::wait_ready(&cluster.client_urls(), Duration::from_secs(60))
+    let as_user = |user: &str| etcd_pki.config_as(user, cluster.client_urls());
+    holdfast_devkit::etcd::wait_ready_with(&as_user(roles::ROOT)?, Duration::from_secs(60))
         .await
         .with_context(|| format!("etcd did not start; see {}", dir.join("etcd.log").display()))?;
+    let changes = roles::ensure(&mut Etcd::connect(&as_user(roles::ROOT)?).await?.client, true)
+        .await
+        .context("creating the etcd roles (holdfastctl etcd roles)")?;
+    say(&format!("etcd: {} holdfast roles, {} change(s), authentication on", roles::ROLES.len(), changes.len()));
 
     // Epoch.
-    let etcd = Etcd::connect(&EtcdConfig::plain(cluster.client_urls())).await?;
+    let etcd = Etcd::connect(&as_user(roles::EPOCH.name)?).await?;
     match holdfast_store::epoch::init(&etcd, |m| say(m)).await {
         Ok(r) => say(&format!("initialised epoch {}", r.epoch)),
         Err(holdfast_store::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("epoch {n} already initialised")),
         Err(e) => return Err(e).context("initialising the epoch"),
     }
 
-    // Arbiter.
-    let mut config = ArbiterConfig::new(
-        TlsConfig { cert_file: server.cert.clone(), key_file: server.key.clone(), client_ca_file: ca.ca_path() },
-        EtcdConfig::plain(vec![cluster.members[0].client_url()]),
-    );
-    config.listen = ([127, 0, 0, 1], arbiter_port).into();
-    config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
-    config.cluster_name = "dev".into();
-    config.grants.group_commit = group_commit;
-    let mut launch = Launch::new(arbiter::locate()?, config, &dir, "arbiter");
-    launch.notify_path = dir.join("notify.sock");
-    launch.written_by = "Written by `holdfastctl dev`".into();
-    say(&format!("starting the arbiter ({})", launch.bin.display()));
-    children.arbiter = Some(ArbiterProcess::start(&launch, Duration::from_secs(60))?);
-
-    // The dev class set, published by a controller. Written only if absent:
+    // The dev class set, published by a controller before the arbiter
+    // starts (an arbiter reads the published set before READY, so the first
+    // lock after the banner never meets NO_POLICY). Written only if absent:
     // edits survive a restart, and the controller republishes on change.
     let policy = dir.join("policy");
     for (sub, text) in [("classes.d", DEV_CLASSES), ("grants.d", DEV_GRANTS)] {
@@ -281,7 +371,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
         }
     }
-    let mut cconfig = ControllerConfig::new(EtcdConfig::plain(vec![cluster.members[0].client_url()]));
+    let mut cconfig = ControllerConfig::new(as_user(roles::CONTROLLER.name)?);
     cconfig.policy_dir = policy.clone();
     cconfig.metrics_listen = ([127, 0, 0, 1], controller_metrics_port).into();
     cconfig.cluster_name = "dev".into();
@@ -291,21 +381,51 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     c.wait_ready(Duration::from_secs(60))?;
     children.controller = Some(c);
 
-    // Tell the user.
+    // Arbiter.
+    let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
+    config.listen = ([127, 0, 0, 1], arbiter_port).into();
+    config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
+    config.cluster_name = "dev".into();
+    config.grants.group_commit = group_commit;
+    // holdfast-bench drives the dev appliance from one identity (the dev
+    // operator) with dozens of clients: above the production default rate.
+    config.limits.requests_per_second = 50_000;
+    config.limits.request_burst = 100_000;
+    let mut launch = Launch::new(arbiter::locate()?, config, &dir, "arbiter");
+    launch.notify_path = dir.join("notify.sock");
+    launch.written_by = "Written by `holdfastctl dev`".into();
+    say(&format!("starting the arbiter ({})", launch.bin.display()));
+    children.arbiter = Some(ArbiterProcess::start(&launch, Duration::from_secs(60))?);
+
+    // Tell the user. The shells get etcd's read-only observer credentials
+    // (`holdfastctl status`); env-etcd-root has etcd's administrator, for
+    // `holdfastctl etcd roles` and the benchmark's direct etcd paths.
+    let etcd_env = |user: &str| -> anyhow::Result<String> {
+        let c = as_user(user)?;
+        let path = |p: Option<PathBuf>| p.map(|p| p.display().to_string()).unwrap_or_default();
+        Ok(format!(
+            "export HOLDFAST_ETCD_ENDPOINT={}\nexport HOLDFAST_ETCD_CA={}\nexport HOLDFAST_ETCD_CERT={}\nexport HOLDFAST_ETCD_KEY={}\nexport HOLDFAST_ETCD_METRICS=http://127.0.0.1:{etcd_metrics_port}/metrics\n",
+            c.endpoints.join(","),
+            path(c.ca_file),
+            path(c.cert_file),
+            path(c.key_file),
+        ))
+    };
+    let observer = etcd_env(roles::OBSERVER.name)?;
     let env_for = |cert: &holdfast_devkit::pki::Issued| {
         format!(
-            "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\nexport HOLDFAST_ETCD_ENDPOINT={}\n",
+            "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\n{observer}",
             ca.ca_path().display(),
             cert.cert.display(),
             cert.key.display(),
-            cluster.members[0].client_url(),
         )
     };
     let env = env_for(&client);
     std::fs::write(dir.join("env-second"), env_for(&second))?;
     std::fs::write(dir.join("env"), &env)?;
+    std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = cluster.members[0].client_url(),
         dir = dir.display(),
@@ -320,10 +440,19 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
 
     // Run until a signal, or until a child dies.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
+    let root = etcd_pki.config_as(roles::ROOT, cluster.client_urls())?;
     let why = loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break "interrupted".to_string(),
             _ = term.recv() => break "terminated".to_string(),
+            _ = usr1.recv() => {
+                let result = match restore_in_place(&dir, &bin, &mut cluster, &mut children, &root).await {
+                    Ok(what) => { say(&what); format!("ok: {what}\n") }
+                    Err(e) => { say(&format!("restore failed: {e:#}")); format!("error: {e:#}\n") }
+                };
+                std::fs::write(dir.join("restore.result"), result)?;
+            }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         if let Some(s) = children.controller.as_mut().and_then(ControllerProcess::exited) {

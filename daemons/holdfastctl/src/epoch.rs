@@ -1,7 +1,10 @@
+use holdfast_approval::Operation;
 use holdfast_cli::conn::{self, ConnArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_store::epoch::{self, EpochError};
 use holdfast_store::etcd::Etcd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct EpochArgs {
@@ -23,6 +26,246 @@ enum EpochAction {
         #[arg(long)]
         json: bool,
     },
+    /// Write a request to advance the epoch of a sealed (restored) cluster,
+    /// for two approvers to sign (step 1 of the DR procedure).
+    #[command(after_long_help = ADVANCE_REQUEST_HELP)]
+    AdvanceRequest(AdvanceRequestArgs),
+    /// Carry out a signed epoch advance: verify two approvals, then one
+    /// transaction (what `holdfast-epoch-advance@.service` runs).
+    #[command(after_long_help = ADVANCE_HELP)]
+    Advance(AdvanceArgs),
+}
+
+const ADVANCE_REQUEST_HELP: &str = "\
+Reads the cluster (it must be sealed, unless --unsealed), and writes
+STATE_DIR/requests/epoch-advance-<nonce>.toml naming the cluster, the epoch
+in force, the new epoch, the cluster ID etcd reports now, a random nonce,
+the requester, the reason and an expiry. The new epoch is above every epoch
+recorded in STATE_DIR/epochs.log (each advance on this host appends to it),
+so an advance after a restore from an old snapshot never issues an epoch
+again; pass --new-epoch to go higher still (from another host's records).
+
+Then the requester and a different approver, both dr-operator in
+approvers.toml, sign it:
+  holdfastctl approve REQUEST --ssh-key KEY        (each of the two)
+and the unit carries it out:
+  systemctl start holdfast-epoch-advance@epoch-advance-<nonce>.service
+
+Exit status: 0 written; 64 bad arguments; 65 the cluster is not sealed (or
+the requester is not a dr-operator); 69 etcd unreachable; 78 approvers.toml
+unreadable.";
+
+const ADVANCE_HELP: &str = "\
+Verifies REQUEST against approvers.toml: the requester and a different
+approver both signed it (sshsig, namespace holdfast-request) with listed
+keys, both hold dr-operator, and it has not expired. Then one etcd
+transaction compares the epoch and that the nonce is unused, writes the new
+epoch bound to the cluster's ID and log position, deletes every hold,
+waiter and session record and the seal, and records the nonce; the old
+sessions' leases are revoked after. Arbiters unseal by themselves when they
+see the new epoch. Anything refused changes nothing.
+
+Signatures: --signature FILE (twice), or by default every REQUEST.*.sig.
+
+Exit status: 0 advanced; 65 the cluster is not as the request says (epoch,
+cluster ID) or the request was already carried out; 69 etcd unreachable;
+77 the approvals do not hold (one signature, the same person twice, no
+role, a key not listed, expired, changed after signing, another namespace);
+78 approvers.toml or the request unreadable.";
+
+#[derive(clap::Args)]
+struct AdvanceRequestArgs {
+    #[command(flatten)]
+    etcd: EtcdArgs,
+    /// Your name in approvers.toml (you sign the request too).
+    #[arg(long)]
+    requester: String,
+    /// Why: the incident, the restore, the ticket.
+    #[arg(long)]
+    reason: String,
+    /// The cluster's name (as in arbiter.toml's cluster_name).
+    #[arg(long, default_value = "default")]
+    cluster: String,
+    /// The lowest new epoch acceptable (default: one above every epoch
+    /// this cluster and STATE_DIR/epochs.log know).
+    #[arg(long)]
+    new_epoch: Option<u32>,
+    /// How long the request stays valid.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    valid_for: Duration,
+    /// Write the request although the cluster is not sealed (an advance
+    /// ends every hold).
+    #[arg(long)]
+    unsealed: bool,
+    #[command(flatten)]
+    files: crate::approve::Files,
+}
+
+#[derive(clap::Args)]
+struct AdvanceArgs {
+    #[command(flatten)]
+    etcd: EtcdArgs,
+    /// The request file.
+    #[arg(long)]
+    request: PathBuf,
+    /// An approval (repeat); default: every REQUEST.*.sig.
+    #[arg(long)]
+    signature: Vec<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    files: crate::approve::Files,
+}
+
+/// The highest epoch in STATE_DIR/epochs.log (lines `epoch N cluster ID at UNIX request NONCE`).
+fn highest_recorded(state_dir: &Path) -> u32 {
+    std::fs::read_to_string(state_dir.join("epochs.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("epoch ")?.split_whitespace().next()?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// etcd with the --etcd-* credentials, or the exit status to return (69).
+pub async fn connect(etcd: &EtcdArgs) -> Result<Etcd, u8> {
+    Etcd::connect(&etcd.config()).await.map_err(|e| {
+        eprintln!("holdfastctl: {e:#}");
+        exit::UNAVAILABLE
+    })
+}
+
+async fn advance_request(args: AdvanceRequestArgs) -> u8 {
+    let approvers = match crate::approve::load_approvers(&args.files.approvers) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    match approvers.approvers.get(&args.requester) {
+        None => {
+            eprintln!("holdfastctl: {:?} is not an approver in {}", args.requester, args.files.approvers.display());
+            return exit::INVALID;
+        }
+        Some(a) if !a.roles.contains(&holdfast_approval::Role::DrOperator) => {
+            eprintln!("holdfastctl: {} is not a dr-operator in {}", a.name, args.files.approvers.display());
+            return exit::INVALID;
+        }
+        Some(_) => {}
+    }
+    let etcd = match connect(&args.etcd).await {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let sys = match epoch::read_sys(&etcd).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("holdfastctl: reading /sys/epoch: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let Some((current, _)) = sys.epoch else {
+        eprintln!("holdfastctl: the epoch is not initialised; a new cluster needs `holdfastctl epoch init`, not an advance");
+        return exit::INVALID;
+    };
+    if sys.seal.is_none() && !args.unsealed {
+        eprintln!(
+            "holdfastctl: cluster {} (epoch {}) is not sealed; an advance ends every hold. Pass --unsealed if that is what you want",
+            args.cluster, current.epoch
+        );
+        return exit::INVALID;
+    }
+    let members = etcd.member_status().await;
+    let Some(cluster_id) = members.iter().find_map(|m| m.as_ref().ok().map(|m| m.cluster_id)) else {
+        eprintln!("holdfastctl: no etcd member answered Status; every member must be reachable for an advance");
+        return exit::UNAVAILABLE;
+    };
+    let floor = current.epoch.max(highest_recorded(&args.files.state_dir)) + 1;
+    let new_epoch = args.new_epoch.unwrap_or(floor).max(floor);
+    let op = Operation::EpochAdvance { cluster: args.cluster.clone(), expected_epoch: current.epoch, new_epoch, cluster_id };
+    let (request, path) = match crate::approve::new_request(&args.files, &args.requester, &args.reason, op, args.valid_for) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if let Some(seal) = &sys.seal {
+        println!("sealed    {}", seal.reason);
+    }
+    println!(
+        "
+wrote {p}
+
+Next: {req} and a different dr-operator each sign it, unchanged:
+  holdfastctl approve {p} --ssh-key KEY
+then carry it out:
+  systemctl start holdfast-epoch-advance@{name}.service
+  (or: holdfastctl epoch advance --request {p})",
+        p = path.display(),
+        req = args.requester,
+        name = request.name(),
+    );
+    exit::OK
+}
+
+async fn advance(args: AdvanceArgs) -> u8 {
+    let approved = match crate::approve::verified(&args.files, &args.request, &args.signature) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let now = crate::approve::now_unix();
+    let target = match epoch::approved_target(&approved, now) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("holdfastctl: {}: {e}; nothing was changed", args.request.display());
+            return exit::INVALID;
+        }
+    };
+    let (expected_epoch, cluster_id) = (target.expected, target.cluster_id.unwrap_or_default());
+    let etcd = match connect(&args.etcd).await {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    match epoch::advance_to(&etcd, &target).await {
+        Ok(done) => {
+            let line =
+                format!("epoch {} cluster {} at {now} request {}\n", done.record.epoch, done.record.cluster_id, approved.request.nonce);
+            let log = args.files.state_dir.join("epochs.log");
+            let recorded = std::fs::create_dir_all(&args.files.state_dir).and_then(|()| {
+                use std::io::Write;
+                std::fs::OpenOptions::new().create(true).append(true).open(&log)?.write_all(line.as_bytes())
+            });
+            if let Err(e) = &recorded {
+                eprintln!(
+                    "holdfastctl: the epoch advanced, but {} could not record it ({e}); add this line by hand: {line}",
+                    log.display()
+                );
+            }
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"epoch": done.record.epoch, "cluster_id": done.record.cluster_id.to_string(),
+                        "ended_sessions": done.old_leases.len(), "signers": approved.signers})
+                );
+            } else {
+                println!(
+                    "advanced cluster {cluster_id} from epoch {expected_epoch} to {}; {} session(s) ended; approved by {}",
+                    done.record.epoch,
+                    done.old_leases.len(),
+                    approved.signers.join(" and ")
+                );
+                println!("the arbiters unseal by themselves within their seal.check_interval: `holdfastctl epoch status`");
+            }
+            exit::OK
+        }
+        Err(
+            e @ (EpochError::Mismatch { .. } | EpochError::WrongCluster { .. } | EpochError::NonceUsed(_) | EpochError::NotAbove { .. }),
+        ) => {
+            eprintln!("holdfastctl: refused: {e}");
+            exit::INVALID
+        }
+        Err(e) => {
+            eprintln!("holdfastctl: epoch advance failed, nothing was changed: {e}");
+            exit::UNAVAILABLE
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -38,17 +281,15 @@ pub async fn run(conn: &ConnArgs, args: EpochArgs) -> u8 {
     match args.action {
         EpochAction::Init(e) => init(e).await,
         EpochAction::Status { json } => status(conn, json).await,
+        EpochAction::AdvanceRequest(a) => advance_request(a).await,
+        EpochAction::Advance(a) => advance(a).await,
     }
 }
 
 async fn init(args: InitArgs) -> u8 {
-    let cfg = args.etcd.config();
-    let etcd = match Etcd::connect(&cfg).await {
+    let etcd = match connect(&args.etcd).await {
         Ok(e) => e,
-        Err(e) => {
-            eprintln!("holdfastctl: {e:#}");
-            return exit::UNAVAILABLE;
-        }
+        Err(code) => return code,
     };
     let quiet = args.json;
     match epoch::init(&etcd, |m| {

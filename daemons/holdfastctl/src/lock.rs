@@ -41,10 +41,12 @@ Examples:
         /// (e.g. 30s, 5m; 0 tries once). Default: wait indefinitely.
         #[arg(long, value_parser = humantime::parse_duration)]
         wait: Option<Duration>,
-        /// Session TTL, 5s..300s: how long after this process stops renewing
-        /// the lock is released by the server.
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
-        ttl: Duration,
+        /// Session TTL: how long after this process stops renewing the lock
+        /// is released by the server. Default: the TTL of the key's class,
+        /// the only one the arbiter accepts; a different value is refused
+        /// naming the class.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
         /// After SIGTERM on lock loss, how long CMD has before SIGKILL.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
         kill_after: Duration,
@@ -63,7 +65,7 @@ pub async fn run(conn: &ConnArgs, args: LockArgs) -> u8 {
 /// One Acquire call may wait at most this long; longer waits loop.
 const SLICE: Duration = Duration::from_secs(3000);
 
-async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration, kill_after: Duration, command: &[String]) -> u8 {
+async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Option<Duration>, kill_after: Duration, command: &[String]) -> u8 {
     let key = match LockKey::parse(key) {
         Ok(k) => k,
         Err(e) => {
@@ -71,7 +73,7 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Duration,
             return exit::USAGE;
         }
     };
-    if let Err(m) = holdfast_model::ttl::session_ttl(ttl) {
+    if let Some(Err(m)) = ttl.map(holdfast_model::ttl::session_ttl) {
         eprintln!("holdfastctl: --ttl: {m}");
         return exit::USAGE;
     }

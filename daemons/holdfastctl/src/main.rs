@@ -1,9 +1,12 @@
 //! holdfastctl: the operator and developer CLI.
 
+mod approve;
 mod class;
 mod cost;
 mod dev;
 mod epoch;
+mod etcd;
+mod force;
 mod inspect;
 mod lock;
 mod risk;
@@ -47,6 +50,13 @@ enum Command {
     ValidateToken(validate::ValidateArgs),
     /// The epoch: initialise a new cluster, show what the arbiter serves.
     Epoch(epoch::EpochArgs),
+    /// etcd itself: the role and user of every holdfast tool.
+    Etcd(etcd::EtcdCmdArgs),
+    /// Sign a two-person request (an epoch advance, a force-release) with
+    /// your SSH key.
+    Approve(approve::ApproveArgs),
+    /// End one hold with two signed approvals: request, then apply.
+    ForceRelease(force::ForceArgs),
     /// Lock classes and grants: validate a policy directory offline, and
     /// what a class costs etcd.
     Class(class::ClassArgs),
@@ -78,6 +88,9 @@ fn main() -> ExitCode {
             Command::ValidateToken(args) => validate::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
             Command::Class(args) => class::run(args).await,
+            Command::Etcd(args) => etcd::run(args).await,
+            Command::Approve(args) => approve::run(args),
+            Command::ForceRelease(args) => force::run(args).await,
             Command::RiskRegister(args) => risk::run(args),
             Command::Status(args) => status::run(args).await,
         }
@@ -85,4 +98,14 @@ fn main() -> ExitCode {
     // Do not wait for background tasks (keepalive streams) at exit.
     runtime.shutdown_background();
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own consistency checks over every subcommand (a clash of two
+    /// flags' names otherwise shows only when that subcommand runs).
+    #[test]
+    fn the_command_line_is_consistent() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
 }

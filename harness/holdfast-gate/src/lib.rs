@@ -10,6 +10,7 @@
 //! (what the gate prints); `cluster`, `net` and `proxy` (the system under
 //! test); `client` and `resource` (the workload and the fenced resource).
 
+mod approvals;
 pub mod client;
 mod cluster;
 mod episode;
@@ -202,7 +203,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &options, &say).await?;
     say(&format!("cluster up: members {:?}, arbiters {:?}", cluster.spec.client_urls(), cluster.arbiter_endpoints()));
     let leader_changes = Arc::new(AtomicU64::new(0));
-    let monitor = tokio::spawn(count_leader_changes(cluster.spec.client_urls(), leader_changes.clone()));
+    let monitor = tokio::spawn(count_leader_changes(cluster.etcd_config(holdfast_store::roles::OBSERVER.name)?, leader_changes.clone()));
     let (_pg, resource_url) = start_resource(&args, &dir).await?;
 
     let t0 = Instant::now();
@@ -265,10 +266,10 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
 
 /// Leader changes, seen from outside: polls the members for their leader
 /// and counts every change, until aborted.
-async fn count_leader_changes(urls: Vec<String>, changes: Arc<AtomicU64>) {
+async fn count_leader_changes(observer: holdfast_config::EtcdConfig, changes: Arc<AtomicU64>) {
     let mut last = None;
     loop {
-        if let Some(l) = cluster::leader_of(&urls).await {
+        if let Some(l) = cluster::leader_of(&observer).await {
             if last.is_some_and(|p| p != l) {
                 changes.fetch_add(1, Ordering::Relaxed);
             }

@@ -54,7 +54,17 @@ pub async fn phase(
     let c: &cluster::Cluster = setup.cluster;
     let restored = Instant::now();
     let sealed_in = wait_for(Duration::from_secs(20), || c.all_sealed()).await.then(|| restored.elapsed());
-    let advanced = holdfast_store::epoch::advance(&c.holdfast_etcd().await?, from).await;
+    let etcd = c.holdfast_etcd().await?;
+    let advanced = match c.approvals.approve(&etcd, from, "the gate's restore fault").await {
+        Ok(approved) => match crate::approvals::Approvals::advance_txn(&etcd, &approved).await {
+            Ok(done) => {
+                holdfast_store::epoch::revoke_sessions(&etcd, &done.old_leases).await;
+                Ok(done.record)
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
     let to = from + 1;
     let switched = wait_for(Duration::from_secs(15), || async { c.all_serve(to) }).await;
     for (a, mark) in log_marks.iter().enumerate() {

@@ -10,8 +10,9 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use std::time::Duration;
 
-/// Advance the epoch by one, revoke the old sessions' leases 1–3 s later;
-/// both arbiters must serve the new epoch within 10 s.
+/// Advance the epoch by one through a signed request (as the DR unit does),
+/// revoke the old sessions' leases 1–3 s later; both arbiters must serve the
+/// new epoch within 10 s.
 pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
     // Two orders, alternating by epoch: the clients race the
     // arbiters' switch to the new epoch (a grant in the old epoch
@@ -29,12 +30,14 @@ pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Eff
     let to = from + 1;
     let frozen = to % 2 == 1;
     let late = Duration::from_millis(rng.random_range(1000..3000));
+    // Signed before the clients freeze: two approvals, as operators give them.
+    let approved = c.approvals.approve(&etcd, from, "the gate's epoch-advance fault").await?;
     if frozen {
         for p in clients {
             signal(p.pid, Signal::SIGSTOP);
         }
     }
-    let advanced = holdfast_store::epoch::advance_txn(&etcd, from).await;
+    let advanced = crate::approvals::Approvals::advance_txn(&etcd, &approved).await;
     let switched = wait_for(Duration::from_secs(10), || async { c.all_serve(to) }).await;
     if frozen {
         for p in clients {

@@ -25,6 +25,7 @@ pub use restore::Pending as PendingRestore;
 use super::cluster::{self, Cluster, ELECTION_TIMEOUT};
 use super::net::Net;
 use anyhow::{Context, bail};
+use holdfast_config::EtcdConfig;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rand::rngs::StdRng;
@@ -181,10 +182,10 @@ async fn current_leader(c: &Cluster) -> anyhow::Result<usize> {
 
 /// The leader as named by the members in `among` (the others may be cut off).
 async fn leader_among(c: &Cluster, among: &[usize]) -> Option<usize> {
-    let urls = c.spec.client_urls();
-    let sub: Vec<String> = among.iter().map(|i| urls[*i].clone()).collect();
+    let observer = c.etcd_config(holdfast_store::roles::OBSERVER.name).ok()?;
+    let sub: Vec<String> = among.iter().map(|i| observer.endpoints[*i].clone()).collect();
     // A leader outside `among` (the isolated old leader) maps to None.
-    cluster::leader_of(&sub).await.map(|j| among[j])
+    cluster::leader_of(&EtcdConfig { endpoints: sub, ..observer }).await.map(|j| among[j])
 }
 
 /// A libfaketime timestamp file: an offset from the real clock, and the

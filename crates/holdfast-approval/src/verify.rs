@@ -1,0 +1,94 @@
+//! Checking a request's approvals.
+//!
+//! [`verify`] takes the request's bytes exactly as signed and the armored
+//! `sshsig` signatures, and approves only when:
+//!
+//! 1. the bytes parse as a request, and it has not expired;
+//! 2. every signature is an `sshsig` under [`crate::NAMESPACE`] by a key
+//!    listed in `approvers.toml`, and verifies over these exact bytes;
+//! 3. the signers are at least two **different** approvers, one of them the
+//!    requester;
+//! 4. every signer holds the operation's role.
+//!
+//! Any failure refuses the whole request with one [`Refusal`] that says
+//! which rule and what to do; nothing is partially approved.
+
+use crate::approvers::{Approvers, Role};
+use crate::request::Request;
+use ssh_key::SshSig;
+
+/// A request that two approvers signed.
+#[derive(Debug, Clone)]
+pub struct Approved {
+    pub request: Request,
+    /// The approvers who signed, the requester first.
+    pub signers: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the request does not parse: {0}")]
+    Unreadable(String),
+    #[error("the request expired at {expires_unix} (now {now_unix}); write a new request and sign it again")]
+    Expired { expires_unix: u64, now_unix: u64 },
+    #[error("signature {index}: not an OpenSSH signature ({why}); make it with `holdfastctl approve` or `ssh-keygen -Y sign`")]
+    Malformed { index: usize, why: String },
+    #[error("signature {index}: made under the namespace {namespace:?}, not {expected:?}; sign with `-n {expected}`")]
+    WrongNamespace { index: usize, namespace: String, expected: &'static str },
+    #[error("signature {index}: key {fingerprint} is not listed in approvers.toml")]
+    UnknownKey { index: usize, fingerprint: String },
+    #[error(
+        "signature {index} ({approver}): does not verify over this request; the file was changed after signing, or the signature is for another file"
+    )]
+    BadSignature { index: usize, approver: String },
+    #[error("the requester {0:?} is not an approver in approvers.toml")]
+    UnknownRequester(String),
+    #[error("the requester {0} has not signed; the requester signs first, then a different approver")]
+    RequesterMissing(String),
+    #[error("only {0} signed (each signature counted once per person); a second, different approver must sign too")]
+    OnePerson(String),
+    #[error("{approver} does not hold the role {role} this operation needs")]
+    MissingRole { approver: String, role: Role },
+}
+
+/// Checks `signatures` (armored `-----BEGIN SSH SIGNATURE-----` texts) over
+/// `request` (the file's bytes) at `now_unix`.
+pub fn verify(request: &[u8], signatures: &[String], approvers: &Approvers, now_unix: u64) -> Result<Approved, Refusal> {
+    let text = std::str::from_utf8(request).map_err(|_| Refusal::Unreadable("not UTF-8".into()))?;
+    let parsed = Request::parse(text).map_err(Refusal::Unreadable)?;
+    if now_unix >= parsed.expires_unix {
+        return Err(Refusal::Expired { expires_unix: parsed.expires_unix, now_unix });
+    }
+    let requester = approvers.approvers.get(&parsed.requester).ok_or_else(|| Refusal::UnknownRequester(parsed.requester.clone()))?;
+    let role = parsed.operation.role();
+    let mut signers: Vec<String> = Vec::new();
+    for (i, armored) in signatures.iter().enumerate() {
+        let index = i + 1;
+        let sig = SshSig::from_pem(armored.trim()).map_err(|e| Refusal::Malformed { index, why: e.to_string() })?;
+        if sig.namespace() != crate::NAMESPACE {
+            return Err(Refusal::WrongNamespace { index, namespace: sig.namespace().to_string(), expected: crate::NAMESPACE });
+        }
+        let key = sig.public_key();
+        let approver = approvers.owner(key).ok_or_else(|| Refusal::UnknownKey {
+            index,
+            fingerprint: ssh_key::PublicKey::from(key.clone()).fingerprint(Default::default()).to_string(),
+        })?;
+        ssh_key::PublicKey::from(key.clone())
+            .verify(crate::NAMESPACE, request, &sig)
+            .map_err(|_| Refusal::BadSignature { index, approver: approver.name.clone() })?;
+        if !approver.roles.contains(&role) {
+            return Err(Refusal::MissingRole { approver: approver.name.clone(), role });
+        }
+        if !signers.contains(&approver.name) {
+            signers.push(approver.name.clone());
+        }
+    }
+    if !signers.contains(&requester.name) {
+        return Err(Refusal::RequesterMissing(requester.name.clone()));
+    }
+    if signers.len() < 2 {
+        return Err(Refusal::OnePerson(requester.name.clone()));
+    }
+    signers.sort_by_key(|s| *s != requester.name);
+    Ok(Approved { request: parsed, signers })
+}

@@ -1,0 +1,131 @@
+//! Force-release: ending one hold that its holder cannot or will not
+//! release, with two signed approvals (`holdfastctl force-release`).
+//!
+//! A request names the hold by its holder, session and grant time, read
+//! from the hold's record ([`current_hold`]) — never by its create
+//! revision, which with the epoch is the holder's token. [`release`] reads
+//! the hold again, refuses unless it is still the one the request names,
+//! then runs one transaction guarded by that hold's create revision (so a
+//! newer hold of the same key is never deleted, even one taken in between)
+//! and by the request's nonce being unused: delete the hold, write the
+//! force record (`/sys/force/<nonce>`, on a 24 h lease), record the nonce.
+//! With `revoke_session` the holder's session lease is revoked after.
+
+use crate::etcd::Etcd;
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use holdfast_approval::{Approved, Operation};
+use holdfast_model::LockKey;
+use holdfast_model::layout::{self, ForceRecord, HoldRecord, NonceRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForceError {
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("{0} is not held (released, expired, or already force-released); nothing was changed")]
+    NotHeld(String),
+    #[error(
+        "{key} is held now by {holder} (session {session:x}, granted at {granted_unix_ms} ms), not the hold the request names; \
+         nothing was changed: request again for the hold there now"
+    )]
+    OtherHold { key: String, holder: String, session: i64, granted_unix_ms: u64 },
+    #[error("this request was already carried out (its nonce is recorded at {0}); nothing was changed")]
+    NonceUsed(String),
+    #[error("the hold changed while we worked; nothing was changed, retry")]
+    Raced,
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// The hold on a key now, as a force-release request names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentHold {
+    pub record: HoldRecord,
+    /// Kept here only to guard the delete; never shown.
+    create_revision: i64,
+}
+
+/// Reads the hold on `key`, if any.
+pub async fn current_hold(etcd: &Etcd, key: &LockKey) -> Result<Option<CurrentHold>, ForceError> {
+    let hold_key = layout::hold_key(key);
+    let resp = etcd.client.clone().get(hold_key.as_str(), None).await?;
+    let Some(kv) = resp.kvs().first() else { return Ok(None) };
+    let record: HoldRecord = layout::decode(&hold_key, kv.value()).map_err(ForceError::Malformed)?;
+    Ok(Some(CurrentHold { record, create_revision: kv.create_revision() }))
+}
+
+/// A force-release carried out.
+#[derive(Debug, Clone)]
+pub struct Released {
+    pub record: ForceRecord,
+    /// The session lease was revoked (`revoke_session` and it still lived).
+    pub session_revoked: bool,
+}
+
+/// Carries out an approved force-release request (see the module docs).
+pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<Released, ForceError> {
+    let r = &approved.request;
+    let Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } = &r.operation else {
+        return Err(ForceError::Malformed(format!("a {} request is not a force-release", r.operation.kind())));
+    };
+    let lock_key =
+        LockKey::new(namespace, key).map_err(|e| ForceError::Malformed(format!("the request's key: {} {}", e.field, e.message)))?;
+    let nonce_key = layout::nonce_key(&r.nonce);
+    if etcd.client.clone().get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+        return Err(ForceError::NonceUsed(nonce_key));
+    }
+    let now = current_hold(etcd, &lock_key).await?.ok_or_else(|| ForceError::NotHeld(lock_key.to_string()))?;
+    let named = now.record.spiffe_id == *holder && now.record.session == *session && now.record.granted_unix_ms == *granted_unix_ms;
+    if !named {
+        return Err(ForceError::OtherHold {
+            key: lock_key.to_string(),
+            holder: now.record.spiffe_id,
+            session: now.record.session,
+            granted_unix_ms: now.record.granted_unix_ms,
+        });
+    }
+    let approver = approved.signers.iter().find(|s| **s != r.requester).cloned().unwrap_or_default();
+    let record = ForceRecord {
+        namespace: namespace.clone(),
+        key: key.clone(),
+        holder: holder.clone(),
+        session: *session,
+        granted_unix_ms: *granted_unix_ms,
+        class: class.clone(),
+        fenced: *fenced,
+        requester: r.requester.clone(),
+        approver,
+        reason: r.reason.clone(),
+        revoked_session: *revoke_session,
+        at_unix: now_unix,
+    };
+    let nonce = NonceRecord {
+        kind: r.operation.kind().to_string(),
+        requester: r.requester.clone(),
+        signers: approved.signers.clone(),
+        reason: r.reason.clone(),
+        at_unix: now_unix,
+    };
+    let record_lease = etcd.client.clone().lease_grant(layout::FORCE_RECORD_TTL.as_secs() as i64, None).await?.id();
+    let nonce_ttl = r.expires_unix.saturating_sub(now_unix) + 86_400;
+    let nonce_lease = etcd.client.clone().lease_grant(nonce_ttl as i64, None).await?.id();
+    let hold_key = layout::hold_key(&lock_key);
+    let force_key = layout::force_key(&r.nonce);
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(hold_key.as_str(), CompareOp::Equal, now.create_revision),
+            Compare::create_revision(nonce_key.as_str(), CompareOp::Equal, 0),
+        ])
+        .and_then([
+            TxnOp::delete(hold_key.as_str(), None),
+            TxnOp::put(force_key.as_str(), layout::encode(&record), Some(PutOptions::new().with_lease(record_lease))),
+            TxnOp::put(nonce_key.as_str(), layout::encode(&nonce), Some(PutOptions::new().with_lease(nonce_lease))),
+        ]);
+    if !etcd.client.clone().txn(txn).await?.succeeded() {
+        if etcd.client.clone().get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+            return Err(ForceError::NonceUsed(nonce_key));
+        }
+        return Err(ForceError::Raced);
+    }
+    let session_revoked = *revoke_session && etcd.client.clone().lease_revoke(*session).await.is_ok();
+    Ok(Released { record, session_revoked })
+}

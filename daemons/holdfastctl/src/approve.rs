@@ -1,0 +1,231 @@
+//! `holdfastctl approve REQUEST --ssh-key KEY`: show a two-person request and
+//! sign it with `ssh-keygen -Y sign` under the holdfast namespace.
+//!
+//! Signing is OpenSSH's own (FIDO2 keys prompt for a touch there); this
+//! command shows what is being approved first, refuses a file that is not
+//! a request, and names the signature after the key so two approvers'
+//! signatures sit side by side (`REQUEST.<key>.sig`).
+
+use holdfast_approval::{Approved, Approvers, NAMESPACE, Operation, Refusal, Request};
+use holdfast_cli::exit;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(clap::Args)]
+#[command(after_long_help = "\
+The signature covers the request's bytes exactly: sign the file you were
+given, unchanged. The same signature by hand:
+  ssh-keygen -Y sign -n holdfast-request -f KEY REQUEST
+
+Examples:
+  holdfastctl approve /var/lib/holdfast/requests/epoch-advance-3f9a1c.toml --ssh-key ~/.ssh/id_ed25519_sk
+  holdfastctl approve REQUEST --ssh-key ~/.ssh/id_ed25519 --out /tmp/bob.sig
+
+Exit status: 0 signed; 65 not a request; 70 ssh-keygen failed.")]
+pub struct ApproveArgs {
+    /// The request file (from `holdfastctl epoch advance-request`).
+    request: PathBuf,
+    /// Your OpenSSH private key (or a FIDO2 key handle); its public key must
+    /// be yours in approvers.toml.
+    #[arg(long)]
+    ssh_key: PathBuf,
+    /// Where to write the signature; default REQUEST.<key file name>.sig.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// What a request asks for, in words, for whoever is about to sign it.
+pub fn describe(r: &Request) -> String {
+    let what = match &r.operation {
+        Operation::EpochAdvance { cluster, expected_epoch, new_epoch, cluster_id } => format!(
+            "advance the epoch of cluster {cluster} (cluster ID {cluster_id}) from {expected_epoch} to {new_epoch}: \
+             every hold, waiter and session of epoch {expected_epoch} ends"
+        ),
+        Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } => format!(
+            "force-release {namespace}/{key}: the hold of {holder} (session {session:x}, granted {}), class {class}, {}{}",
+            time_ms(*granted_unix_ms),
+            if *fenced { "fenced" } else { "ADVISORY (not fenced: the holder may go on writing, a second writer may follow)" },
+            if *revoke_session { "; the holder's session ends too" } else { "" },
+        ),
+        _ => r.operation.kind().to_string(),
+    };
+    format!(
+        "request   {}\noperation {what}\nrequester {}\nreason    {}\nexpires   {} (unix {})\nrole      {} (both signers)\n",
+        r.name(),
+        r.requester,
+        r.reason,
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + std::time::Duration::from_secs(r.expires_unix)),
+        r.expires_unix,
+        r.operation.role(),
+    )
+}
+
+/// A wall-clock time in milliseconds since the Unix epoch, as RFC 3339.
+pub fn time_ms(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+}
+
+pub fn run(args: ApproveArgs) -> u8 {
+    let text = match std::fs::read_to_string(&args.request) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("holdfastctl: cannot read {}: {e}", args.request.display());
+            return exit::INVALID;
+        }
+    };
+    let request = match Request::parse(&text) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("holdfastctl: {}: {e}; nothing was signed", args.request.display());
+            return exit::INVALID;
+        }
+    };
+    print!("{}", describe(&request));
+    let out = args.out.unwrap_or_else(|| default_signature_path(&args.request, &args.ssh_key));
+    match sign(&args.request, &args.ssh_key, &out) {
+        Ok(()) => {
+            println!("signed: {}", out.display());
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("holdfastctl: {e}");
+            exit::SOFTWARE
+        }
+    }
+}
+
+pub fn default_signature_path(request: &Path, key: &Path) -> PathBuf {
+    let key_name = key.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "key".into());
+    let mut name = request.as_os_str().to_owned();
+    name.push(format!(".{key_name}.sig"));
+    PathBuf::from(name)
+}
+
+/// Signs a copy of the request in a private directory (ssh-keygen writes
+/// `FILE.sig` next to the file it signs), then moves the signature to `out`.
+fn sign(request: &Path, key: &Path, out: &Path) -> Result<(), String> {
+    let dir = Private(std::env::temp_dir().join(format!("holdfastctl-approve-{}", std::process::id())));
+    std::fs::create_dir_all(dir.path()).map_err(|e| format!("creating {}: {e}", dir.path().display()))?;
+    let copy = dir.path().join("request");
+    std::fs::copy(request, &copy).map_err(|e| format!("copying {}: {e}", request.display()))?;
+    let status = Command::new("ssh-keygen")
+        .args(["-Y", "sign", "-n", NAMESPACE, "-f"])
+        .arg(key)
+        .arg(&copy)
+        .status()
+        .map_err(|e| format!("running ssh-keygen (is openssh-client installed?): {e}"))?;
+    if !status.success() {
+        return Err(format!("ssh-keygen -Y sign failed ({status}); nothing was signed"));
+    }
+    let sig = dir.path().join("request.sig");
+    std::fs::copy(&sig, out).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    Ok(())
+}
+
+/// A scratch directory removed when dropped.
+struct Private(PathBuf);
+
+impl Private {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where two-person operations find approvers and keep requests.
+#[derive(clap::Args)]
+pub struct Files {
+    /// Who may approve.
+    #[arg(long, env = "HOLDFAST_APPROVERS", default_value = "/etc/holdfast/approvers.toml")]
+    pub approvers: PathBuf,
+    /// Requests (STATE_DIR/requests/) and the epoch history (STATE_DIR/epochs.log).
+    #[arg(long, env = "HOLDFAST_STATE_DIR", default_value = "/var/lib/holdfast")]
+    pub state_dir: PathBuf,
+}
+
+pub fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+pub fn load_approvers(path: &Path) -> Result<Approvers, u8> {
+    Approvers::load(path).map_err(|e| {
+        eprintln!("holdfastctl: {e}");
+        exit::CONFIG
+    })
+}
+
+/// The signatures: the ones given, else every `REQUEST.*.sig` beside it.
+pub fn signatures(request: &Path, given: &[PathBuf]) -> Result<Vec<String>, String> {
+    let files: Vec<PathBuf> = if !given.is_empty() {
+        given.to_vec()
+    } else {
+        let name = request.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let dir = request.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| format!("listing {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name().map(|n| n.to_string_lossy()).is_some_and(|n| n.starts_with(&format!("{name}.")) && n.ends_with(".sig"))
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    files.iter().map(|f| std::fs::read_to_string(f).map_err(|e| format!("reading the signature {}: {e}", f.display()))).collect()
+}
+
+/// Reads approvers.toml, the request and its signatures (`given`, else
+/// every `REQUEST.*.sig`), and verifies the approvals. On any failure it
+/// says why and returns the exit status: 78 unreadable, 77 refused.
+pub fn verified(files: &Files, request: &Path, given: &[PathBuf]) -> Result<Approved, u8> {
+    let approvers = load_approvers(&files.approvers)?;
+    let bytes = std::fs::read(request).map_err(|e| {
+        eprintln!("holdfastctl: reading the request {}: {e}", request.display());
+        exit::CONFIG
+    })?;
+    let sigs = signatures(request, given).map_err(|e| {
+        eprintln!("holdfastctl: {e}");
+        exit::CONFIG
+    })?;
+    holdfast_approval::verify(&bytes, &sigs, &approvers, now_unix()).map_err(|e| {
+        eprintln!("holdfastctl: refused, nothing was changed: {e}");
+        if matches!(e, Refusal::Unreadable(_)) { exit::CONFIG } else { exit::NOPERM }
+    })
+}
+
+/// A new request for `op` (fresh nonce, `valid_for`), written to
+/// STATE_DIR/requests/NAME.toml and shown; returns it and its path, or the
+/// exit status (70 no random nonce, 78 unwritable).
+pub fn new_request(
+    files: &Files,
+    requester: &str,
+    reason: &str,
+    op: Operation,
+    valid_for: std::time::Duration,
+) -> Result<(Request, PathBuf), u8> {
+    let request = Request::new(requester, reason, op, now_unix(), valid_for).map_err(|e| {
+        eprintln!("holdfastctl: {e}");
+        exit::SOFTWARE
+    })?;
+    let path = write_request(files, &request)?;
+    Ok((request, path))
+}
+
+/// Writes a request to STATE_DIR/requests/NAME.toml and shows what it asks
+/// for; returns its path (or 78).
+fn write_request(files: &Files, request: &Request) -> Result<PathBuf, u8> {
+    let dir = files.state_dir.join("requests");
+    let path = dir.join(format!("{}.toml", request.name()));
+    std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, request.render())).map_err(|e| {
+        eprintln!("holdfastctl: writing {}: {e}", path.display());
+        exit::CONFIG
+    })?;
+    print!("{}", describe(request));
+    Ok(path)
+}

@@ -1,0 +1,297 @@
+//! The disaster-recovery drill on a 3-member cluster over mTLS with
+//! authentication on: snapshot, more grants, restore with the same cluster
+//! token and peer URLs, the arbiter seals, the two-person epoch advance
+//! (`holdfastctl epoch advance-request`, `approve`, `advance` as the unit
+//! runs it) refuses what it must and changing nothing, then advances; the
+//! arbiter unseals without a restart and every new token is above every
+//! token issued before the restore.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
+
+use holdfast_config::EtcdConfig;
+use holdfast_model::{LockKey, Token, layout};
+use holdfast_store::roles::{ARBITER, EPOCH};
+use holdfast_tests::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn ctl(args: &[&str]) -> Ran {
+    Ran::of(Command::new(bin("holdfastctl")).args(args))
+}
+
+fn sign_file(request: &str, key: &Path) {
+    let out = ctl(&["approve", request, "--ssh-key", &key.display().to_string()]);
+    assert_eq!(out.code, 0, "{out}");
+}
+
+async fn grants(client: &holdfast_client::Client, prefix: &str, n: usize) -> Vec<Token> {
+    let session = client.open_session_for("dr", None).await.unwrap();
+    let mut tokens = Vec::new();
+    for i in 0..n {
+        let hold = session.acquire(&LockKey::parse(&format!("dr/{prefix}-{i}")).unwrap(), Duration::ZERO).await.unwrap();
+        tokens.push(hold.token());
+    }
+    tokens
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
+    let dir = TestDir::new("dr-drill");
+    let mut etcd = Etcd::start_secure(&dir.path, 3).await;
+    etcd.enable_auth().await;
+    let epoch_admin = etcd.config_as(EPOCH.name);
+    holdfast_store::epoch::init(&holdfast_store::Etcd::connect(&epoch_admin).await.unwrap(), |_| {}).await.unwrap();
+    let _controller = etcd.publish_policy(&dir.path, &[("dr", 30)], "").await;
+    let pki = Pki::new(&dir.path);
+    let arbiter_etcd = EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config_as(ARBITER.name) };
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = arbiter_etcd.clone());
+    let client = arbiter.client(&pki, &pki.workload("w", "svc/w")).await;
+
+    // Grants, a snapshot, more grants (lost by the restore), the restore.
+    let mut before = grants(&client, "a", 5).await;
+    let snapshot = dir.path.join("snap.db");
+    etcd.snapshot(&snapshot);
+    before.extend(grants(&client, "b", 5).await);
+    etcd.restore(&snapshot, false).await;
+    let status = arbiter.wait_sealed(&client, true, Duration::from_secs(30)).await;
+    assert!(status.sealed, "{status:?}");
+
+    // Approvers: alice and bob are dr-operators, carol only a lock-operator.
+    let keys = dir.path.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let (alice, alice_pub) = ssh_keygen(&keys, "alice");
+    let (bob, bob_pub) = ssh_keygen(&keys, "bob");
+    let (carol, carol_pub) = ssh_keygen(&keys, "carol");
+    let approvers = dir.path.join("approvers.toml");
+    std::fs::write(
+        &approvers,
+        format!(
+            "[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n\
+             [approver.carol]\nroles = [\"lock-operator\"]\nkeys = [{carol_pub:?}]\n"
+        ),
+    )
+    .unwrap();
+    let state = dir.path.join("state");
+    let files = [format!("--approvers={}", approvers.display()), format!("--state-dir={}", state.display())];
+    let etcd_args = etcd_flags(&epoch_admin);
+    let with = |base: &[&str]| -> Vec<String> {
+        base.iter().map(|s| s.to_string()).chain(files.iter().cloned()).chain(etcd_args.iter().cloned()).collect()
+    };
+
+    // The request: epoch 1 -> 2, naming the cluster the restored etcd reports.
+    let out =
+        Ran::of(Command::new(bin("holdfastctl")).args(with(&["epoch", "advance-request", "--requester", "alice", "--reason", "drill"])));
+    assert_eq!(out.code, 0, "{out}");
+    let request = std::fs::read_dir(state.join("requests")).unwrap().next().unwrap().unwrap().path();
+    let text = std::fs::read_to_string(&request).unwrap();
+    assert!(text.contains("expected_epoch = 1") && text.contains("new_epoch = 2"), "{text}");
+    assert!(out.stdout.contains("sealed"), "{out}");
+    let req = request.display().to_string();
+    let advance = |extra: &[&str]| -> Ran {
+        let mut args = vec!["epoch", "advance", "--request", &req];
+        args.extend_from_slice(extra);
+        Ran::of(Command::new(bin("holdfastctl")).args(with(&args)))
+    };
+    let sign = |key: &Path| {
+        let out = ctl(&["approve", &req, "--ssh-key", &key.display().to_string()]);
+        assert_eq!(out.code, 0, "{out}");
+        assert!(out.stdout.contains("advance the epoch of cluster default"), "approve shows what it signs: {out}");
+    };
+
+    // Refused, changing nothing: the requester's signature alone; the
+    // requester and a signer without the role; a changed request.
+    let revision = etcd.revision().await;
+    sign(&alice);
+    let one = advance(&[]);
+    assert_eq!(one.code, 77, "{one}");
+    assert!(one.stderr.contains("only alice signed"), "{one}");
+    sign(&carol);
+    let no_role = advance(&[]);
+    assert_eq!(no_role.code, 77, "{no_role}");
+    assert!(no_role.stderr.contains("carol does not hold the role dr-operator"), "{no_role}");
+    std::fs::remove_file(format!("{req}.carol.sig")).unwrap();
+    sign(&bob);
+    let tampered = dir.path.join("tampered.toml");
+    std::fs::write(&tampered, text.replace("reason = \"drill\"", "reason = \"drilL\"")).unwrap();
+    let (a_sig, b_sig) = (format!("{req}.alice.sig"), format!("{req}.bob.sig"));
+    let changed = Ran::of(Command::new(bin("holdfastctl")).args(with(&[
+        "epoch",
+        "advance",
+        "--request",
+        &tampered.display().to_string(),
+        "--signature",
+        &a_sig,
+        "--signature",
+        &b_sig,
+    ])));
+    assert_eq!(changed.code, 77, "{changed}");
+    assert!(changed.stderr.contains("does not verify over this request"), "{changed}");
+    // The requester twice; a key not in approvers.toml; a signature under
+    // another namespace; an expired request.
+    let with_sigs = |request: &str, sigs: &[&str]| -> Ran {
+        let mut args = vec!["epoch", "advance", "--request", request];
+        for s in sigs {
+            args.extend(["--signature", s]);
+        }
+        Ran::of(Command::new(bin("holdfastctl")).args(with(&args)))
+    };
+    let again = dir.path.join("alice-again.sig").display().to_string();
+    assert_eq!(ctl(&["approve", &req, "--ssh-key", &alice.display().to_string(), "--out", &again]).code, 0);
+    let twice = with_sigs(&req, &[&a_sig, &again]);
+    assert_eq!(twice.code, 77, "{twice}");
+    assert!(twice.stderr.contains("only alice signed"), "{twice}");
+    let (mallory, _) = ssh_keygen(&keys, "mallory");
+    let stranger = dir.path.join("mallory.sig").display().to_string();
+    assert_eq!(ctl(&["approve", &req, "--ssh-key", &mallory.display().to_string(), "--out", &stranger]).code, 0);
+    let unlisted = with_sigs(&req, &[&a_sig, &stranger]);
+    assert_eq!(unlisted.code, 77, "{unlisted}");
+    assert!(unlisted.stderr.contains("is not listed in approvers.toml"), "{unlisted}");
+    let file_ns = Command::new("ssh-keygen").args(["-Y", "sign", "-n", "file", "-f"]).arg(&bob).arg(&tampered).output().unwrap();
+    assert!(file_ns.status.success());
+    let other_ns = format!("{}.sig", tampered.display());
+    let namespace = with_sigs(&req, &[&a_sig, &other_ns]);
+    assert_eq!(namespace.code, 77, "{namespace}");
+    assert!(namespace.stderr.contains("made under the namespace \"file\""), "{namespace}");
+    let out = Ran::of(Command::new(bin("holdfastctl")).args(with(&[
+        "epoch",
+        "advance-request",
+        "--requester",
+        "alice",
+        "--reason",
+        "short-lived",
+        "--valid-for",
+        "1s",
+    ])));
+    assert_eq!(out.code, 0, "{out}");
+    let short = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
+    sign_file(&short, &alice);
+    sign_file(&short, &bob);
+    std::thread::sleep(Duration::from_millis(2100));
+    let expired = with_sigs(&short, &[]);
+    assert_eq!(expired.code, 77, "{expired}");
+    assert!(expired.stderr.contains("the request expired"), "{expired}");
+    std::fs::remove_file(&short).unwrap();
+    assert_eq!(etcd.revision().await, revision, "a refused advance wrote to etcd");
+    assert!(arbiter.wait_sealed(&client, true, Duration::from_secs(1)).await.sealed);
+
+    // Two approvals: advanced, and the arbiter unseals by itself.
+    let done = advance(&["--json"]);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(done.json()["epoch"], 2, "{done}");
+    assert_eq!(done.json()["signers"], serde_json::json!(["alice", "bob"]));
+    let status = arbiter.wait_sealed(&client, false, Duration::from_secs(30)).await;
+    assert_eq!(status.epoch, 2);
+    assert!(std::fs::read_to_string(state.join("epochs.log")).unwrap().starts_with("epoch 2 cluster "));
+
+    // Old holds are gone; every new token is above every token before.
+    let mut c = etcd.client().await;
+    let held = c.get(layout::HOLD_PREFIX, Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+    assert_eq!(held.count(), 0, "old holds survived the advance");
+    let after = grants(&client, "c", 5).await;
+    let highest = before.iter().max().unwrap();
+    assert!(after.iter().all(|t| t > highest), "a token after the advance is not above every token before it");
+
+    // Replayed: refused by its recorded nonce, nothing changes.
+    let revision = etcd.revision().await;
+    let replay = advance(&[]);
+    assert_eq!(replay.code, 65, "{replay}");
+    assert!(replay.stderr.contains("this request was already carried out"), "{replay}");
+    assert_eq!(etcd.revision().await, revision, "a replayed advance wrote to etcd");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dr_drill_on_the_dev_appliance() {
+    let dir = TestDir::new("dr-dev");
+    let state = dir.path.join("hf");
+    let out = Command::new(bin("holdfastctl"))
+        .args(["dev", "--detach", "--dir"])
+        .arg(&state)
+        .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
+        .output()
+        .unwrap();
+    let _stop = DevStop(state.clone());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let env = env_file(&state.join("env"));
+    let root_env = env_file(&state.join("env-etcd-root"));
+    let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
+    let root = EtcdConfig {
+        ca_file: Some(root_env["HOLDFAST_ETCD_CA"].clone().into()),
+        cert_file: Some(root_env["HOLDFAST_ETCD_CERT"].clone().into()),
+        key_file: Some(root_env["HOLDFAST_ETCD_KEY"].clone().into()),
+        ..EtcdConfig::plain(endpoints.clone())
+    };
+    let client = holdfast_client::Client::connect(&holdfast_client::ClientConfig {
+        endpoint: env["HOLDFAST_ENDPOINT"].clone(),
+        ca: env["HOLDFAST_CA"].clone().into(),
+        cert: env["HOLDFAST_CERT"].clone().into(),
+        key: env["HOLDFAST_KEY"].clone().into(),
+    })
+    .await
+    .unwrap();
+    let session = client.open_session_for("demo", None).await.unwrap();
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(session.acquire(&LockKey::parse(&format!("demo/before-{i}")).unwrap(), Duration::ZERO).await.unwrap().token());
+    }
+    let snapshot = dir.path.join("dev.db");
+    holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), &root, &snapshot).unwrap();
+    for i in 0..3 {
+        before.push(session.acquire(&LockKey::parse(&format!("demo/lost-{i}")).unwrap(), Duration::ZERO).await.unwrap().token());
+    }
+
+    let restored = ctl(&["dev", "restore", "--dir", &state.display().to_string(), "--snapshot", &snapshot.display().to_string()]);
+    assert_eq!(restored.code, 0, "{restored}");
+    assert!(restored.stdout.contains("same cluster token"), "{restored}");
+    let sealed = async |want: bool| {
+        let end = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(s) = client.server_status().await
+                && s.sealed == want
+                && (want || s.serving)
+            {
+                return s;
+            }
+            assert!(tokio::time::Instant::now() < end, "the dev arbiter never became sealed={want}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    sealed(true).await;
+
+    let keys = dir.path.join("keys");
+    let (alice, alice_pub) = ssh_keygen(&keys, "alice");
+    let (bob, bob_pub) = ssh_keygen(&keys, "bob");
+    let approvers = dir.path.join("approvers.toml");
+    std::fs::write(
+        &approvers,
+        format!("[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"),
+    )
+    .unwrap();
+    let epoch_admin =
+        holdfast_devkit::pki::EtcdPki::open_or_create(&state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
+    let mut common = etcd_flags(&epoch_admin);
+    common.push(format!("--approvers={}", approvers.display()));
+    common.push(format!("--state-dir={}", dir.path.join("state").display()));
+    let run = |args: &[&str]| Ran::of(Command::new(bin("holdfastctl")).args(args).args(&common));
+    let out = run(&["epoch", "advance-request", "--cluster", "dev", "--requester", "alice", "--reason", "dev drill"]);
+    assert_eq!(out.code, 0, "{out}");
+    let req = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
+    sign_file(&req, &alice);
+    let one = run(&["epoch", "advance", "--request", &req]);
+    assert_eq!(one.code, 77, "{one}");
+    sign_file(&req, &bob);
+    let done = run(&["epoch", "advance", "--request", &req]);
+    assert_eq!(done.code, 0, "{done}");
+    let status = sealed(false).await;
+    assert_eq!(status.epoch, 2, "{status:?}");
+
+    let fresh = client.open_session_for("demo", None).await.unwrap();
+    let highest = *before.iter().max().unwrap();
+    for i in 0..3 {
+        let t = fresh.acquire(&LockKey::parse(&format!("demo/after-{i}")).unwrap(), Duration::ZERO).await.unwrap().token();
+        assert!(t > highest, "a token after the advance is not above every token before the restore");
+    }
+    let mut c = Etcd::client_for(&root).await;
+    let old = c.get(format!("{}demo/before-0", layout::HOLD_PREFIX), None).await.unwrap();
+    assert!(old.kvs().is_empty(), "an old hold survived the advance");
+}

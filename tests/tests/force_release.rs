@@ -1,0 +1,171 @@
+//! Force-release with two signed approvals, against a real etcd over mTLS
+//! with authentication on and the force-release role: the request shows
+//! whether the class is fenced; apply deletes exactly the named hold —
+//! never a newer hold of the same key — and writes the force record; a
+//! replay and a single signature change nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
+
+use holdfast_config::EtcdConfig;
+use holdfast_model::LockKey;
+use holdfast_model::layout::{self, ForceRecord};
+use holdfast_store::roles::{ARBITER, FORCE_RELEASE};
+use holdfast_tests::*;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+struct Ops {
+    flags: Vec<String>,
+    keys: Vec<PathBuf>,
+}
+
+impl Ops {
+    fn ctl(&self, args: &[&str]) -> Ran {
+        Ran::of(Command::new(bin("holdfastctl")).args(args).args(&self.flags))
+    }
+
+    /// `force-release request KEY`; returns the request's path and the output.
+    fn request(&self, key: &str, extra: &[&str]) -> (String, Ran) {
+        let mut args = vec!["force-release", "request", key, "--requester", "alice", "--reason", "a stuck batch job"];
+        args.extend_from_slice(extra);
+        let out = self.ctl(&args);
+        assert_eq!(out.code, 0, "{out}");
+        let path = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
+        (path, out)
+    }
+
+    /// Signs with approvers `who` (indexes into `keys`).
+    fn sign(&self, request: &str, who: &[usize]) {
+        for i in who {
+            let out =
+                Ran::of(Command::new(bin("holdfastctl")).args(["approve", request, "--ssh-key", &self.keys[*i].display().to_string()]));
+            assert_eq!(out.code, 0, "{out}");
+        }
+    }
+}
+
+async fn force_record(etcd: &Etcd, request: &str) -> Option<(ForceRecord, i64)> {
+    let text = std::fs::read_to_string(request).unwrap();
+    let nonce = text.lines().find_map(|l| l.strip_prefix("nonce = ")).unwrap().trim_matches('"').to_string();
+    let key = layout::force_key(&nonce);
+    let resp = etcd.client().await.get(key.as_str(), None).await.unwrap();
+    let kv = resp.kvs().first()?;
+    Some((layout::decode(&key, kv.value()).unwrap(), kv.lease()))
+}
+
+async fn held(etcd: &Etcd, key: &str) -> Option<layout::HoldRecord> {
+    let k = format!("{}{key}", layout::HOLD_PREFIX);
+    let resp = etcd.client().await.get(k.as_str(), None).await.unwrap();
+    resp.kvs().first().map(|kv| layout::decode(&k, kv.value()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn force_release_ends_exactly_the_named_hold_with_two_approvals() {
+    let dir = TestDir::new("force-release");
+    let etcd = Etcd::start_secure(&dir.path, 1).await;
+    etcd.enable_auth().await;
+    etcd.init_epoch().await;
+    // fr: fenced (10 s, a fixture pause-test result); fra: advisory (30 s).
+    let _controller = etcd.publish_policy(&dir.path, &[("fr", 10), ("fra", 30)], "").await;
+    let pki = Pki::new(&dir.path);
+    let arbiter_etcd = EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config_as(ARBITER.name) };
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = arbiter_etcd.clone());
+    let (a, b, c) = (
+        arbiter.client(&pki, &pki.workload("a", "svc/a")).await,
+        arbiter.client(&pki, &pki.workload("b", "svc/b")).await,
+        arbiter.client(&pki, &pki.workload("c", "svc/c")).await,
+    );
+    let key = |k: &str| LockKey::parse(k).unwrap();
+    let sa = a.open_session_for("fr", None).await.unwrap();
+    let _x = sa.acquire(&key("fr/x"), Duration::ZERO).await.unwrap();
+    let _w = sa.acquire(&key("fr/w"), Duration::ZERO).await.unwrap();
+    let sb = b.open_session_for("fra", None).await.unwrap();
+    let y1 = sb.acquire(&key("fra/y"), Duration::ZERO).await.unwrap();
+
+    let keys_dir = dir.path.join("keys");
+    std::fs::create_dir_all(&keys_dir).unwrap();
+    let (alice, alice_pub) = ssh_keygen(&keys_dir, "alice");
+    let (bob, bob_pub) = ssh_keygen(&keys_dir, "bob");
+    let approvers = dir.path.join("approvers.toml");
+    std::fs::write(
+        &approvers,
+        format!(
+            "[approver.alice]\nroles = [\"lock-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"lock-operator\", \"dr-operator\"]\nkeys = [{bob_pub:?}]\n"
+        ),
+    )
+    .unwrap();
+    let mut flags = etcd_flags(&etcd.config_as(FORCE_RELEASE.name));
+    flags.push(format!("--approvers={}", approvers.display()));
+    flags.push(format!("--state-dir={}", dir.path.join("state").display()));
+    let ops = Ops { flags, keys: vec![alice, bob] };
+
+    // The request shows the hold and whether the class is fenced.
+    let (fenced_req, out) = ops.request("fr/x", &[]);
+    assert!(out.stdout.contains("the hold of spiffe://holdfast.dev/svc/a") && out.stdout.contains(", fenced"), "{out}");
+    assert!(!out.stdout.contains("WARNING"), "{out}");
+    let (advisory_req, out) = ops.request("fra/y", &[]);
+    assert!(out.stdout.contains("ADVISORY") && out.stdout.contains("WARNING: fra/y is not fenced"), "{out}");
+    let text = std::fs::read_to_string(&fenced_req).unwrap();
+    assert!(!text.contains("revision"), "the request names no revision: {text}");
+
+    // One signature: refused, nothing changes.
+    let revision = etcd.revision().await;
+    ops.sign(&fenced_req, &[0]);
+    let one = ops.ctl(&["force-release", "apply", &fenced_req]);
+    assert_eq!(one.code, 77, "{one}");
+    assert_eq!(etcd.revision().await, revision);
+
+    // Two: exactly fr/x is deleted, and the force record says who and why.
+    ops.sign(&fenced_req, &[1]);
+    let done = ops.ctl(&["force-release", "apply", &fenced_req, "--json"]);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(done.json()["released"], "fr/x");
+    assert!(held(&etcd, "fr/x").await.is_none(), "fr/x is still held");
+    assert!(held(&etcd, "fr/w").await.is_some(), "another hold of the session went too");
+    let (record, lease) = force_record(&etcd, &fenced_req).await.expect("the force record");
+    assert_eq!((record.requester.as_str(), record.approver.as_str(), record.fenced), ("alice", "bob", true));
+    assert_eq!((record.namespace.as_str(), record.key.as_str(), record.holder.as_str()), ("fr", "x", "spiffe://holdfast.dev/svc/a"));
+    assert_eq!(record.reason, "a stuck batch job");
+    let ttl = etcd.client().await.lease_time_to_live(lease, None).await.unwrap().ttl();
+    assert!(ttl > 23 * 3600 && ttl <= 24 * 3600, "force record lease TTL {ttl}");
+
+    // Replayed: refused by its nonce, nothing changes.
+    let revision = etcd.revision().await;
+    let replay = ops.ctl(&["force-release", "apply", &fenced_req]);
+    assert_eq!(replay.code, 65, "{replay}");
+    assert!(replay.stderr.contains("already carried out"), "{replay}");
+    assert_eq!(etcd.revision().await, revision);
+
+    // A newer hold of the same key, taken after the request: untouched.
+    assert!(y1.release().await.unwrap());
+    let sc = c.open_session_for("fra", None).await.unwrap();
+    let _y2 = sc.acquire(&key("fra/y"), Duration::ZERO).await.unwrap();
+    ops.sign(&advisory_req, &[0, 1]);
+    let revision = etcd.revision().await;
+    let stale = ops.ctl(&["force-release", "apply", &advisory_req]);
+    assert_eq!(stale.code, 65, "{stale}");
+    assert!(
+        stale.stderr.contains("is held now by spiffe://holdfast.dev/svc/c") && stale.stderr.contains("not the hold the request names"),
+        "{stale}"
+    );
+    assert_eq!(held(&etcd, "fra/y").await.unwrap().spiffe_id, "spiffe://holdfast.dev/svc/c");
+    assert_eq!(etcd.revision().await, revision, "the refused force-release wrote to etcd");
+
+    // --revoke-session ends the holder's session: its other hold goes too.
+    let (revoke_req, _) = ops.request("fr/w", &["--revoke-session"]);
+    ops.sign(&revoke_req, &[0, 1]);
+    let done = ops.ctl(&["force-release", "apply", &revoke_req]);
+    assert_eq!(done.code, 0, "{done}");
+    assert!(done.stdout.contains("the holder's session ended"), "{done}");
+    let mut session_gone = false;
+    for _ in 0..50 {
+        let s = etcd.client().await.get(layout::session_key(sa.id() as i64), None).await.unwrap();
+        if s.kvs().is_empty() {
+            session_gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(session_gone, "the holder's session record outlived the revoke");
+}
