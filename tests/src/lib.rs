@@ -5,11 +5,12 @@
 
 use holdfast_client::{Client, ClientConfig};
 use holdfast_config::EtcdConfig;
-use holdfast_config::arbiter::TlsConfig;
 use holdfast_devkit::arbiter::{ArbiterProcess, Launch};
+use holdfast_devkit::controller::ControllerProcess;
 use holdfast_devkit::etcd::{self as devetcd, ClusterSpec, EtcdBinary, EtcdProcess, MemberSpec};
-use holdfast_devkit::pki::{DevCa, Issued};
+use holdfast_devkit::pki::{DevCa, EtcdPki, Issued};
 use holdfast_devkit::ports::free_port;
+use holdfast_fixtures::policy::FixtureClass;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
@@ -77,6 +78,9 @@ pub struct Etcd {
     pub members: Vec<Option<EtcdProcess>>,
     dir: PathBuf,
     generation: u32,
+    /// The etcd CA's directory when the members run client and peer TLS
+    /// with certificate authentication ([`Etcd::start_secure`]).
+    tls_dir: Option<PathBuf>,
 }
 
 impl Etcd {
@@ -85,8 +89,23 @@ impl Etcd {
         Self::start_on(dir, &ports).await
     }
 
+    /// Members with client and peer TLS and `--client-cert-auth`, their own
+    /// CA (not the workloads'); [`Etcd::config`] then carries etcd root's
+    /// client certificate. Authentication is off until
+    /// `holdfastctl etcd roles` (or [`Etcd::enable_auth`]) turns it on.
+    pub async fn start_secure(dir: &Path, members: usize) -> Self {
+        let tls_dir = dir.join("etcd-tls");
+        let tls = EtcdPki::open_or_create(&tls_dir).expect("etcd CA").member_tls(&[]).expect("etcd member certificate");
+        let ports: Vec<u16> = (0..members).map(|_| free_port()).collect();
+        Self::start_with_tls(dir, &ports, Some(tls), Some(tls_dir)).await
+    }
+
     /// Starts one member per given client port.
     pub async fn start_on(dir: &Path, client_ports: &[u16]) -> Self {
+        Self::start_with_tls(dir, client_ports, None, None).await
+    }
+
+    async fn start_with_tls(dir: &Path, client_ports: &[u16], tls: Option<devetcd::MemberTls>, tls_dir: Option<PathBuf>) -> Self {
         let members = client_ports.len();
         let bin = etcd_binary();
         let spec = ClusterSpec {
@@ -99,11 +118,13 @@ impl Etcd {
                     data_dir: dir.join(format!("etcd-m{i}-0")),
                     client_port: *port,
                     peer_port: free_port(),
+                    tls: tls.clone(),
+                    metrics_port: None,
                 })
                 .collect(),
             token: format!("holdfast-test-{}", free_port()),
         };
-        let mut etcd = Etcd { bin, spec, members: Vec::new(), dir: dir.to_path_buf(), generation: 0 };
+        let mut etcd = Etcd { bin, spec, members: Vec::new(), dir: dir.to_path_buf(), generation: 0, tls_dir };
         for i in 0..members {
             let p = EtcdProcess::start(&etcd.bin, &etcd.spec, i, &etcd.log(i)).expect("start etcd");
             etcd.members.push(Some(p));
@@ -112,12 +133,27 @@ impl Etcd {
         etcd
     }
 
+    /// Stops member `i` and starts it again on the same data (every
+    /// client's connection to it drops).
+    pub async fn restart_member(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.stop(Duration::from_secs(10));
+        }
+        self.members[i] = Some(EtcdProcess::start(&self.bin, &self.spec, i, &self.log(i)).expect("restart etcd"));
+        self.wait_ready().await;
+    }
+
+    /// The etcd CA of a cluster from [`Etcd::start_secure`].
+    pub fn pki(&self) -> EtcdPki {
+        EtcdPki::open_or_create(self.tls_dir.as_ref().expect("a secure cluster")).expect("etcd CA")
+    }
+
     fn log(&self, i: usize) -> PathBuf {
         self.dir.join(format!("etcd-m{i}.log"))
     }
 
     pub async fn wait_ready(&self) {
-        if let Err(e) = devetcd::wait_ready(&self.endpoints(), Duration::from_secs(60)).await {
+        if let Err(e) = devetcd::wait_ready_with(&self.config(), Duration::from_secs(60)).await {
             for i in 0..self.spec.members.len() {
                 print_tail("etcd", &self.log(i));
             }
@@ -129,18 +165,60 @@ impl Etcd {
         self.spec.client_urls()
     }
 
+    /// Where and how to reach etcd: plain, or as etcd's root user.
     pub fn config(&self) -> EtcdConfig {
-        EtcdConfig::plain(self.endpoints())
+        self.config_as(holdfast_store::roles::ROOT)
     }
 
-    /// A plain etcd client, for looking behind the arbiter's back.
+    /// [`Etcd::config`] as the etcd user `user` (a client certificate with
+    /// that CN from the etcd CA) on a cluster from [`Etcd::start_secure`];
+    /// the plain config on any other.
+    pub fn config_as(&self, user: &str) -> EtcdConfig {
+        let Some(dir) = &self.tls_dir else { return EtcdConfig::plain(self.endpoints()) };
+        EtcdPki::open_or_create(dir).and_then(|p| p.config_as(user, self.endpoints())).expect("etcd user certificate")
+    }
+
+    /// Creates every holdfast role and user and enables authentication
+    /// (what `holdfastctl etcd roles` does).
+    pub async fn enable_auth(&self) {
+        holdfast_store::roles::ensure(&mut self.client().await, true).await.expect("etcd roles");
+    }
+
+    /// An etcd client (root's, on a secure cluster), for looking behind the
+    /// arbiter's back.
     pub async fn client(&self) -> etcd_client::Client {
-        etcd_client::Client::connect(self.endpoints(), None).await.expect("etcd client")
+        Self::client_for(&self.config()).await
+    }
+
+    /// An etcd client with the credentials of `config`.
+    pub async fn client_for(config: &EtcdConfig) -> etcd_client::Client {
+        holdfast_store::etcd::connect_client(config).await.expect("etcd client")
     }
 
     /// The arbiter's etcd handle (for epoch init and advance).
     pub async fn holdfast(&self) -> holdfast_store::Etcd {
         holdfast_store::Etcd::connect(&self.config()).await.expect("etcd connect")
+    }
+
+    /// Publishes a class set through a real controller (see
+    /// [`holdfast_fixtures::policy`]): `classes` as (namespace, TTL in
+    /// seconds), one grant giving every `spiffe://holdfast.dev/` identity
+    /// lock, inspect and force-release on them, plus `extra_grants`.
+    /// Returns once the set is published; keep the controller running.
+    pub async fn publish_policy(&self, dir: &Path, classes: &[(&str, u64)], extra_grants: &str) -> ControllerProcess {
+        let classes: Vec<FixtureClass> = classes.iter().map(|(ns, ttl)| FixtureClass::new(ns, Duration::from_secs(*ttl))).collect();
+        let config = EtcdConfig { request_timeout: Duration::from_secs(2), ..self.config_as(holdfast_store::roles::CONTROLLER.name) };
+        let pausetest = self.config_as(holdfast_store::roles::PAUSETEST.name);
+        let (controller, _) =
+            holdfast_fixtures::policy::publish(bin("holdfast-controller"), dir, config, &pausetest, LAB_IDENTITIES, &classes, extra_grants)
+                .await
+                .expect("publish the lab class set");
+        controller
+    }
+
+    /// [`Etcd::publish_policy`] with [`LAB_CLASSES`].
+    pub async fn publish_lab_policy(&self, dir: &Path) -> ControllerProcess {
+        self.publish_policy(dir, LAB_CLASSES, "").await
     }
 
     pub async fn init_epoch(&self) -> holdfast_model::layout::EpochRecord {
@@ -165,7 +243,7 @@ impl Etcd {
     }
 
     pub fn snapshot(&self, file: &Path) {
-        devetcd::snapshot_save(&self.bin, &self.endpoints()[0], file).expect("snapshot save");
+        devetcd::snapshot_save(&self.bin, &self.config(), file).expect("snapshot save");
     }
 
     /// Stops every member, restores `snapshot` into fresh data directories
@@ -263,7 +341,7 @@ impl Arbiter {
     /// test PKI, fast seal checks.
     pub fn config(etcd_endpoints: &[String], pki: &Pki) -> ArbiterConfig {
         let mut c = ArbiterConfig::new(
-            TlsConfig { cert_file: pki.server.cert.clone(), key_file: pki.server.key.clone(), client_ca_file: pki.ca.ca_path() },
+            pki.ca.arbiter_tls(&pki.server),
             EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(etcd_endpoints.to_vec()) },
         );
         c.listen = ([127, 0, 0, 1], free_port()).into();
@@ -353,10 +431,48 @@ impl Drop for Arbiter {
     }
 }
 
-/// The usual fixture: one etcd (n members), the epoch initialised, a PKI
-/// and one arbiter.
+/// Every identity the test PKI issues ([`Pki::workload`]).
+pub const LAB_IDENTITIES: &str = "spiffe://holdfast.dev/";
+
+/// The lab's classes, (namespace, TTL in seconds): every namespace the
+/// tests lock in. A session's TTL must be its key's class TTL, so a test
+/// opens sessions with the TTL listed here (or `open_session_for`).
+/// Classes under 30 s are fenced, with a fixture pause-test record.
+pub const LAB_CLASSES: &[(&str, u64)] = &[
+    ("a", 10),
+    ("batch", 10),
+    ("demo", 30),
+    ("deposed", 10),
+    ("durable", 10),
+    ("expiry", 5),
+    ("fence", 10),
+    ("hot", 10),
+    ("jobs", 10),
+    ("metrics", 10),
+    ("ns", 10),
+    ("orders", 30),
+    ("payments", 30),
+    ("pausetest", 5),
+    ("poll", 10),
+    ("race", 30),
+    ("re", 10),
+    ("redact", 10),
+    ("reports", 30),
+    ("svc", 10),
+    ("team", 10),
+    ("teams", 5),
+    ("trace", 10),
+    ("vt", 30),
+    ("vt-burst", 30),
+    ("w", 30),
+];
+
+/// The usual fixture: one etcd (n members), the epoch initialised, the lab
+/// class set ([`LAB_CLASSES`]) published by a real controller, a PKI and
+/// one arbiter.
 pub struct Appliance {
     pub arbiter: Arbiter,
+    pub controller: ControllerProcess,
     pub pki: Pki,
     pub etcd: Etcd,
     pub dir: TestDir,
@@ -369,12 +485,19 @@ impl Appliance {
 
     /// Like [`Appliance::start`], with the test's changes to the arbiter's config.
     pub async fn start_with(name: &str, members: usize, configure: Configure<'_>) -> Self {
+        Self::start_policy(name, members, configure, LAB_CLASSES, "").await
+    }
+
+    /// Like [`Appliance::start_with`], with the class set given (see
+    /// [`Etcd::publish_policy`]).
+    pub async fn start_policy(name: &str, members: usize, configure: Configure<'_>, classes: &[(&str, u64)], extra_grants: &str) -> Self {
         let dir = TestDir::new(name);
         let etcd = Etcd::start(&dir.path, members).await;
         etcd.init_epoch().await;
+        let controller = etcd.publish_policy(&dir.path, classes, extra_grants).await;
         let pki = Pki::new(&dir.path);
         let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, configure);
-        Appliance { arbiter, pki, etcd, dir }
+        Appliance { arbiter, controller, pki, etcd, dir }
     }
 
     /// A client with the identity `spiffe://holdfast.dev/<path>`.
@@ -535,5 +658,66 @@ impl Ran {
 impl std::fmt::Display for Ran {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// The body of `GET /metrics` from a daemon's metrics port on loopback.
+pub async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    assert!(buf.starts_with("HTTP/1."), "{buf}");
+    buf.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// The value of the sample whose series is exactly `series` (0 when absent).
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines().filter_map(|l| l.rsplit_once(' ')).find(|(s, _)| *s == series).map(|(_, v)| v.parse().unwrap()).unwrap_or(0.0)
+}
+
+/// holdfastctl's `--etcd-*` flags for `cfg` (a secure cluster's user).
+pub fn etcd_flags(cfg: &EtcdConfig) -> Vec<String> {
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    vec![
+        format!("--etcd-endpoint={}", cfg.endpoints.join(",")),
+        format!("--etcd-ca={}", path(&cfg.ca_file)),
+        format!("--etcd-cert={}", path(&cfg.cert_file)),
+        format!("--etcd-key={}", path(&cfg.key_file)),
+    ]
+}
+
+/// A new ed25519 key pair from the real `ssh-keygen` in `dir`: the private
+/// key's path and the public key's line.
+pub fn ssh_keygen(dir: &Path, name: &str) -> (PathBuf, String) {
+    std::fs::create_dir_all(dir).expect("key dir");
+    let key = dir.join(name);
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .output()
+        .expect("run ssh-keygen");
+    assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+    let public = std::fs::read_to_string(key.with_extension("pub")).expect("public key").trim().to_string();
+    (key, public)
+}
+
+/// The `export K=V` lines of a `holdfastctl dev` env file.
+pub fn env_file(path: &Path) -> std::collections::HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Stops a detached `holdfastctl dev` appliance even when an assertion fails.
+pub struct DevStop(pub PathBuf);
+
+impl Drop for DevStop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(bin("holdfastctl")).args(["dev", "stop", "--dir"]).arg(&self.0).output();
     }
 }

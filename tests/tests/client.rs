@@ -16,7 +16,7 @@ fn no_fence() -> impl Fn(Fenced) + Send + Sync + 'static {
 }
 
 fn opts(ttl: u64, wait_ms: u64) -> AcquireOptions {
-    AcquireOptions { ttl: Duration::from_secs(ttl), wait: Duration::from_millis(wait_ms), durable: false }
+    AcquireOptions { ttl: Some(Duration::from_secs(ttl)), wait: Duration::from_millis(wait_ms), durable: false }
 }
 
 async fn lease_count(etcd: &Etcd) -> usize {
@@ -25,7 +25,8 @@ async fn lease_count(etcd: &Etcd) -> usize {
 
 #[tokio::test]
 async fn holds_of_one_ttl_share_one_session_and_one_lease() {
-    let app = Appliance::start("batched", 1).await;
+    // Two classes of different TTLs, so a second TTL is possible.
+    let app = Appliance::start_policy("batched", 1, &defaults, &[("batch", 15), ("batch-long", 30)], "").await;
     let locker = app.locker("svc/batch", &[&app.arbiter], no_fence());
     let leases_before = lease_count(&app.etcd).await;
     let mut guards = Vec::new();
@@ -38,7 +39,7 @@ async fn holds_of_one_ttl_share_one_session_and_one_lease() {
     let lease = holds.kvs()[0].lease();
     assert!(holds.kvs().iter().all(|kv| kv.lease() == lease), "every hold is attached to the session's lease");
     // A second TTL is a second session.
-    let other = locker.acquire(&key("batch/other-ttl"), opts(30, 0)).await.unwrap();
+    let other = locker.acquire(&key("batch-long/other-ttl"), opts(30, 0)).await.unwrap();
     assert_eq!(lease_count(&app.etcd).await, leases_before + 2);
     assert_ne!(other.session_id(), guards[0].session_id());
     for g in guards {
@@ -52,9 +53,9 @@ async fn reentrant_acquire_costs_one_grant_and_one_release() {
     let locker = app.locker("svc/re", &[&app.arbiter], no_fence());
     let k = key("re/entrant");
     let r0 = app.etcd.revision().await;
-    let a = locker.acquire(&k, opts(15, 0)).await.unwrap();
-    let b = locker.acquire(&k, opts(15, 0)).await.unwrap();
-    let c = locker.acquire(&k, opts(15, 0)).await.unwrap();
+    let a = locker.acquire(&k, opts(10, 0)).await.unwrap();
+    let b = locker.acquire(&k, opts(10, 0)).await.unwrap();
+    let c = locker.acquire(&k, opts(10, 0)).await.unwrap();
     assert_eq!(a.token(), b.token());
     assert_eq!(b.token(), c.token());
     let r1 = app.etcd.revision().await;
@@ -65,13 +66,13 @@ async fn reentrant_acquire_costs_one_grant_and_one_release() {
     assert_eq!(app.etcd.revision().await, r1, "inner releases reach nothing");
     // The same identity through a second session: a leak, not contention.
     let second = app.locker("svc/re", &[&app.arbiter], no_fence());
-    let err = match second.acquire(&k, opts(15, 0)).await {
+    let err = match second.acquire(&k, opts(10, 0)).await {
         Err(e) => e,
         Ok(_) => panic!("a second session of the same identity got a held key"),
     };
     assert_eq!(err.reason(), Some(ErrorReason::Leak), "{err}");
     let other = app.locker("svc/other", &[&app.arbiter], no_fence());
-    let err = match other.acquire(&k, opts(15, 0)).await {
+    let err = match other.acquire(&k, opts(10, 0)).await {
         Err(e) => e,
         Ok(_) => panic!("another identity got a held key"),
     };
@@ -83,7 +84,8 @@ async fn reentrant_acquire_costs_one_grant_and_one_release() {
 
 #[tokio::test]
 async fn drain_then_fence_before_etcd_expires_the_lease() {
-    let app = Appliance::start("fence", 1).await;
+    // The freezes below are timed against a 6 s session TTL.
+    let app = Appliance::start_policy("fence", 1, &defaults, &[("fence", 6)], "").await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Fenced)>();
     let locker = app.locker("svc/fence", &[&app.arbiter], move |f| {
         let _ = tx.send((Instant::now(), f));
@@ -134,13 +136,13 @@ async fn waiters_are_granted_in_arrival_order_with_one_grant_per_release() {
     let k = key("hot/key");
     let status = app.client("svc/observer").await;
     let holder = app.client("svc/holder").await;
-    let hs = holder.open_session(Duration::from_secs(30)).await.unwrap();
+    let hs = holder.open_session(Duration::from_secs(10)).await.unwrap();
     let first = hs.acquire(&k, Duration::ZERO).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..20 {
         let client = app.client(&format!("svc/w{i}")).await;
-        let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+        let session = client.open_session(Duration::from_secs(10)).await.unwrap();
         let order = order.clone();
         let wk = k.clone();
         tasks.push(tokio::spawn(async move {
@@ -168,12 +170,13 @@ async fn waiters_are_granted_in_arrival_order_with_one_grant_per_release() {
 
 #[tokio::test]
 async fn without_watch_events_a_waiter_is_granted_within_about_a_second() {
-    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter } = Appliance::start_with("poll", 1, &|c| c.waiters.watch = false).await;
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_with("poll", 1, &|c| c.waiters.watch = false).await;
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
     let k = key("poll/key");
-    let sa = a.open_session(Duration::from_secs(15)).await.unwrap();
-    let sb = b.open_session(Duration::from_secs(15)).await.unwrap();
+    let sa = a.open_session(Duration::from_secs(10)).await.unwrap();
+    let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
     let hold = sa.acquire(&k, Duration::ZERO).await.unwrap();
     let k2 = k.clone();
     let waiter = tokio::spawn(async move { sb.acquire(&k2, Duration::from_secs(20)).await.map(|h| (Instant::now(), h.token())) });
@@ -191,6 +194,8 @@ async fn durable_waiting_order_survives_an_arbiter_restart() {
     let dir = TestDir::new("durable");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    // 60 s sessions: they outlive the first arbiter, whose death stops their keepalives.
+    let _controller = etcd.publish_policy(&dir.path, &[("durable", 60)], "").await;
     let pki = Pki::new(&dir.path);
     let mut first_arbiter = Arbiter::start(&dir.path, "arbiter-1", &etcd.endpoints(), &pki);
     let k = key("durable/key");
@@ -265,6 +270,7 @@ async fn keys_spread_over_three_arbiters_and_killing_one_moves_only_its_keys() {
     let dir = TestDir::new("affinity");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_policy(&dir.path, &[("spread", 15)], "").await;
     let pki = Pki::new(&dir.path);
     let mut arbiters: Vec<Arbiter> = (0..3).map(|i| Arbiter::start(&dir.path, &format!("arbiter-{i}"), &etcd.endpoints(), &pki)).collect();
     let watcher = pki.workload("obs", "svc/obs");
@@ -333,6 +339,7 @@ async fn a_deposed_leader_never_extends_the_client_deadline_past_the_server_expi
     let dir = TestDir::new("deposed");
     let etcd = Etcd::start(&dir.path, 3).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_policy(&dir.path, &[("deposed", 15)], "").await;
     let pki = Pki::new(&dir.path);
     // Find the leader; the arbiter talks to it alone.
     let h = etcd.holdfast().await;

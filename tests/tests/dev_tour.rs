@@ -8,27 +8,8 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `export K=V` lines of a dev env file.
-fn env_file(path: &std::path::Path) -> HashMap<String, String> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 fn ctl(env: &HashMap<String, String>, args: &[&str]) -> std::process::Output {
     Command::new(bin("holdfastctl")).envs(env).args(args).output().expect("run holdfastctl")
-}
-
-/// Stops the detached appliance even when an assertion fails.
-struct Stop(std::path::PathBuf);
-
-impl Drop for Stop {
-    fn drop(&mut self) {
-        let _ = Command::new(bin("holdfastctl")).args(["dev", "stop", "--dir"]).arg(&self.0).output();
-    }
 }
 
 #[test]
@@ -41,7 +22,7 @@ fn the_dev_tour_works_as_the_readme_says() {
         .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
         .output()
         .expect("holdfastctl dev --detach");
-    let _stop = Stop(state.clone());
+    let _stop = DevStop(state.clone());
     let banner = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "dev --detach failed:\n{banner}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(banner.contains("source") && banner.contains("env-second") && banner.contains("holdfastctl lock exec"), "{banner}");
@@ -54,9 +35,19 @@ fn the_dev_tour_works_as_the_readme_says() {
     assert!(config.starts_with("# Written by `holdfastctl dev`") && !config.contains("[mutation]"), "{config}");
     // The controller published the dev class set before the banner.
     assert!(banner.contains("/policy"), "the banner says where the class set is: {banner}");
-    let url = first["HOLDFAST_ETCD_ENDPOINT"].clone();
+    // etcd speaks mTLS with authentication on; the shells carry the
+    // read-only observer's credentials.
+    let observer = holdfast_config::EtcdConfig {
+        ca_file: Some(first["HOLDFAST_ETCD_CA"].clone().into()),
+        cert_file: Some(first["HOLDFAST_ETCD_CERT"].clone().into()),
+        key_file: Some(first["HOLDFAST_ETCD_KEY"].clone().into()),
+        ..holdfast_config::EtcdConfig::plain(vec![first["HOLDFAST_ETCD_ENDPOINT"].clone()])
+    };
+    assert!(observer.endpoints[0].starts_with("https://"), "{observer:?}");
     let published = tokio::runtime::Runtime::new().unwrap().block_on(async move {
-        let mut etcd = etcd_client::Client::connect([url], None).await.unwrap();
+        let mut etcd = Etcd::client_for(&observer).await;
+        assert!(etcd.put("/sys/policy", "x", None).await.is_err(), "the observer wrote the class set");
+        assert!(etcd.get("/l/demo/report", None).await.is_err(), "the observer read a hold");
         let r = etcd.get("/sys/policy", None).await.unwrap();
         serde_json::from_slice::<serde_json::Value>(r.kvs()[0].value()).unwrap()
     });
@@ -93,6 +84,10 @@ fn the_dev_tour_works_as_the_readme_says() {
     assert!(inspect.contains("dev/operator"), "inspect names the holder: {inspect}");
     let out = ctl(&first, &["epoch", "status"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // `holdfastctl status` reads etcd as the observer, from the shell's env.
+    let out = ctl(&first, &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("class set    version 1\n"), "{text}{}", String::from_utf8_lossy(&out.stderr));
 
     holder.kill().unwrap();
     holder.wait().unwrap();

@@ -14,6 +14,11 @@ fn key(s: &str) -> LockKey {
     LockKey::parse(s).unwrap()
 }
 
+/// The workload's class: 5 s, so the vanished holders' holds expire soon.
+const EXPIRING: &[(&str, u64)] = &[("gate", 5)];
+/// The mutants' class: 30 s, so no session expires during a test.
+const LASTING: &[(&str, u64)] = &[("gate", 30)];
+
 #[tokio::test]
 async fn a_contended_workload_with_expiries_passes_c1_and_c3() {
     contended_workload("gate-ok", &defaults).await;
@@ -26,7 +31,8 @@ async fn a_contended_workload_with_group_commit_passes_c1_and_c3() {
 }
 
 async fn contended_workload(name: &str, configure: Configure<'_>) {
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with(name, 1, configure).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_policy(name, 1, configure, EXPIRING, "").await;
     let rec = Arc::new(Recorder::default());
     let mut tasks = Vec::new();
     for p in 0..6u64 {
@@ -83,8 +89,8 @@ async fn contended_workload(name: &str, configure: Configure<'_>) {
 
 #[tokio::test]
 async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
-    let Appliance { dir: _dir, etcd, pki, arbiter } =
-        Appliance::start_with("gate-mutant", 1, &|c| c.mutation.release_unguarded = true).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_policy("gate-mutant", 1, &|c| c.mutation.release_unguarded = true, LASTING, "").await;
     let rec = Recorder::default();
     let k = key("gate/stale");
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
@@ -120,8 +126,8 @@ async fn an_arbiter_whose_release_is_not_guarded_by_create_revision_fails_c3() {
 
 #[tokio::test]
 async fn an_arbiter_minting_tokens_from_a_local_counter_fails_c1() {
-    let Appliance { dir: _dir, etcd, pki, arbiter } =
-        Appliance::start_with("gate-counter", 1, &|c| c.mutation.token_from_counter = true).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_policy("gate-counter", 1, &|c| c.mutation.token_from_counter = true, LASTING, "").await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
@@ -148,7 +154,8 @@ async fn an_arbiter_that_does_not_compare_the_epoch_fails_c1_after_an_advance() 
         c.seal.check_interval = Duration::from_secs(30);
         c.mutation.no_epoch_compare = true;
     };
-    let Appliance { dir: _dir, etcd, pki, arbiter } = Appliance::start_with("gate-epoch", 1, &configure).await;
+    let Appliance { dir: _dir, etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_policy("gate-epoch", 1, &configure, LASTING, "").await;
     let rec = Recorder::default();
     let client = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let k = key("gate/epoch");

@@ -66,7 +66,7 @@ async fn lock_exec_exits_with_the_commands_status_and_releases() {
     let k = holdfast_model::LockKey::parse("jobs/status").unwrap();
     assert!(!client.inspect(&k).await.unwrap().held, "released after the command exited");
     // --wait 0 while held: exit 75, the command never runs.
-    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let session = client.open_session_for("jobs", None).await.unwrap();
     let _hold = session.acquire(&k, Duration::ZERO).await.unwrap();
     let marker = app.dir.path.join("ran");
     let out = Command::new(bin("holdfastctl"))
@@ -83,7 +83,8 @@ async fn lock_exec_exits_with_the_commands_status_and_releases() {
 
 #[tokio::test]
 async fn lock_exec_terminates_the_command_when_the_session_is_lost() {
-    let app = Appliance::start("lock-exec-lost", 1).await;
+    // A 5 s class for jobs: the loss must come (and be acted on) quickly.
+    let app = Appliance::start_policy("lock-exec-lost", 1, &defaults, &[("jobs", 5)], "").await;
     let marker = app.dir.path.join("got-term");
     let script = format!("trap 'echo term > {}; exit 0' TERM; while true; do sleep 0.1; done", marker.display());
     let mut child = Command::new(bin("holdfastctl"))
@@ -128,4 +129,35 @@ async fn lock_exec_terminates_the_command_when_the_session_is_lost() {
     assert!(marker.exists(), "the command got SIGTERM");
     assert!(took < Duration::from_secs(5), "SIGTERM {took:?} after the freeze: must be before the 5s TTL passes");
     assert!(exited < Duration::from_secs(8), "holdfastctl took {exited:?} to exit after the loss");
+}
+
+#[tokio::test]
+async fn lock_exec_with_a_ttl_other_than_the_class_ttl_is_refused_naming_the_class() {
+    let app = Appliance::start("lock-exec-ttl", 1).await;
+    let client = app.client("jobs/b").await;
+    let k = holdfast_model::LockKey::parse("jobs/ttl").unwrap();
+    let marker = app.dir.path.join("ran");
+    // 20 s is a valid session TTL, but jobs' class TTL is 10 s.
+    let before = app.etcd.revision().await;
+    let ran = Ran::of(
+        Command::new(bin("holdfastctl"))
+            .envs(app.ctl_env("jobs/a"))
+            .args(["lock", "exec", "jobs/ttl", "--ttl", "20s", "--wait", "0", "--", "touch"])
+            .arg(&marker),
+    );
+    assert_eq!(ran.code, 64, "a TTL that is not the class's is a usage error:\n{ran}");
+    assert!(ran.stderr.contains("class jobs") && ran.stderr.contains("10s"), "the refusal names the class and its TTL:\n{ran}");
+    assert!(!marker.exists(), "the command never ran");
+    assert!(!client.inspect(&k).await.unwrap().held, "nothing is held after the refusal");
+    assert_eq!(app.etcd.revision().await, before, "the refusal wrote nothing to etcd (no session, no hold)");
+    // The class's own TTL, given explicitly, is accepted.
+    let ran = Ran::of(
+        Command::new(bin("holdfastctl"))
+            .envs(app.ctl_env("jobs/a"))
+            .args(["lock", "exec", "jobs/ttl", "--ttl", "10s", "--wait", "0", "--", "touch"])
+            .arg(&marker),
+    );
+    assert_eq!(ran.code, 0, "{ran}");
+    assert!(marker.exists(), "the command ran with the class's TTL");
+    assert!(!client.inspect(&k).await.unwrap().held, "released after the command exited");
 }

@@ -5,16 +5,6 @@ use holdfast_tests::*;
 use std::process::Command;
 use std::time::Duration;
 
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    assert!(buf.starts_with("HTTP/1."), "{buf}");
-    buf.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
 /// (name, label names, value) of every sample line.
 fn samples(text: &str) -> Vec<(String, Vec<String>, f64)> {
     text.lines()
@@ -61,6 +51,28 @@ async fn metrics_carry_only_namespace_class_tier_and_cluster_labels() {
             }
         }
     }
+    // Exactly the right labels: per-class counters carry all four, with the
+    // class's values from the published set; everything else `cluster` alone.
+    let per_class = [
+        "holdfast_arbiter_acquire_granted_total",
+        "holdfast_arbiter_acquire_contention_total",
+        "holdfast_arbiter_acquire_leak_total",
+        "holdfast_arbiter_validate_token_valid_total",
+        "holdfast_arbiter_validate_token_invalid_total",
+        "holdfast_arbiter_validate_token_refused_total",
+        "holdfast_arbiter_holds",
+        "holdfast_arbiter_holds_quota",
+    ];
+    for (name, labels, _) in &all {
+        let mut got: Vec<&str> = labels.iter().map(String::as_str).filter(|l| *l != "le").collect();
+        got.sort();
+        let want: &[&str] = if per_class.contains(&name.as_str()) { &["class", "cluster", "namespace", "tier"] } else { &["cluster"] };
+        assert_eq!(got, want, "labels of {name}");
+    }
+    assert!(
+        text.contains("holdfast_arbiter_acquire_granted_total{namespace=\"metrics\",class=\"metrics\",tier=\"entity\",cluster=\"test\"} 2"),
+        "{text}"
+    );
     let value = |n: &str| all.iter().find(|s| s.0 == n).map(|s| s.2).unwrap_or_else(|| panic!("no {n} in\n{text}"));
     assert_eq!(value("holdfast_arbiter_acquire_granted_total"), 2.0);
     assert_eq!(value("holdfast_arbiter_acquire_contention_total"), 1.0);
@@ -76,6 +88,7 @@ async fn issued_tokens_never_appear_in_any_output_at_debug_level() {
     let dir = TestDir::new("redaction");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_lab_policy(&dir.path).await;
     let pki = Pki::new(&dir.path);
     let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &defaults, "debug");
     arbiter.wait_ready(Duration::from_secs(30)).unwrap();
@@ -194,6 +207,7 @@ async fn rpc_spans_reach_an_otlp_http_collector_without_any_token() {
     let dir = TestDir::new("otlp-http");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_lab_policy(&dir.path).await;
     let pki = Pki::new(&dir.path);
     let receiver = holdfast_tests::otlp::OtlpReceiver::http();
     let configure = |c: &mut ArbiterConfig| {
@@ -267,6 +281,7 @@ async fn rpc_spans_reach_an_otlp_grpc_collector_without_any_token() {
     let dir = TestDir::new("otlp-grpc");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_lab_policy(&dir.path).await;
     let pki = Pki::new(&dir.path);
     let receiver = holdfast_tests::otlp::OtlpReceiver::grpc();
     let configure = |c: &mut ArbiterConfig| {
@@ -293,6 +308,7 @@ async fn without_an_otlp_endpoint_nothing_is_exported() {
     let dir = TestDir::new("otlp-off");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_lab_policy(&dir.path).await;
     let pki = Pki::new(&dir.path);
     let http = holdfast_tests::otlp::OtlpReceiver::http();
     let grpc = holdfast_tests::otlp::OtlpReceiver::grpc();
@@ -310,7 +326,9 @@ async fn without_an_otlp_endpoint_nothing_is_exported() {
 #[tokio::test]
 async fn holds_ended_by_session_expiry_are_counted_once_by_their_granting_arbiter() {
     const EXPIRED: &str = "holdfast_arbiter_expiries_without_release_total";
-    let app = Appliance::start("expiry", 1).await;
+    // Sessions of 5 s expire quickly; the hold the epoch advance ends is in
+    // a 30 s class, so it cannot expire first.
+    let app = Appliance::start_policy("expiry", 1, &defaults, &[("expiry", 5), ("expiry-advance", 30)], "").await;
     let second = Arbiter::start(&app.dir.path, "second", &app.etcd.endpoints(), &app.pki);
     let cert = app.pki.workload("svc-x", "svc/x");
     let one = app.arbiter.client(&app.pki, &cert).await;
@@ -346,7 +364,7 @@ async fn holds_ended_by_session_expiry_are_counted_once_by_their_granting_arbite
     // An epoch advance deletes every hold with its session record in one
     // revision too; it is not an expiry.
     let last = one.open_session(Duration::from_secs(30)).await.unwrap();
-    last.acquire(&key("advanced"), Duration::ZERO).await.unwrap();
+    last.acquire(&LockKey::parse("expiry-advance/advanced").unwrap(), Duration::ZERO).await.unwrap();
     holdfast_store::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(metric(app.arbiter.metrics_port, EXPIRED).await, 3.0, "exactly the vanished client's holds granted here");

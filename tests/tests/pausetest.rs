@@ -2,11 +2,18 @@
 //! PostgreSQL reference fence on a throwaway PostgreSQL cluster and the S3
 //! reference fence on a real S3-compatible server (versitygw), with a real
 //! arbiter and etcd. Correct fences pass; deliberately wrong ones fail, and
-//! both outcomes are recorded under /sys/pausetest/.
+//! both outcomes are recorded under /sys/pausetest/. A real controller
+//! refuses a fenced class until the kit has passed for it.
 
-use holdfast_model::layout::{self, PauseTestOutcome, PauseTestRecord};
+use holdfast_config::{ControllerConfig, EtcdConfig};
+use holdfast_devkit::controller::{ControllerLaunch, ControllerProcess};
+use holdfast_devkit::ports::free_port;
+use holdfast_model::layout::{self, POLICY_KEY, POLICY_STATUS_KEY, PauseTestOutcome, PauseTestRecord};
+use holdfast_store::policy::{PolicyStatus, PublishedPolicy};
 use holdfast_tests::*;
 use std::fmt;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy)]
 enum Resource {
@@ -239,5 +246,140 @@ async fn kit_refuses_bad_input_before_touching_anything() {
     }
     let mut etcd = app.etcd.client().await;
     let resp = etcd.get(layout::PAUSETEST_PREFIX, Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
-    assert!(resp.kvs().is_empty(), "nothing was recorded");
+    // Only the harness's fixture records (for its fenced lab classes) are there.
+    let fixture = percent_fixture();
+    let recorded: Vec<String> = resp.kvs().iter().map(|kv| kv.key_str().unwrap().to_string()).filter(|k| !k.ends_with(&fixture)).collect();
+    assert!(recorded.is_empty(), "nothing was recorded: {recorded:?}");
+}
+
+/// A holdfast-controller publishing `policy` to the appliance's etcd,
+/// rescanning every [`RESCAN`]; prints its log if the test fails.
+struct Controller(ControllerProcess);
+
+const RESCAN: Duration = Duration::from_millis(300);
+
+impl Controller {
+    fn start(dir: &Path, etcd: &Etcd, policy: &Path) -> Self {
+        let mut config = ControllerConfig::new(EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config() });
+        config.policy_dir = policy.to_path_buf();
+        config.metrics_listen = ([127, 0, 0, 1], free_port()).into();
+        config.cluster_name = "test".into();
+        config.rescan_interval = RESCAN;
+        config.election.ttl = Duration::from_secs(3);
+        let mut launch = ControllerLaunch::new(bin("holdfast-controller"), config, dir, "ledger-controller");
+        launch.env.push(("HOLDFAST_LOG".into(), "info,holdfast_controller=debug".into()));
+        let mut process = ControllerProcess::spawn(&launch).expect("start holdfast-controller");
+        process.wait_ready(Duration::from_secs(20)).expect("controller READY=1");
+        Controller(process)
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- controller log {} -----\n{}", self.0.log.display(), holdfast_devkit::daemon::tail(&self.0.log, 60));
+        }
+    }
+}
+
+/// `/sys/policy` and its mod revision.
+async fn published(etcd: &mut etcd_client::Client) -> Option<(PublishedPolicy, i64)> {
+    let resp = etcd.get(POLICY_KEY, None).await.unwrap();
+    resp.kvs().first().map(|kv| (serde_json::from_slice(kv.value()).expect("a PublishedPolicy"), kv.mod_revision()))
+}
+
+async fn policy_status(etcd: &mut etcd_client::Client) -> Option<PolicyStatus> {
+    let resp = etcd.get(POLICY_STATUS_KEY, None).await.unwrap();
+    resp.kvs().first().map(|kv| serde_json::from_slice(kv.value()).expect("a PolicyStatus"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_class_is_refused_until_the_pause_test_passes_on_postgres() {
+    let mut app = Appliance::start("pausetest-policy", 1).await;
+    // The harness's controller published the lab set (whose `pausetest`
+    // class and grant let the kit lock below); it resigns, so the controller
+    // under test leads at once and the lab set stays until it publishes.
+    app.controller.stop(Duration::from_secs(10));
+    let pg = Postgres::start(&app.dir.path);
+    let s3 = S3::start(&app.dir.path, &["fences"]);
+    let kit = Kit { app: &app, pg: &pg, s3: &s3 };
+    let mut kv = app.etcd.client().await;
+
+    // A class set whose one class is fenced, guarded by the reference
+    // PostgreSQL fence, and otherwise valid.
+    let policy = app.dir.path.join("ledger-policy");
+    for sub in ["classes.d", "grants.d"] {
+        std::fs::create_dir_all(policy.join(sub)).unwrap();
+    }
+    let class_file = policy.join("classes.d/ledger.toml");
+    std::fs::write(
+        &class_file,
+        "[class.ledger]\nnamespace = \"ledger\"\npurpose = \"correctness\"\nenforcement = \"fenced\"\nttl = \"10s\"\ntier = \"entity\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        policy.join("grants.d/ledger.toml"),
+        "[grant.ledger-writers]\nidentity = \"spiffe://holdfast.dev/svc/ledger\"\nlock = [\"ledger/\"]\ninspect = [\"ledger/\"]\n",
+    )
+    .unwrap();
+
+    // Whatever was published before (the harness's lab set) must stay while
+    // the class is refused.
+    let before = published(&mut kv).await;
+    let before_version = before.as_ref().map_or(0, |(p, _)| p.version);
+    let _ctl = Controller::start(&app.dir.path, &app.etcd, &policy);
+
+    // No pause-test result: refused, naming the class and the rule.
+    let start = Instant::now();
+    let refusal = loop {
+        if let Some(r) = policy_status(&mut kv).await.and_then(|s| s.last_refusal) {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "no refusal in /sys/policy-status");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(refusal.problems.len(), 1, "the fenced rule is the only problem: {:#?}", refusal.problems);
+    let problem = &refusal.problems[0];
+    assert_eq!(problem.rule, "fenced-without-pause-test", "{problem}");
+    assert_eq!((problem.file.as_str(), problem.line), (class_file.to_str().unwrap(), 1), "{problem}");
+    assert!(problem.message.contains("class \"ledger\" is fenced") && problem.message.contains("no pause-test result"), "{problem}");
+    tokio::time::sleep(RESCAN * 4).await; // a few more rounds over the same files
+    assert_eq!(
+        published(&mut kv).await.map(|(p, rev)| (p.version, rev)),
+        before.as_ref().map(|(p, rev)| (p.version, *rev)),
+        "nothing was published for the refused set"
+    );
+
+    // The kit passes on the reference fence, for class ledger. (The lock is
+    // in the lab set's `pausetest` namespace, granted and in force now, not
+    // in `ledger`, which no set in force declares yet.)
+    let out = kit.run("ledger", "pausetest/ledger", Resource::Postgres, "correct").await;
+    assert_eq!(out.code, 0, "the correct fence must pass:\n{out}");
+    assert!(out.stdout.starts_with("PASS: "), "{out}");
+    let passed = Instant::now();
+
+    // Within a few rescans the set is published, ledger fenced, refusal cleared.
+    let p = loop {
+        if let Some((p, _)) = published(&mut kv).await
+            && p.set.classes.contains_key("ledger")
+        {
+            break p;
+        }
+        assert!(passed.elapsed() < Duration::from_secs(5), "the fenced class was not published within 5s of the pass");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("published {:?} after the pause test passed", passed.elapsed());
+    assert_eq!(p.version, before_version + 1, "one publish, after the pass");
+    let ledger = &p.set.classes["ledger"];
+    assert!(ledger.enforcement.is_fenced() && ledger.name == "ledger", "{ledger:?}");
+    assert!(p.set.grants.contains_key("ledger-writers"));
+    let s = policy_status(&mut kv).await.expect("/sys/policy-status");
+    assert_eq!((s.version, s.hash.as_deref()), (p.version, Some(p.hash.as_str())), "{s:?}");
+    assert!(s.last_refusal.is_none(), "the refusal is cleared: {s:?}");
+}
+
+/// The last segment of a fixture record's key (the resource, escaped).
+fn percent_fixture() -> String {
+    let key = layout::pausetest_key("x", holdfast_fixtures::policy::FIXTURE_RESOURCE);
+    key.rsplit('/').next().unwrap().to_string()
 }

@@ -1,7 +1,7 @@
 //! `ValidateToken`, for resources that cannot store a fence mark: valid only
 //! for the current holder's token, read linearizably, never echoed or
 //! logged, refused while sealed, rate-limited on its own and counted per
-//! namespace.
+//! class.
 
 use holdfast_client::{Client, Error};
 use holdfast_model::{LockKey, Token};
@@ -10,20 +10,6 @@ use holdfast_tests::*;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    buf.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
-/// The value of the sample whose series is exactly `series` (0 when absent).
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines().filter_map(|l| l.rsplit_once(' ')).find(|(s, _)| *s == series).map(|(_, v)| v.parse().unwrap()).unwrap_or(0.0)
-}
 
 /// Validates until the arbiter answers (it refuses while it re-checks etcd).
 async fn answer(client: &Client, key: &LockKey, token: Token) -> bool {
@@ -44,6 +30,7 @@ async fn validate_token_says_valid_only_for_the_current_holders_token() {
     let dir = TestDir::new("validate-token");
     let etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
+    let _controller = etcd.publish_lab_policy(&dir.path).await;
     let pki = Pki::new(&dir.path);
     // Everything at debug level, to show the token reaches no log line.
     let mut arbiter = Arbiter::spawn_logged(&dir.path, "arbiter", &etcd.endpoints(), &pki, &defaults, "debug");
@@ -155,11 +142,14 @@ async fn validate_token_says_valid_only_for_the_current_holders_token() {
     tokens.push(epoch1_same_revision.expose());
     assert!(!a.validate_token(&k, epoch1_same_revision).await.unwrap(), "the new hold's revision with the old epoch");
 
-    // Counted per namespace; outcomes are metric names, like acquire_*.
+    // Counted per class; outcomes are metric names, like acquire_*.
     let text = scrape(arbiter.metrics_port).await;
-    let valid = sample(&text, "holdfast_arbiter_validate_token_valid_total{namespace=\"vt\",cluster=\"test\"}");
-    let invalid = sample(&text, "holdfast_arbiter_validate_token_invalid_total{namespace=\"vt\",cluster=\"test\"}");
-    let refused = sample(&text, "holdfast_arbiter_validate_token_refused_total{namespace=\"vt\",cluster=\"test\"}");
+    let valid =
+        sample(&text, "holdfast_arbiter_validate_token_valid_total{namespace=\"vt\",class=\"vt\",tier=\"entity\",cluster=\"test\"}");
+    let invalid =
+        sample(&text, "holdfast_arbiter_validate_token_invalid_total{namespace=\"vt\",class=\"vt\",tier=\"entity\",cluster=\"test\"}");
+    let refused =
+        sample(&text, "holdfast_arbiter_validate_token_refused_total{namespace=\"vt\",class=\"vt\",tier=\"entity\",cluster=\"test\"}");
     assert!(valid >= 6.0 && invalid >= 12.0 && refused >= 1.0, "valid {valid}, invalid {invalid}, refused {refused}:\n{text}");
     third.release().await.unwrap();
 
@@ -225,7 +215,10 @@ async fn validate_token_is_rate_limited_on_its_own() {
     let hold = session.acquire(&key, Duration::ZERO).await.unwrap();
     assert!(hold.release().await.unwrap());
     let text = scrape(app.arbiter.metrics_port).await;
-    let counted = sample(&text, "holdfast_arbiter_validate_token_refused_total{namespace=\"vt-burst\",cluster=\"test\"}");
+    let counted = sample(
+        &text,
+        "holdfast_arbiter_validate_token_refused_total{namespace=\"vt-burst\",class=\"vt-burst\",tier=\"entity\",cluster=\"test\"}",
+    );
     assert_eq!(counted, refused_total as f64, "{text}");
     // The refusals did not pause the arbiter as an etcd failure would.
     let status = clients[0].server_status().await.unwrap();

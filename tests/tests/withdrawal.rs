@@ -22,10 +22,12 @@ fn key(s: &str) -> LockKey {
 /// first grant finds the rewind) and returns the C3 report over the
 /// recorded acquire of `w/after` and etcd's log of that key.
 async fn withdrawn_grant(name: &str, configure: Configure<'_>) -> Report {
-    let mut app = Appliance::start_with(name, 1, configure).await;
+    // A 60 s class for w: the session outlives the restore with room to spare.
+    let mut app = Appliance::start_policy(name, 1, configure, &[("w", 60)], "").await;
     let client = app.client("team/a").await;
     // A session that exists in the snapshot, so it still exists after the restore.
-    let session = client.open_session(Duration::from_secs(60)).await.unwrap();
+    let session = client.open_session_for("w", None).await.unwrap();
+    assert_eq!(session.ttl(), Duration::from_secs(60));
     for _ in 0..3 {
         session.acquire(&key("w/before"), Duration::ZERO).await.unwrap().release().await.unwrap();
     }

@@ -52,7 +52,7 @@ async fn steps(conn: &ConnArgs, args: HolderArgs) -> Result<(), String> {
     let key = LockKey::parse(&args.lock).map_err(|e| e.to_string())?;
     let fence = args.resource.open(args.fence_mode).await.map_err(|e| e.to_string())?;
     let client = conn.connect().await.map_err(|code| format!("cannot connect to the arbiter (status {code})"))?;
-    let session = client.open_session(args.ttl).await.map_err(|e| format!("opening a session: {e}"))?;
+    let session = client.open_session_for(key.namespace(), Some(args.ttl)).await.map_err(|e| format!("opening a session: {e}"))?;
     let hold = session.acquire(&key, Duration::from_secs(30)).await.map_err(|e| format!("acquiring {key}: {e}"))?;
     let token = hold.token();
     say("acquired");

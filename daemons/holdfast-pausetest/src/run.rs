@@ -25,10 +25,11 @@ pub struct RunArgs {
     /// test holds it for about two TTLs.
     #[arg(long, value_name = "NS/KEY")]
     lock: String,
-    /// The frozen holder's session TTL (5s..300s): how long the test waits
-    /// for its lease to lapse.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
-    ttl: Duration,
+    /// The frozen holder's session TTL: how long the test waits for its
+    /// lease to lapse. Default: the TTL of the --lock key's class, the only
+    /// one the arbiter accepts for it.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Option<Duration>,
     /// FOR DEMONSTRATING WRONG FENCES ONLY. Runs a deliberately broken
     /// variant of the reference fence instead of the correct one, to watch
     /// the kit catch it: less-or-equal (`fence <= $token`), two-statements
@@ -57,7 +58,9 @@ pub async fn run(conn: &ConnArgs, args: RunArgs) -> u8 {
             return exit::USAGE;
         }
     };
-    if let Err(m) = ttl::session_ttl(args.ttl).and_then(|t| if t == args.ttl { Ok(t) } else { Err("ttl must not be 0".into()) }) {
+    if let Some(Err(m)) =
+        args.ttl.map(|ttl| ttl::session_ttl(ttl).and_then(|t| if t == ttl { Ok(t) } else { Err("ttl must not be 0".into()) }))
+    {
         eprintln!("holdfast-pausetest: --ttl: {m}");
         return exit::USAGE;
     }
@@ -155,10 +158,17 @@ async fn drive(args: &RunArgs, cfg: &ClientConfig, client: &Client, fence: &Shar
     let run_id = format!("{}-{}", record::now_unix_ms(), std::process::id());
     let first = format!("pausetest-{run_id}-first");
     let pending = format!("pausetest-{run_id}-pending");
+    // The second holder's session, opened first: it says the class's TTL,
+    // which the frozen holder's session then uses too.
+    let session = client
+        .open_session_for(key.namespace(), args.ttl)
+        .await
+        .map_err(|e| (conn::report(&e), "the second holder could not open a session".to_string()))?;
+    let ttl = session.ttl();
     let exe = std::env::current_exe().map_err(|e| (exit::SOFTWARE, format!("cannot find this executable to start the holder: {e}")))?;
     let mut child = tokio::process::Command::new(exe)
         .arg("holder")
-        .args(["--lock", &args.lock, "--ttl", &format!("{}s", args.ttl.as_secs()), "--first", &first, "--pending", &pending])
+        .args(["--lock", &args.lock, "--ttl", &format!("{}s", ttl.as_secs()), "--first", &first, "--pending", &pending])
         .args(["--fence-mode", args.fence_mode.name()])
         .args(args.target.resource.to_args())
         .env("HOLDFAST_ENDPOINT", &cfg.endpoint)
@@ -193,15 +203,10 @@ async fn drive(args: &RunArgs, cfg: &ClientConfig, client: &Client, fence: &Shar
     // Buffered in the pipe; the holder reads it only once resumed.
     stdin.write_all(b"go\n").await.map_err(|e| (exit::SOFTWARE, format!("writing to the holder: {e}")))?;
     let frozen_at = Instant::now();
-    progress(
-        json,
-        &format!("2. froze the holder (SIGSTOP) at its decisive statement; waiting for its {}s lease to lapse", args.ttl.as_secs()),
-    );
+    progress(json, &format!("2. froze the holder (SIGSTOP) at its decisive statement; waiting for its {}s lease to lapse", ttl.as_secs()));
 
     // 3. A second holder acquires (so the first hold has expired) and writes.
-    let wait = args.ttl * 3 + Duration::from_secs(10);
-    let session =
-        client.open_session(args.ttl).await.map_err(|e| (conn::report(&e), "the second holder could not open a session".to_string()))?;
+    let wait = ttl * 3 + Duration::from_secs(10);
     let hold = session.acquire(key, wait).await.map_err(|e| {
         (exit::UNAVAILABLE, format!("the lock did not pass to a second holder within {}s of freezing the first: {e}", wait.as_secs()))
     })?;
