@@ -104,9 +104,14 @@ fn an_arbiter_without_the_epoch_compare_fails_the_gate() {
 /// still receive grants.
 #[test]
 fn an_arbiter_without_the_session_record_compare_fails_the_gate() {
-    // Two advances: the second (to epoch 3) freezes the clients until both
-    // arbiters serve the new epoch, then lets them use their old sessions.
-    let run = mutation_gate("epoch-advance,epoch-advance", "no_session_compare");
+    // Four advances: the second and fourth (to epochs 3 and 5) freeze the
+    // clients until both arbiters serve the new epoch, then let them use
+    // their old sessions. Whether a woken client's next acquire beats its
+    // next keepalive (which learns the session is gone) is a race: one
+    // frozen advance missed it in a loaded full run (2026-12-02, seed
+    // 16379801867321948988: 11 old leases alive, no grant on them), so two
+    // chances are given.
+    let run = mutation_gate("epoch-advance,epoch-advance,epoch-advance,epoch-advance", "no_session_compare");
     let by_rule = &run.summary["violations_by_rule"];
     assert!(by_rule["C1/GrantOnEndedSession"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
 }
