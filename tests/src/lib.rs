@@ -721,3 +721,77 @@ impl Drop for DevStop {
         let _ = std::process::Command::new(bin("holdfastctl")).args(["dev", "stop", "--dir"]).arg(&self.0).output();
     }
 }
+
+/// A holdfast-tailer for a test: its store in `store`, its metrics on
+/// `metrics_port`, a 2 s election TTL and a 500 ms checkpoint interval.
+/// Returns once it sent READY=1 (active or standby).
+pub fn start_tailer(dir: &Path, name: &str, etcd: EtcdConfig, store: &Path, metrics_port: u16) -> holdfast_devkit::tailer::TailerProcess {
+    let mut config = holdfast_config::TailerConfig::new(etcd);
+    config.store_dir = store.to_path_buf();
+    config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
+    config.cluster_name = name.into();
+    config.checkpoint_interval = Duration::from_millis(500);
+    config.election.ttl = Duration::from_secs(2);
+    let launch = holdfast_devkit::tailer::TailerLaunch::new(bin("holdfast-tailer"), config, dir, name);
+    let mut tailer = holdfast_devkit::tailer::TailerProcess::spawn(&launch).expect("start holdfast-tailer");
+    if let Err(e) = tailer.wait_ready(Duration::from_secs(60)) {
+        print_tail(name, &dir.join(format!("{name}.log")));
+        panic!("{e:#}");
+    }
+    tailer
+}
+
+/// Two approvers (alice: lock-operator; bob: lock- and dr-operator) with
+/// real ssh-keygen keys, and holdfastctl's flags for the force-release
+/// role of `etcd`: the two-person force-release, as operators run it.
+pub struct ForceOps {
+    pub flags: Vec<String>,
+    pub keys: Vec<PathBuf>,
+}
+
+impl ForceOps {
+    pub fn new(dir: &Path, etcd: &Etcd) -> Self {
+        let keys_dir = dir.join("keys");
+        let (alice, alice_pub) = ssh_keygen(&keys_dir, "alice");
+        let (bob, bob_pub) = ssh_keygen(&keys_dir, "bob");
+        let approvers = dir.join("approvers.toml");
+        std::fs::write(
+            &approvers,
+            format!(
+                "[approver.alice]\nroles = [\"lock-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"lock-operator\", \"dr-operator\"]\nkeys = [{bob_pub:?}]\n"
+            ),
+        )
+        .expect("write approvers.toml");
+        let mut flags = etcd_flags(&etcd.config_as(holdfast_store::roles::FORCE_RELEASE.name));
+        flags.push(format!("--approvers={}", approvers.display()));
+        flags.push(format!("--state-dir={}", dir.join("state").display()));
+        ForceOps { flags, keys: vec![alice, bob] }
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Ran {
+        Ran::of(std::process::Command::new(bin("holdfastctl")).args(args).args(&self.flags))
+    }
+
+    /// `force-release request KEY` by alice; returns the request's path and the output.
+    pub fn request(&self, key: &str, extra: &[&str]) -> (String, Ran) {
+        let mut args = vec!["force-release", "request", key, "--requester", "alice", "--reason", "a stuck batch job"];
+        args.extend_from_slice(extra);
+        let out = self.ctl(&args);
+        assert_eq!(out.code, 0, "{out}");
+        let path = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).expect("the request's path").to_string();
+        (path, out)
+    }
+
+    /// Signs with approvers `who` (indexes into `keys`).
+    pub fn sign(&self, request: &str, who: &[usize]) {
+        for i in who {
+            let out = Ran::of(std::process::Command::new(bin("holdfastctl")).args([
+                "approve",
+                request,
+                "--ssh-key",
+                &self.keys[*i].display().to_string(),
+            ]));
+            assert_eq!(out.code, 0, "{out}");
+        }
+    }
+}

@@ -9,41 +9,9 @@
 use holdfast_config::EtcdConfig;
 use holdfast_model::LockKey;
 use holdfast_model::layout::{self, ForceRecord};
-use holdfast_store::roles::{ARBITER, FORCE_RELEASE};
+use holdfast_store::roles::ARBITER;
 use holdfast_tests::*;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
-
-struct Ops {
-    flags: Vec<String>,
-    keys: Vec<PathBuf>,
-}
-
-impl Ops {
-    fn ctl(&self, args: &[&str]) -> Ran {
-        Ran::of(Command::new(bin("holdfastctl")).args(args).args(&self.flags))
-    }
-
-    /// `force-release request KEY`; returns the request's path and the output.
-    fn request(&self, key: &str, extra: &[&str]) -> (String, Ran) {
-        let mut args = vec!["force-release", "request", key, "--requester", "alice", "--reason", "a stuck batch job"];
-        args.extend_from_slice(extra);
-        let out = self.ctl(&args);
-        assert_eq!(out.code, 0, "{out}");
-        let path = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
-        (path, out)
-    }
-
-    /// Signs with approvers `who` (indexes into `keys`).
-    fn sign(&self, request: &str, who: &[usize]) {
-        for i in who {
-            let out =
-                Ran::of(Command::new(bin("holdfastctl")).args(["approve", request, "--ssh-key", &self.keys[*i].display().to_string()]));
-            assert_eq!(out.code, 0, "{out}");
-        }
-    }
-}
 
 async fn force_record(etcd: &Etcd, request: &str) -> Option<(ForceRecord, i64)> {
     let text = std::fs::read_to_string(request).unwrap();
@@ -83,22 +51,7 @@ async fn force_release_ends_exactly_the_named_hold_with_two_approvals() {
     let sb = b.open_session_for("fra", None).await.unwrap();
     let y1 = sb.acquire(&key("fra/y"), Duration::ZERO).await.unwrap();
 
-    let keys_dir = dir.path.join("keys");
-    std::fs::create_dir_all(&keys_dir).unwrap();
-    let (alice, alice_pub) = ssh_keygen(&keys_dir, "alice");
-    let (bob, bob_pub) = ssh_keygen(&keys_dir, "bob");
-    let approvers = dir.path.join("approvers.toml");
-    std::fs::write(
-        &approvers,
-        format!(
-            "[approver.alice]\nroles = [\"lock-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"lock-operator\", \"dr-operator\"]\nkeys = [{bob_pub:?}]\n"
-        ),
-    )
-    .unwrap();
-    let mut flags = etcd_flags(&etcd.config_as(FORCE_RELEASE.name));
-    flags.push(format!("--approvers={}", approvers.display()));
-    flags.push(format!("--state-dir={}", dir.path.join("state").display()));
-    let ops = Ops { flags, keys: vec![alice, bob] };
+    let ops = ForceOps::new(&dir.path, &etcd);
 
     // The request shows the hold and whether the class is fenced.
     let (fenced_req, out) = ops.request("fr/x", &[]);

@@ -120,20 +120,8 @@ impl ControllerConfig {
         if self.rescan_interval < Duration::from_millis(100) || self.rescan_interval > Duration::from_secs(300) {
             p.push("rescan_interval must be between 100ms and 5m (default 2s)".into());
         }
-        let name = &self.election.name;
-        if !name.starts_with('/') || name.ends_with('/') || name.contains("//") || name.chars().any(char::is_whitespace) {
-            p.push(format!(
-                "election.name = {name:?}: an election name is an etcd key prefix like \"/sys/election/controller\": \
-                 starting with '/', no trailing '/', no empty segment, no spaces"
-            ));
-        }
+        p.extend(election_problems(&self.election.name, self.election.ttl, "/sys/election/controller", "10s"));
         let ttl = self.election.ttl;
-        if ttl < Duration::from_secs(2) || ttl > Duration::from_secs(300) || ttl.subsec_nanos() != 0 {
-            p.push(format!(
-                "election.ttl = {:?}: must be whole seconds between 2s and 300s (default 10s); etcd leases count whole seconds",
-                humantime::format_duration(ttl).to_string()
-            ));
-        }
         if self.rescan_interval >= ttl && ttl >= Duration::from_secs(2) {
             p.push(format!(
                 "rescan_interval ({}) must be shorter than election.ttl ({}): a standby checks on the leader once per rescan_interval",
@@ -143,6 +131,26 @@ impl ControllerConfig {
         }
         p
     }
+}
+
+/// The problems of an `[election]` table: `name` must be an etcd key
+/// prefix, `ttl` whole seconds in 2s..=300s. `example` and `default_ttl`
+/// go into the messages.
+pub fn election_problems(name: &str, ttl: Duration, example: &str, default_ttl: &str) -> Vec<String> {
+    let mut p = Vec::new();
+    if !name.starts_with('/') || name.ends_with('/') || name.contains("//") || name.chars().any(char::is_whitespace) {
+        p.push(format!(
+            "election.name = {name:?}: an election name is an etcd key prefix like {example:?}: \
+             starting with '/', no trailing '/', no empty segment, no spaces"
+        ));
+    }
+    if ttl < Duration::from_secs(2) || ttl > Duration::from_secs(300) || ttl.subsec_nanos() != 0 {
+        p.push(format!(
+            "election.ttl = {:?}: must be whole seconds between 2s and 300s (default {default_ttl}); etcd leases count whole seconds",
+            humantime::format_duration(ttl).to_string()
+        ));
+    }
+    p
 }
 
 #[cfg(test)]

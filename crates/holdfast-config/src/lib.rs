@@ -6,13 +6,15 @@
 //! added in one place.
 //!
 //! The modules: [`arbiter`] (`arbiter.toml`), [`controller`]
-//! (`controller.toml`) and [`etcd`] (the `[etcd]` section shared by every
+//! (`controller.toml`), [`tailer`] (`tailer.toml`) and [`etcd`] (the `[etcd]` section shared by every
 //! daemon and tool).
 
 pub mod arbiter;
 pub mod controller;
 pub mod etcd;
+pub mod tailer;
 
 pub use arbiter::ArbiterConfig;
 pub use controller::ControllerConfig;
 pub use etcd::EtcdConfig;
+pub use tailer::TailerConfig;

@@ -1,4 +1,4 @@
-//! The one way a holdfast daemon (arbiter, controller) is started outside
+//! The one way a holdfast daemon (arbiter, controller, tailer) is started outside
 //! systemd, used by `holdfastctl dev`, the correctness gate and the
 //! end-to-end tests.
 //!
@@ -10,7 +10,7 @@
 use crate::notify::NotifySocket;
 use crate::process::terminate;
 use anyhow::Context;
-use holdfast_config::{ArbiterConfig, ControllerConfig};
+use holdfast_config::{ArbiterConfig, ControllerConfig, TailerConfig};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -34,6 +34,13 @@ impl DaemonConfig for ControllerConfig {
     const WHAT: &'static str = "controller";
     fn render(&self) -> anyhow::Result<String> {
         self.to_toml().context("rendering the controller config")
+    }
+}
+
+impl DaemonConfig for TailerConfig {
+    const WHAT: &'static str = "tailer";
+    fn render(&self) -> anyhow::Result<String> {
+        self.to_toml().context("rendering the tailer config")
     }
 }
 

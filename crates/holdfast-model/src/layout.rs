@@ -91,6 +91,36 @@ pub const POLICY_STATUS_KEY: &str = "/sys/policy-status";
 /// `<name>/<lease hex>` on their lease; the oldest such key is the leader.
 pub const CONTROLLER_ELECTION: &str = "/sys/election/controller";
 
+/// The default etcd election name of holdfast-tailer (one active tailer
+/// per cluster; the same scheme as [`CONTROLLER_ELECTION`]).
+pub const TAILER_ELECTION: &str = "/sys/election/tailer";
+
+/// Close markers: `/sys/closed/<lease as 16 hex digits>` (see
+/// [`closed_key`]), written on the session's lease by the transaction that
+/// deletes a session record to close it. They make a close visible in
+/// etcd's log: a record deleted with a marker was closed; one deleted
+/// without a marker lapsed (or ended with an epoch advance). The lease
+/// revoke that follows deletes the marker with the session's holds.
+pub const CLOSED_PREFIX: &str = "/sys/closed/";
+
+pub fn closed_key(lease: i64) -> String {
+    format!("{CLOSED_PREFIX}{:016x}", lease as u64)
+}
+
+/// The lease a close marker names.
+pub fn lease_of_closed(marker_key: &str) -> Option<i64> {
+    parse_lease(marker_key.strip_prefix(CLOSED_PREFIX)?)
+}
+
+/// The lease of a session record key (`/s/<lease>`).
+pub fn lease_of_session(session_key: &str) -> Option<i64> {
+    parse_lease(session_key.strip_prefix(SESSION_PREFIX)?)
+}
+
+fn parse_lease(hex: &str) -> Option<i64> {
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok().map(|v| v as i64)).flatten()
+}
+
 pub const SESSION_PREFIX: &str = "/s/";
 pub const HOLD_PREFIX: &str = "/l/";
 pub const WAITER_PREFIX: &str = "/q/";
@@ -285,6 +315,9 @@ mod tests {
         let k = crate::LockKey::new("payments", "ledger/7").unwrap();
         assert_eq!(hold_key(&k), "/l/payments/ledger/7");
         assert_eq!(session_key(0x1234), "/s/0000000000001234");
+        assert_eq!(lease_of_session(&session_key(-5)), Some(-5));
+        assert_eq!(lease_of_closed(&closed_key(0x7abc)), Some(0x7abc));
+        assert_eq!(lease_of_session("/s/12"), None);
         let r = EpochRecord { epoch: 2, cluster_id: u64::MAX, log_floor: -3 };
         assert_eq!(decode::<EpochRecord>(EPOCH_KEY, &encode(&r)).unwrap(), r);
         assert!(decode::<EpochRecord>(EPOCH_KEY, b"{\"epoch\":1}").is_err());

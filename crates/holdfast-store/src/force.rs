@@ -9,7 +9,8 @@
 //! newer hold of the same key is never deleted, even one taken in between)
 //! and by the request's nonce being unused: delete the hold, write the
 //! force record (`/sys/force/<nonce>`, on a 24 h lease), record the nonce.
-//! With `revoke_session` the holder's session lease is revoked after.
+//! With `revoke_session` the holder's session is then closed (the close
+//! transaction and the lease revoke, `crate::txn::close_session`).
 
 use crate::etcd::Etcd;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
@@ -126,6 +127,8 @@ pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<
         }
         return Err(ForceError::Raced);
     }
-    let session_revoked = *revoke_session && etcd.client.clone().lease_revoke(*session).await.is_ok();
+    // Ended like a close (record and marker, then the revoke), so the audit
+    // trail shows a session close, not a lapse.
+    let session_revoked = *revoke_session && crate::txn::close_session(&mut etcd.client.clone(), *session).await.is_ok();
     Ok(Released { record, session_revoked })
 }

@@ -73,13 +73,14 @@ const LOCK_SPACE: Range = Range::Between(layout::HOLD_PREFIX, "/s0");
 
 pub const ARBITER: Role = Role {
     name: "holdfast-arbiter",
-    used_by: "holdfast-arbiter: grants, releases, sessions, waiters, withdrawal markers, the seal and the restore floor",
+    used_by: "holdfast-arbiter: grants, releases, sessions, waiters, withdrawal and close markers, the seal and the restore floor",
     read: &[LOCK_SPACE, Range::Key(layout::EPOCH_KEY), Range::Key(layout::POLICY_KEY)],
     read_write: &[
         Range::Prefix(layout::HOLD_PREFIX),
         Range::Prefix(layout::WAITER_PREFIX),
         Range::Prefix(layout::SESSION_PREFIX),
         Range::Prefix(layout::WITHDRAWN_PREFIX),
+        Range::Prefix(layout::CLOSED_PREFIX),
         Range::Key(layout::SEAL_KEY),
         Range::Key(layout::WATERMARK_KEY),
     ],
@@ -92,8 +93,12 @@ pub const CONTROLLER: Role = Role {
     read_write: &[Range::Key(layout::POLICY_KEY), Range::Key(layout::POLICY_STATUS_KEY), Range::Prefix(layout::CONTROLLER_ELECTION)],
 };
 
-pub const TAILER: Role =
-    Role { name: "holdfast-tailer", used_by: "holdfast-tailer: reads the whole key space", read: &[Range::All], read_write: &[] };
+pub const TAILER: Role = Role {
+    name: "holdfast-tailer",
+    used_by: "holdfast-tailer: reads the whole key space and its revision stream, elects one active tailer",
+    read: &[Range::All],
+    read_write: &[Range::Prefix(layout::TAILER_ELECTION)],
+};
 
 pub const PAUSETEST: Role = Role {
     name: "holdfast-pausetest",
@@ -126,6 +131,7 @@ pub const FORCE_RELEASE: Role = Role {
     read_write: &[
         LOCK_SPACE,
         Range::Prefix(layout::WITHDRAWN_PREFIX),
+        Range::Prefix(layout::CLOSED_PREFIX),
         Range::Prefix(layout::FORCE_PREFIX),
         Range::Prefix(layout::NONCE_PREFIX),
     ],

@@ -95,3 +95,28 @@ pub fn withdraw_txn(hold_key: &str, lease: i64, create_revision: i64, reason: &s
         ])
         .and_then(then)
 }
+
+/// The close transaction: while the session record exists, delete it and
+/// put the close marker [`layout::closed_key`] on the session's lease, in
+/// one revision. A reader of etcd's log tells a close from a lapse by that
+/// marker (`holdfast_audit::classify`); no grant or release can use the
+/// session after this commits.
+pub fn close_txn(lease: i64) -> Txn {
+    let session_key = layout::session_key(lease);
+    Txn::new().when([Compare::version(session_key.as_str(), CompareOp::Greater, 0)]).and_then([
+        TxnOp::delete(session_key.as_str(), None),
+        TxnOp::put(layout::closed_key(lease), Vec::new(), Some(PutOptions::new().with_lease(lease))),
+    ])
+}
+
+/// Ends a session and every hold on it: [`close_txn`], then the lease
+/// revoke, which deletes the holds and the marker in one more revision. A
+/// lease already gone (expired, revoked) is not an error.
+pub async fn close_session(client: &mut etcd_client::Client, lease: i64) -> Result<(), etcd_client::Error> {
+    client.txn(close_txn(lease)).await?;
+    match client.lease_revoke(lease).await {
+        Ok(_) => Ok(()),
+        Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -89,19 +89,15 @@ impl Sessions {
         Ok(Owned { lease, record, bytes })
     }
 
-    /// Ends a session and every hold on it. The record `/s/<lease>` goes
-    /// first, in a revision of its own (no grant can use the session after
+    /// Ends a session and every hold on it (`holdfast_store::txn::
+    /// close_session`): the record `/s/<lease>` goes first, with the close
+    /// marker, in a revision of its own (no grant can use the session after
     /// it); the lease revoke then deletes every hold in one committed entry.
-    /// An *expiring* lease deletes its record and holds in one revision: that
-    /// is how an expiry is told from a close ([`crate::expiry`]).
+    /// An *expiring* lease deletes its record and holds in one revision and
+    /// writes no marker: that is how an expiry is told from a close
+    /// ([`crate::expiry`], `holdfast_audit::classify`).
     pub async fn close(&self, etcd: &Etcd, lease: i64) -> Result<(), Refusal> {
         self.forget(lease);
-        let mut client = etcd.client.clone();
-        client.delete(layout::session_key(lease), None).await.map_err(Refusal::etcd)?;
-        match client.lease_revoke(lease).await {
-            Ok(_) => Ok(()),
-            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
-            Err(e) => Err(Refusal::etcd(e)),
-        }
+        holdfast_store::txn::close_session(&mut etcd.client.clone(), lease).await.map_err(Refusal::etcd)
     }
 }

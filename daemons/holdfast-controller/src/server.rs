@@ -6,89 +6,29 @@
 //! etcd answered who leads. WATCHDOG=1 is sent after every completed round
 //! (each one talks to etcd), never from an idle timer.
 
-use crate::election::{self, Lease, Won};
 use crate::metrics::METRICS;
 use crate::publish::{Outcome, Publisher};
 use holdfast_config::ControllerConfig;
+use holdfast_daemon::election::{self, Lease, Won};
+use holdfast_daemon::{Notifier, Stop};
 use holdfast_store::Etcd;
-use sd_notify::NotifyState;
 use std::time::Duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, MissedTickBehavior};
-
-fn notify(state: &[NotifyState]) {
-    // Outside systemd NOTIFY_SOCKET is unset and this does nothing.
-    if let Err(e) = sd_notify::notify(state) {
-        tracing::debug!(error = %e, "sd_notify failed");
-    }
-}
-
-/// Sends READY=1 once, then WATCHDOG=1 on every round (only when systemd
-/// asked for it: `WatchdogSec=`), and STATUS= when it changes. Each message
-/// is a blocking datagram send, so nothing is sent that nobody asked for.
-struct Notifier {
-    ready: bool,
-    watchdog: bool,
-    status: String,
-}
-
-impl Notifier {
-    fn new() -> Self {
-        Notifier { ready: false, watchdog: sd_notify::watchdog_enabled().is_some(), status: String::new() }
-    }
-
-    fn round(&mut self, status: &str) {
-        if !self.ready {
-            self.ready = true;
-            self.status = status.to_string();
-            notify(&[NotifyState::Ready, NotifyState::Status(status)]);
-            tracing::info!("ready: {status}");
-            return;
-        }
-        let changed = self.status != status;
-        if changed {
-            self.status = status.to_string();
-        }
-        match (self.watchdog, changed) {
-            (true, true) => notify(&[NotifyState::Watchdog, NotifyState::Status(status)]),
-            (true, false) => notify(&[NotifyState::Watchdog]),
-            (false, true) => notify(&[NotifyState::Status(status)]),
-            (false, false) => {}
-        }
-    }
-}
 
 struct Signals {
     stop: Stop,
     hup: Signal,
 }
 
-struct Stop {
-    term: Signal,
-    int: Signal,
-}
-
-impl Stop {
-    /// Resolves on SIGTERM or SIGINT.
-    async fn stop(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
-}
-
 pub async fn run(config: ControllerConfig) -> anyhow::Result<()> {
     crate::metrics::init(&config.cluster_name);
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
-    let mut signals = Signals {
-        stop: Stop { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? },
-        hup: signal(SignalKind::hangup())?,
-    };
+    let mut signals = Signals { stop: Stop::new()?, hup: signal(SignalKind::hangup())? };
     let etcd = Etcd::connect(&config.etcd).await?;
     let waiting = holdfast_store::etcd::connect_for_waiting_calls(&config.etcd).await?;
-    let identity = crate::identity();
+    let identity = holdfast_daemon::identity();
     tracing::info!(
         identity = %identity,
         policy_dir = %config.policy_dir.display(),

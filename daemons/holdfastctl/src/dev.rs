@@ -1,6 +1,6 @@
 //! `holdfastctl dev`: a whole appliance on loopback, like `vault server -dev`.
 //!
-//! A single-member etcd, the arbiter and the controller (the real binaries,
+//! A single-member etcd, the arbiter, the controller and the audit tailer (the real binaries,
 //! started the way systemd starts them: each must send READY=1 on
 //! NOTIFY_SOCKET), a throwaway CA with server and client certificates, the
 //! epoch initialised, and the dev class set published. Nothing listens beyond
@@ -8,10 +8,11 @@
 
 use anyhow::{Context, bail};
 use holdfast_cli::exit;
-use holdfast_config::ControllerConfig;
 use holdfast_config::arbiter::ArbiterConfig;
+use holdfast_config::{ControllerConfig, TailerConfig};
 use holdfast_devkit::arbiter::{self, ArbiterProcess, Launch, tail};
 use holdfast_devkit::controller::{self, ControllerLaunch, ControllerProcess};
+use holdfast_devkit::tailer::{self, TailerLaunch, TailerProcess};
 
 /// The dev class set (`config/` in the source tree), written to DIR/policy.
 const DEV_CLASSES: &str = include_str!("../../../config/classes.d/dev.toml");
@@ -40,7 +41,8 @@ identity, dev/second), env-etcd-root (etcd's administrator: for `holdfastctl
 etcd roles` and holdfast-bench), tls/ (CA, certificates), etcd-tls/ (etcd's
 own CA and a client certificate per etcd user), etcd/ (data), policy/ (the dev class set: classes.d/,
 grants.d/; edit it and the controller publishes each valid change),
-arbiter.toml, controller.toml, etcd.log, arbiter.log, controller.log, dev.log
+arbiter.toml, controller.toml, tailer.toml, audit/ (the tailer's store), etcd.log,
+arbiter.log, controller.log, tailer.log, dev.log
 (detached supervisor).")]
 pub struct DevArgs {
     #[command(subcommand)]
@@ -236,6 +238,7 @@ fn detach(dir: Option<PathBuf>, group_commit: bool) -> anyhow::Result<()> {
 }
 
 struct Children {
+    tailer: Option<TailerProcess>,
     controller: Option<ControllerProcess>,
     arbiter: Option<ArbiterProcess>,
     etcd: Option<EtcdProcess>,
@@ -243,6 +246,9 @@ struct Children {
 
 impl Drop for Children {
     fn drop(&mut self) {
+        if let Some(mut t) = self.tailer.take() {
+            t.stop(Duration::from_secs(10));
+        }
         if let Some(mut c) = self.controller.take() {
             c.stop(Duration::from_secs(10));
         }
@@ -301,14 +307,14 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let ports_file = dir.join("ports");
     let saved: Vec<u16> =
         std::fs::read_to_string(&ports_file).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
-    const PORTS: usize = 6;
+    const PORTS: usize = 7;
     let ports: Vec<u16> = match saved.len() {
         PORTS if saved.iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
         _ => (0..PORTS).map(|_| free_port()).collect(),
     };
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
-    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port) =
-        (ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]);
+    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port) =
+        (ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6]);
 
     // etcd's own CA: client and peer TLS, a client certificate per etcd
     // user (its CN), authentication on with one role per tool.
@@ -340,8 +346,12 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         }],
         token,
     };
-    let mut children =
-        Children { controller: None, arbiter: None, etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?) };
+    let mut children = Children {
+        tailer: None,
+        controller: None,
+        arbiter: None,
+        etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?),
+    };
     let as_user = |user: &str| etcd_pki.config_as(user, cluster.client_urls());
     holdfast_devkit::etcd::wait_ready_with(&as_user(roles::ROOT)?, Duration::from_secs(60))
         .await
@@ -381,6 +391,17 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     c.wait_ready(Duration::from_secs(60))?;
     children.controller = Some(c);
 
+    // The audit tailer, recording into DIR/audit from etcd's first revision.
+    let mut tconfig = TailerConfig::new(as_user(roles::TAILER.name)?);
+    tconfig.store_dir = dir.join("audit");
+    tconfig.metrics_listen = ([127, 0, 0, 1], tailer_metrics_port).into();
+    tconfig.cluster_name = "dev".into();
+    let tlaunch = TailerLaunch::new(tailer::locate()?, tconfig, &dir, "tailer");
+    say(&format!("starting the audit tailer ({}), recording into {}", tlaunch.bin.display(), dir.join("audit").display()));
+    let mut t = TailerProcess::spawn(&tlaunch)?;
+    t.wait_ready(Duration::from_secs(60))?;
+    children.tailer = Some(t);
+
     // Arbiter.
     let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
     config.listen = ([127, 0, 0, 1], arbiter_port).into();
@@ -414,10 +435,11 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let observer = etcd_env(roles::OBSERVER.name)?;
     let env_for = |cert: &holdfast_devkit::pki::Issued| {
         format!(
-            "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\n{observer}",
+            "export HOLDFAST_ENDPOINT=127.0.0.1:{arbiter_port}\nexport HOLDFAST_CA={}\nexport HOLDFAST_CERT={}\nexport HOLDFAST_KEY={}\nexport HOLDFAST_AUDIT_STORE={}\n{observer}",
             ca.ca_path().display(),
             cert.cert.display(),
             cert.key.display(),
+            dir.join("audit").display(),
         )
     };
     let env = env_for(&client);
@@ -425,7 +447,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env"), &env)?;
     std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = cluster.members[0].client_url(),
         dir = dir.display(),
@@ -455,6 +477,9 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
+        if let Some(s) = children.tailer.as_mut().and_then(TailerProcess::exited) {
+            break format!("the tailer exited ({s}); see {}", dir.join("tailer.log").display());
+        }
         if let Some(s) = children.controller.as_mut().and_then(ControllerProcess::exited) {
             break format!("the controller exited ({s}); see {}", dir.join("controller.log").display());
         }
@@ -467,7 +492,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             break format!("etcd exited; see {}", dir.join("etcd.log").display());
         }
     };
-    say(&format!("{why}; stopping the controller and the arbiter, then etcd"));
+    say(&format!("{why}; stopping the tailer, the controller and the arbiter, then etcd"));
     drop(children);
     say("stopped");
     if why.starts_with("the ") || why.starts_with("etcd") {

@@ -1,6 +1,7 @@
 //! holdfastctl: the operator and developer CLI.
 
 mod approve;
+mod audit;
 mod class;
 mod cost;
 mod dev;
@@ -69,6 +70,10 @@ enum Command {
     /// (exit 1 if something needs attention).
     #[command(after_long_help = status::STATUS_HELP)]
     Status(status::StatusArgs),
+    /// The lock history the tailer recorded: who held a key when, and how
+    /// each hold ended (release, expiry, close, force-release…).
+    #[command(after_long_help = audit::AUDIT_HELP)]
+    Audit(audit::AuditArgs),
 }
 
 fn main() -> ExitCode {
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
             Command::ForceRelease(args) => force::run(args).await,
             Command::RiskRegister(args) => risk::run(args),
             Command::Status(args) => status::run(args).await,
+            Command::Audit(args) => audit::run(args),
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.

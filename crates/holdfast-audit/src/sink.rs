@@ -1,0 +1,30 @@
+//! Where events go. The tailer writes every batch to each configured sink,
+//! in order, and checkpoints only after all of them accepted it; each sink
+//! must be idempotent on `(cluster_id, revision, index)` so a batch replayed
+//! after a crash changes nothing.
+
+use crate::event::Event;
+
+/// One destination of events.
+pub trait Sink: Send {
+    /// A short name for logs and metrics (`embedded`, `clickhouse`, …).
+    fn name(&self) -> &'static str;
+
+    /// Stores `events` (one or more whole revisions, in order) durably
+    /// before returning. Events stored before are skipped or overwritten
+    /// with the same content.
+    fn append(&mut self, events: &[Event]) -> Result<(), SinkError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{sink}: {message}")]
+pub struct SinkError {
+    pub sink: &'static str,
+    pub message: String,
+}
+
+impl SinkError {
+    pub fn new(sink: &'static str, message: impl Into<String>) -> SinkError {
+        SinkError { sink, message: message.into() }
+    }
+}

@@ -1,0 +1,44 @@
+//! `holdfast-tailer check`: the config file, then the store directory
+//! (its checkpoint readable, its segments parseable).
+
+use holdfast_config::TailerConfig;
+use std::path::Path;
+
+/// The config file is wrong, or the store cannot be read (EX_CONFIG).
+pub const CONFIG: u8 = 78;
+
+/// Runs the check and returns the exit status.
+pub fn run(config_path: &Path) -> u8 {
+    let config = match TailerConfig::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("holdfast-tailer: {e}");
+            return CONFIG;
+        }
+    };
+    println!("{}: ok", config_path.display());
+    let dir = &config.store_dir;
+    if !dir.exists() {
+        println!("{}: not created yet (the tailer creates it on start)", dir.display());
+        return 0;
+    }
+    match (holdfast_audit::store::read_checkpoint(dir), holdfast_audit::store::read_events(dir)) {
+        (Ok(checkpoint), Ok(events)) => {
+            match checkpoint {
+                Some(c) => println!(
+                    "{}: {} events, complete up to revision {} of cluster {}",
+                    dir.display(),
+                    events.len(),
+                    c.revision,
+                    c.cluster_id
+                ),
+                None => println!("{}: {} events, no checkpoint yet", dir.display(), events.len()),
+            }
+            0
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("holdfast-tailer: store_dir: {e}");
+            CONFIG
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The tailer's metrics, served as Prometheus text on `metrics_listen`.
+//!
+//! Names follow `holdfast_tailer_<thing>_<unit|total>`; the only label is
+//! `cluster` (the configured `cluster_name`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::{LazyLock, OnceLock};
+
+static CLUSTER: OnceLock<String> = OnceLock::new();
+
+/// The process's metrics. Call [`init`] first with the configured name.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(CLUSTER.get().map(String::as_str).unwrap_or("default")));
+
+/// Sets the `cluster` label value (from configuration). First call wins.
+pub fn init(cluster: &str) {
+    let _ = CLUSTER.set(cluster.to_string());
+    LazyLock::force(&METRICS);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Labels {
+    pub cluster: String,
+}
+
+/// One gauge or counter with the `cluster` label.
+fn register<
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + Clone
+        + Default
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+>(
+    registry: &mut Registry,
+    labels: &Labels,
+    name: &str,
+    help: &str,
+) -> Family<Labels, M> {
+    let family: Family<Labels, M> = Family::default();
+    registry.register(name, help, family.clone());
+    // Present from the start, so an alert works before the first event.
+    let _ = family.get_or_create(labels);
+    family
+}
+
+pub struct Metrics {
+    registry: Registry,
+    labels: Labels,
+    events: Family<Labels, Counter>,
+    gaps: Family<Labels, Counter>,
+    leader: Family<Labels, Gauge>,
+    recorded_revision: Family<Labels, Gauge>,
+    lag_revisions: Family<Labels, Gauge>,
+    checkpoint_age: Family<Labels, Gauge>,
+    lag_alarm: Family<Labels, Gauge>,
+    gap_alarm: Family<Labels, Gauge>,
+}
+
+impl Metrics {
+    pub fn new(cluster: &str) -> Self {
+        let mut r = Registry::with_prefix("holdfast_tailer");
+        let labels = Labels { cluster: cluster.to_string() };
+        let l = &labels;
+        Metrics {
+            events: register(&mut r, l, "events", "Audit events stored by this tailer"),
+            gaps: register(&mut r, l, "gaps", "Gap events written: etcd compacted revisions before this tailer read them"),
+            leader: register(&mut r, l, "leader", "1 while this tailer is the active (elected) one, else 0"),
+            recorded_revision: register(&mut r, l, "recorded_revision", "The last etcd revision stored"),
+            lag_revisions: register(&mut r, l, "lag_revisions", "etcd's revision minus the last one stored, as last seen"),
+            checkpoint_age: register(
+                &mut r,
+                l,
+                "checkpoint_age_seconds",
+                "Seconds since the store's checkpoint was written (also reported by a standby, for its own store)",
+            ),
+            lag_alarm: register(
+                &mut r,
+                l,
+                "lag_alarm",
+                "1 when the checkpoint is older than half the compaction window while etcd has newer revisions: history is about to be lost",
+            ),
+            gap_alarm: register(&mut r, l, "gap_alarm", "1 once this tailer wrote a gap event (history lost); stays until restart"),
+            registry: Registry::default(),
+            labels,
+        }
+        .with_registry(r)
+    }
+
+    fn with_registry(self, registry: Registry) -> Self {
+        Metrics { registry, ..self }
+    }
+
+    pub fn stored(&self, events: usize, revision: i64) {
+        self.events.get_or_create(&self.labels).inc_by(events as u64);
+        self.recorded_revision.get_or_create(&self.labels).set(revision);
+    }
+
+    pub fn gap(&self) {
+        self.gaps.get_or_create(&self.labels).inc();
+        self.gap_alarm.get_or_create(&self.labels).set(1);
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.get_or_create(&self.labels).set(i64::from(leader));
+    }
+
+    pub fn set_lag(&self, revisions: i64, checkpoint_age_secs: i64, alarm: bool) {
+        self.lag_revisions.get_or_create(&self.labels).set(revisions.max(0));
+        self.checkpoint_age.get_or_create(&self.labels).set(checkpoint_age_secs.max(0));
+        self.lag_alarm.get_or_create(&self.labels).set(i64::from(alarm));
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Serves `GET /metrics` (anything else: 404) over plain HTTP/1.1.
+pub async fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    holdfast_daemon::serve_metrics(addr, || METRICS.encode()).await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_and_the_one_label() {
+        let m = super::Metrics::new("unit");
+        m.stored(3, 42);
+        m.gap();
+        m.set_lag(5, 1900, true);
+        let text = m.encode();
+        for line in [
+            "holdfast_tailer_events_total{cluster=\"unit\"} 3",
+            "holdfast_tailer_recorded_revision{cluster=\"unit\"} 42",
+            "holdfast_tailer_gaps_total{cluster=\"unit\"} 1",
+            "holdfast_tailer_gap_alarm{cluster=\"unit\"} 1",
+            "holdfast_tailer_lag_alarm{cluster=\"unit\"} 1",
+            "holdfast_tailer_checkpoint_age_seconds{cluster=\"unit\"} 1900",
+            "holdfast_tailer_leader{cluster=\"unit\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+    }
+}

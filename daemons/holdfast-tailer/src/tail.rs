@@ -1,0 +1,264 @@
+//! The active tailer's work.
+//!
+//! 1. Open the store (its `flock` makes this the one writer) and read the
+//!    checkpoint `C` (0 for a new store).
+//! 2. Seed the classifier from the whole key space as it was at `C` (a
+//!    read at revision `C`), so events after `C` are classified exactly as
+//!    an uninterrupted run would have.
+//! 3. Watch every key from `C + 1` with previous values, and store each
+//!    response's events in every sink before counting its revisions done.
+//! 4. Every `checkpoint_interval`, record the last revision done.
+//!
+//! Replayed events (after a crash between a write and the checkpoint) are
+//! skipped by the store and overwritten with equal rows by the other sinks.
+//! If etcd compacted past the resume point (the read at `C`, or the watch,
+//! says so), the revisions in between cannot be read: the tailer seeds from
+//! the key space now (revision `X`), writes a gap event `[from, X]`, raises
+//! the gap alarm and goes on from `X + 1`.
+
+use crate::metrics::METRICS;
+use anyhow::Context;
+use etcd_client::{EventType, GetOptions, WatchOptions, WatchResponse, WatchStream};
+use holdfast_audit::classify::{Change, Classifier};
+use holdfast_audit::event::cluster_hex;
+use holdfast_audit::sink::Sink;
+use holdfast_audit::store::Store;
+use holdfast_audit::{Event, Kind};
+use holdfast_config::TailerConfig;
+use holdfast_store::Etcd;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The whole key space: from the key `\0` to the end (`\0`).
+fn all_keys() -> Vec<u8> {
+    vec![0]
+}
+
+pub struct Tailer {
+    store: Store,
+    sinks: Vec<Box<dyn Sink>>,
+    classifier: Classifier,
+    cluster_id: u64,
+    cluster: String,
+    /// Every revision up to this one is stored in every sink.
+    done: i64,
+    checkpointed: i64,
+    checkpointed_at: Instant,
+    /// When `done` last reached etcd's revision.
+    caught_up_at: Instant,
+    /// etcd's revision as last seen.
+    etcd_revision: i64,
+    checkpoint_interval: Duration,
+    alarm_after: Duration,
+}
+
+/// What one watch response did.
+pub enum Handled {
+    /// Stored this many events (0 for a progress notice).
+    Stored(usize),
+    /// etcd compacted past where the watch started: call [`Tailer::resume`]
+    /// again (it records the gap).
+    Compacted,
+}
+
+fn compacted(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("compacted")
+}
+
+impl Tailer {
+    /// Opens the store and checks it belongs to the cluster `etcd` reaches.
+    pub async fn open(config: &TailerConfig, etcd: &Etcd, sinks: Vec<Box<dyn Sink>>) -> anyhow::Result<Tailer> {
+        let dir = config.store_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir)).await.context("opening the store")??;
+        let resp = etcd.client.clone().get(holdfast_model::layout::EPOCH_KEY, None).await.context("reading etcd's cluster ID")?;
+        let header = resp.header().context("etcd answered without a header")?;
+        let cluster_id = header.cluster_id();
+        let cluster = cluster_hex(cluster_id);
+        store.check_cluster(&cluster)?;
+        let done = store.checkpoint().map_or(0, |c| c.revision);
+        if done > header.revision() {
+            // The store holds revisions etcd has not reached: etcd was
+            // restored from an older snapshot and will issue those revision
+            // numbers again for other changes.
+            anyhow::bail!(
+                "etcd's revision ({}) is behind this store's checkpoint ({done}): etcd was restored from a snapshot. \
+                 The store's history after the snapshot stays valid but its revision numbers will be reused; \
+                 move {} aside (keep it: it is the audit trail up to the restore) and restart the tailer to start a new store",
+                header.revision(),
+                config.store_dir.display()
+            );
+        }
+        Ok(Tailer {
+            store,
+            sinks,
+            classifier: Classifier::new(cluster_id),
+            cluster_id,
+            cluster,
+            done,
+            checkpointed: done,
+            checkpointed_at: Instant::now(),
+            caught_up_at: Instant::now(),
+            etcd_revision: header.revision(),
+            checkpoint_interval: config.checkpoint_interval,
+            alarm_after: config.compaction_window / 2,
+        })
+    }
+
+    pub fn done(&self) -> i64 {
+        self.done
+    }
+
+    pub fn etcd_revision(&self) -> i64 {
+        self.etcd_revision
+    }
+
+    /// Seeds the classifier as of the resume point and returns the first
+    /// revision to watch. If etcd compacted the resume point away, records
+    /// the gap and resumes from the key space now.
+    pub async fn resume(&mut self, etcd: &Etcd) -> anyhow::Result<i64> {
+        if self.done > 0 {
+            let opts = GetOptions::new().with_range(all_keys()).with_revision(self.done);
+            match etcd.client.clone().get(all_keys(), Some(opts)).await {
+                Ok(resp) => {
+                    self.seed(resp.kvs());
+                    return Ok(self.done + 1);
+                }
+                Err(e) if compacted(&e) => {}
+                Err(e) => return Err(e).context(format!("reading the key space at the checkpoint (revision {})", self.done)),
+            }
+        } else {
+            // A new store: etcd's whole history, if it still has revision 1.
+            self.classifier.seed(std::iter::empty());
+            let opts = GetOptions::new().with_range(all_keys()).with_revision(1).with_count_only();
+            match etcd.client.clone().get(all_keys(), Some(opts)).await {
+                Ok(_) => return Ok(1),
+                Err(e) if compacted(&e) => {}
+                Err(e) => return Err(e).context("reading etcd's first revision"),
+            }
+        }
+        self.gap(etcd).await
+    }
+
+    fn seed(&mut self, kvs: &[etcd_client::KeyValue]) {
+        self.classifier.seed(kvs.iter().map(|kv| (kv.key_str().unwrap_or_default(), kv.value())));
+    }
+
+    /// Records that the revisions after the last stored one up to etcd's
+    /// revision now cannot be read, and resumes from now.
+    async fn gap(&mut self, etcd: &Etcd) -> anyhow::Result<i64> {
+        let resp = etcd.client.clone().get(all_keys(), Some(GetOptions::new().with_range(all_keys()))).await?;
+        let now = resp.header().map_or(0, |h| h.revision());
+        self.seed(resp.kvs());
+        let from = self.done.max(self.store.last_position().map_or(0, |p| p.0)) + 1;
+        let mut e = Event::new(self.cluster_id, from, 0, Kind::Gap, "", holdfast_daemon::now_unix_ms());
+        e.gap_from = Some(from);
+        e.gap_to = Some(now);
+        e.reason =
+            Some(format!("etcd compacted revisions {from}..={now} before this tailer read them; their changes are not in the audit trail"));
+        tracing::error!(
+            from,
+            to = now,
+            "GAP in the audit trail: etcd compacted these revisions before the tailer read them (raise etcd's compaction retention, or keep the tailer running); alarm raised"
+        );
+        METRICS.gap();
+        self.store_events(vec![e], now).await?;
+        self.checkpoint().await?;
+        Ok(now + 1)
+    }
+
+    /// Starts the watch of every key from `start` (with previous values).
+    pub async fn watch(&self, client: &etcd_client::Client, start: i64) -> anyhow::Result<WatchStream> {
+        let opts = WatchOptions::new().with_range(all_keys()).with_start_revision(start).with_prev_key().with_progress_notify();
+        client.clone().watch(all_keys(), Some(opts)).await.context("starting the watch")
+    }
+
+    /// Classifies and stores one watch response.
+    pub async fn handle(&mut self, resp: WatchResponse) -> anyhow::Result<Handled> {
+        if resp.compact_revision() > 0 {
+            return Ok(Handled::Compacted);
+        }
+        if resp.canceled() {
+            anyhow::bail!("etcd cancelled the watch ({})", resp.cancel_reason());
+        }
+        let header_revision = resp.header().map_or(0, |h| h.revision());
+        self.etcd_revision = self.etcd_revision.max(header_revision);
+        let now = holdfast_daemon::now_unix_ms();
+        let mut events = Vec::new();
+        let mut last = self.done;
+        let mut group: Vec<Change> = Vec::new();
+        let mut group_revision = 0;
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            if kv.mod_revision() != group_revision && !group.is_empty() {
+                events.extend(self.classifier.revision(group_revision, &group, now));
+                group.clear();
+            }
+            group_revision = kv.mod_revision();
+            group.push(Change {
+                key: String::from_utf8_lossy(kv.key()).into_owned(),
+                put: ev.event_type() == EventType::Put,
+                value: kv.value().to_vec(),
+                prev_value: ev.prev_kv().map(|p| p.value().to_vec()),
+                create_revision: kv.create_revision(),
+            });
+            last = last.max(group_revision);
+        }
+        if !group.is_empty() {
+            events.extend(self.classifier.revision(group_revision, &group, now));
+        }
+        if events.is_empty() {
+            // A progress notice: nothing changed up to the header's revision.
+            // (A created notice's header is etcd's revision now, not progress.)
+            if resp.events().is_empty() && !resp.created() {
+                self.done = self.done.max(header_revision);
+            }
+            return Ok(Handled::Stored(0));
+        }
+        let n = events.len();
+        self.store_events(events, last).await?;
+        Ok(Handled::Stored(n))
+    }
+
+    /// Writes `events` to the store and every sink, then counts revisions
+    /// up to `through` as done.
+    async fn store_events(&mut self, events: Vec<Event>, through: i64) -> anyhow::Result<()> {
+        let n = events.len();
+        tokio::task::block_in_place(|| -> anyhow::Result<()> {
+            self.store.append_events(&events)?;
+            for sink in &mut self.sinks {
+                sink.append(&events)?;
+            }
+            Ok(())
+        })?;
+        self.done = self.done.max(through);
+        METRICS.stored(n, self.done);
+        Ok(())
+    }
+
+    /// Writes the checkpoint if anything new is done.
+    pub async fn checkpoint(&mut self) -> anyhow::Result<()> {
+        if self.done > self.checkpointed || self.store.checkpoint().is_none() {
+            let (cluster, done) = (self.cluster.clone(), self.done);
+            tokio::task::block_in_place(|| self.store.write_checkpoint(&cluster, done, holdfast_daemon::now_unix_ms()))?;
+            self.checkpointed = done;
+            self.checkpointed_at = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// The periodic work: checkpoint when due, lag metrics. Returns a
+    /// status line for systemd.
+    pub async fn tick(&mut self) -> anyhow::Result<String> {
+        if self.checkpointed_at.elapsed() >= self.checkpoint_interval {
+            self.checkpoint().await?;
+        }
+        if self.done >= self.etcd_revision {
+            self.caught_up_at = Instant::now();
+        }
+        // Behind etcd for half the compaction window: what is not stored
+        // yet is about to be compacted away.
+        let alarm = self.caught_up_at.elapsed() >= self.alarm_after;
+        METRICS.set_lag(self.etcd_revision - self.done, self.checkpointed_at.elapsed().as_secs() as i64, alarm);
+        Ok(format!("active; stored through revision {} of cluster {}", self.done, self.cluster))
+    }
+}

@@ -1,0 +1,276 @@
+//! `holdfastctl audit`: the lock history holdfast-tailer recorded, read
+//! from its embedded store (`holdfast_audit::store`), filtered, as a table,
+//! JSON or CSV; and the client-health reports.
+
+use holdfast_audit::query::{self, Filter};
+use holdfast_audit::{Event, Kind};
+use holdfast_cli::exit;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub const AUDIT_HELP: &str = "\
+Every grant, release, expiry, session close, force-release, epoch change,
+seal, class-set change and gap the tailer recorded, oldest first. Filters
+combine (all must match). Kinds:
+
+  grant          a hold was created
+  release        the holder released it
+  expiry         its session lapsed (the client stopped keeping it alive) and
+                 etcd deleted the hold
+  close          its session was closed while holding
+  withdrawal     the arbiter withdrew a grant it could not vouch for
+  force-release  a two-person force-release ended it (requester, approver, reason)
+  advance        an epoch advance ended it
+  session-open, session-close, session-lapse, session-end (by an advance)
+  wait, wait-end, epoch, seal, unseal, class-set, gap
+  record         any other holdfast key (markers, nonces, the watermark,
+                 election keys): shown only with --all or --kind record
+
+How a hold ended is read from etcd's log by construction, not guessed: see
+holdfast_audit::classify. TIME is when the grant or force-release was
+recorded by its writer, else when the tailer read the change.
+
+The revision of a grant whose hold is still live is withheld (shown as -,
+null in JSON): with the epoch it is the holder's token.
+
+Reports (--report):
+  expiries  holds that ended by expiry rather than release, per namespace
+            and identity: clients that crash, hang or lose their network
+            while holding
+  longest   the longest holds of each namespace (--top N, default 10)
+
+Examples:
+  holdfastctl audit payments/ledger-7 --since 2026-12-01T03:00:00Z --until 2026-12-01T04:00:00Z
+  holdfastctl audit --namespace payments --kind expiry --since 24h
+  holdfastctl audit --identity spiffe://corp/ns/pay/sa/ledger --json
+  holdfastctl audit --report expiries --since 7d
+  holdfastctl audit --kind force-release --csv > force-releases.csv
+
+Exit status:
+  0   printed (possibly nothing matched)
+  64  a bad flag value
+  78  the store cannot be read (wrong --store, not created yet, corrupt)";
+
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// Only this lock key (`<namespace>/<key>`).
+    #[arg(value_name = "KEY")]
+    lock_key: Option<String>,
+    /// The tailer's store_dir.
+    #[arg(long, value_name = "DIR", env = "HOLDFAST_AUDIT_STORE", default_value = "/var/lib/holdfast/audit")]
+    store: PathBuf,
+    /// Only events of this SPIFFE ID (holder, session owner).
+    #[arg(long, value_name = "SPIFFE_ID")]
+    identity: Option<String>,
+    /// Only this namespace.
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    /// Only this class.
+    #[arg(long, value_name = "CLASS")]
+    class: Option<String>,
+    /// Only these kinds (repeat, or separate with commas).
+    #[arg(long, value_name = "KIND", value_delimiter = ',')]
+    kind: Vec<String>,
+    /// From this time: RFC 3339 (2026-12-01T03:00:00Z) or a duration ago (24h, 7d).
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Before this time: RFC 3339 or a duration ago.
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// Include `record` events (markers, nonces, the watermark, election
+    /// keys…): every change etcd committed.
+    #[arg(long)]
+    all: bool,
+    /// Print a JSON array of events (or of report rows).
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV with a header line.
+    #[arg(long)]
+    csv: bool,
+    /// A client-health report instead of events: expiries or longest.
+    #[arg(long, value_name = "REPORT", value_parser = ["expiries", "longest"])]
+    report: Option<String>,
+    /// With --report longest: how many holds per namespace.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// RFC 3339, or a duration before now.
+fn parse_time(flag: &str, text: &str) -> Result<u64, String> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
+        return Ok(t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
+    }
+    match humantime::parse_duration(text) {
+        Ok(ago) => Ok(now_ms().saturating_sub(ago.as_millis() as u64)),
+        Err(_) => Err(format!("{flag} {text:?}: give an RFC 3339 time (2026-12-01T03:00:00Z) or a duration ago (90m, 24h, 7d)")),
+    }
+}
+
+fn filter(args: &AuditArgs) -> Result<Filter, String> {
+    let mut kinds = Vec::new();
+    for k in &args.kind {
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        kinds.push(Kind::parse(k.trim()).ok_or_else(|| format!("--kind {k:?} is not a kind; use one of {}", names.join(", ")))?);
+    }
+    if let Some(key) = &args.lock_key
+        && holdfast_model::LockKey::parse(key).is_err()
+    {
+        return Err(format!("{key:?} is not a lock key; give <namespace>/<key>, e.g. payments/ledger-7"));
+    }
+    Ok(Filter {
+        key: args.lock_key.clone(),
+        identity: args.identity.clone(),
+        namespace: args.namespace.clone(),
+        class: args.class.clone(),
+        kinds,
+        since_unix_ms: args.since.as_deref().map(|t| parse_time("--since", t)).transpose()?,
+        until_unix_ms: args.until.as_deref().map(|t| parse_time("--until", t)).transpose()?,
+    })
+}
+
+pub fn run(args: AuditArgs) -> u8 {
+    let filter = match filter(&args) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("holdfastctl audit: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut events = match holdfast_audit::store::read_events(&args.store) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("holdfastctl audit: {e}");
+            eprintln!("(pass --store with the tailer's store_dir, or set HOLDFAST_AUDIT_STORE)");
+            return exit::CONFIG;
+        }
+    };
+    query::withhold_live_grant_revisions(&mut events);
+    let all = args.all || filter.kinds.contains(&Kind::Record);
+    let events: Vec<Event> = events.into_iter().filter(|e| (all || e.kind != Kind::Record) && filter.matches(e)).collect();
+    let printed = match args.report.as_deref() {
+        Some("expiries") => print_rows(
+            &args,
+            &query::expiries_without_release(&events),
+            |r| vec![r.namespace.clone(), r.identity.clone(), r.expiries.to_string(), r.releases.to_string()],
+            &["NAMESPACE", "IDENTITY", "EXPIRIES", "RELEASES"],
+        ),
+        Some(_) => print_rows(
+            &args,
+            &query::longest_holds(&events, args.top),
+            |r| {
+                vec![
+                    r.namespace.clone(),
+                    r.key.clone(),
+                    r.identity.clone(),
+                    humantime::format_duration(Duration::from_millis(r.held_ms)).to_string(),
+                    r.ended_by.to_string(),
+                    time_text(r.ended_unix_ms),
+                ]
+            },
+            &["NAMESPACE", "KEY", "IDENTITY", "HELD", "ENDED BY", "ENDED"],
+        ),
+        None => print_rows(&args, &events, event_row, &EVENT_COLUMNS),
+    };
+    match printed {
+        Ok(()) => exit::OK,
+        // `| head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => {
+            eprintln!("holdfastctl audit: {e}");
+            exit::SOFTWARE
+        }
+    }
+}
+
+const EVENT_COLUMNS: [&str; 9] = ["TIME", "KIND", "KEY", "IDENTITY", "SESSION", "CLASS", "EPOCH", "REVISION", "DETAIL"];
+
+fn time_text(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+fn event_row(e: &Event) -> Vec<String> {
+    let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut detail = Vec::new();
+    if let Some(h) = e.held_ms {
+        detail.push(format!("held {}", humantime::format_duration(Duration::from_millis(h))));
+    }
+    if let Some(r) = &e.requester {
+        detail.push(format!("requested by {r}"));
+    }
+    if let Some(a) = &e.approver {
+        detail.push(format!("approved by {a}"));
+    }
+    if let Some(f) = e.fenced {
+        detail.push(if f { "fenced".into() } else { "not fenced".into() });
+    }
+    if let (Some(from), Some(to)) = (e.gap_from, e.gap_to) {
+        detail.push(format!("revisions {from}..={to} LOST"));
+    }
+    if let Some(r) = &e.reason {
+        detail.push(r.clone());
+    }
+    if e.kind == Kind::Record {
+        detail.push(e.etcd_key.clone());
+    }
+    vec![
+        time_text(e.time_unix_ms),
+        e.kind.to_string(),
+        or(&e.key),
+        or(&e.identity),
+        or(&e.session),
+        or(&e.class),
+        e.epoch.map_or("-".into(), |v| v.to_string()),
+        e.revision.map_or("-".into(), |v| v.to_string()),
+        detail.join("; "),
+    ]
+}
+
+fn print_rows<T: serde::Serialize>(
+    args: &AuditArgs,
+    rows: &[T],
+    cells: impl Fn(&T) -> Vec<String>,
+    header: &[&str],
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    if args.csv {
+        let mut w = csv::Writer::from_writer(out);
+        w.write_record(header.iter().map(|h| h.to_lowercase().replace(' ', "_")))?;
+        for r in rows {
+            w.write_record(cells(r))?;
+        }
+        return w.flush();
+    }
+    let table: Vec<Vec<String>> = rows.iter().map(&cells).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &table {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let last = cells.len().saturating_sub(1);
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if i == last { c.clone() } else { format!("{c:<w$}", w = widths[i]) })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    writeln!(out, "{}", line(header.iter().map(|h| h.to_string()).collect()))?;
+    for row in table {
+        writeln!(out, "{}", line(row).trim_end())?;
+    }
+    writeln!(out, "({} row{})", rows.len(), if rows.len() == 1 { "" } else { "s" })?;
+    Ok(())
+}
