@@ -726,19 +726,7 @@ impl Drop for DevStop {
 /// `metrics_port`, a 2 s election TTL and a 500 ms checkpoint interval.
 /// Returns once it sent READY=1 (active or standby).
 pub fn start_tailer(dir: &Path, name: &str, etcd: EtcdConfig, store: &Path, metrics_port: u16) -> holdfast_devkit::tailer::TailerProcess {
-    let mut config = holdfast_config::TailerConfig::new(etcd);
-    config.store_dir = store.to_path_buf();
-    config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
-    config.cluster_name = name.into();
-    config.checkpoint_interval = Duration::from_millis(500);
-    config.election.ttl = Duration::from_secs(2);
-    let launch = holdfast_devkit::tailer::TailerLaunch::new(bin("holdfast-tailer"), config, dir, name);
-    let mut tailer = holdfast_devkit::tailer::TailerProcess::spawn(&launch).expect("start holdfast-tailer");
-    if let Err(e) = tailer.wait_ready(Duration::from_secs(60)) {
-        print_tail(name, &dir.join(format!("{name}.log")));
-        panic!("{e:#}");
-    }
-    tailer
+    start_tailer_with(dir, name, etcd, store, metrics_port, &|_| {})
 }
 
 /// Two approvers (alice: lock-operator; bob: lock- and dr-operator) with
@@ -794,4 +782,30 @@ impl ForceOps {
             assert_eq!(out.code, 0, "{out}");
         }
     }
+}
+
+/// [`start_tailer`], with `configure` applied to the config last (sinks,
+/// intervals).
+pub fn start_tailer_with(
+    dir: &Path,
+    name: &str,
+    etcd: EtcdConfig,
+    store: &Path,
+    metrics_port: u16,
+    configure: &dyn Fn(&mut holdfast_config::TailerConfig),
+) -> holdfast_devkit::tailer::TailerProcess {
+    let mut config = holdfast_config::TailerConfig::new(etcd);
+    config.store_dir = store.to_path_buf();
+    config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
+    config.cluster_name = name.into();
+    config.checkpoint_interval = Duration::from_millis(500);
+    config.election.ttl = Duration::from_secs(2);
+    configure(&mut config);
+    let launch = holdfast_devkit::tailer::TailerLaunch::new(bin("holdfast-tailer"), config, dir, name);
+    let mut tailer = holdfast_devkit::tailer::TailerProcess::spawn(&launch).expect("start holdfast-tailer");
+    if let Err(e) = tailer.wait_ready(Duration::from_secs(60)) {
+        print_tail(name, &dir.join(format!("{name}.log")));
+        panic!("{e:#}");
+    }
+    tailer
 }

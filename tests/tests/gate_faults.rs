@@ -164,3 +164,17 @@ fn the_gate_passes_with_group_commit_on() {
     assert_eq!(run.summary["violations"], 0);
     assert!(run.summary["ok_grants"].as_u64().unwrap() > 500, "{}", run.summary);
 }
+
+#[test]
+fn the_audit_tailers_store_equals_etcds_log_under_faults() {
+    let run = gate(&["--faults", "client-pause,member-kill,arbiter-kill", "--audit"]);
+    assert_eq!(run.code, 0, "the gate failed:\n{}", run.output);
+    let audit = &run.summary["audit"];
+    eprintln!("audit against etcd {}: {audit}", run.summary["etcd_version"]);
+    assert!(audit["compared"].as_u64().unwrap() >= 1000, "{audit}");
+    assert!(audit["ends_compared"].as_u64().unwrap() >= 100, "{audit}");
+    for field in ["missing", "extra", "misclassified"] {
+        assert_eq!(audit[field], serde_json::json!([]), "{field}: {audit}");
+    }
+    assert!(run.summary["expiries"].as_u64().unwrap() > 0, "the run had expiries to classify: {}", run.summary);
+}

@@ -6,6 +6,7 @@
 use crate::arbiter::ConfigError;
 use crate::controller::election_problems;
 use crate::etcd::EtcdConfig;
+use crate::sinks::{ArchiveConfig, ClickHouseConfig};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,13 @@ pub struct TailerConfig {
     /// Leader election among the tailers of one cluster.
     #[serde(default)]
     pub election: TailerElection,
+    /// Also write every event into a ClickHouse table (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clickhouse: Option<ClickHouseConfig>,
+    /// Also archive force-release records into an S3-compatible bucket
+    /// under object lock (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +102,8 @@ impl TailerConfig {
             compaction_window: default_compaction_window(),
             etcd,
             election: TailerElection::default(),
+            clickhouse: None,
+            archive: None,
         }
     }
 
@@ -132,6 +142,12 @@ impl TailerConfig {
             p.push("compaction_window must be at least 1m: set it to etcd's --auto-compaction-retention (default 1h)".into());
         }
         p.extend(election_problems(&self.election.name, self.election.ttl, "/sys/election/tailer", "5s"));
+        if let Some(c) = &self.clickhouse {
+            p.extend(c.problems());
+        }
+        if let Some(a) = &self.archive {
+            p.extend(a.problems());
+        }
         p
     }
 }
@@ -162,5 +178,80 @@ mod tests {
         assert!(p[2].starts_with("compaction_window") && p[3].starts_with("election.ttl"), "{p:?}");
         let err = toml::from_str::<TailerConfig>("store = \"/x\"\n[etcd]\nendpoints = [\"http://x:1\"]\n").unwrap_err().to_string();
         assert!(err.contains("store_dir"), "{err}");
+    }
+
+    /// The example's commented `[clickhouse]` and `[archive]` tables, with
+    /// their keys uncommented: they parse as the sinks' tables.
+    #[test]
+    fn the_examples_sink_tables_parse_when_uncommented() {
+        let example = include_str!("../../../config/tailer.toml");
+        let at = example.find("# Optional sinks").expect("the example has the sinks' section");
+        let (head, sinks) = example.split_at(at);
+        let uncommented: Vec<&str> = sinks
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest)
+                    if rest.starts_with('[')
+                        || rest.split_once(" = ").is_some_and(|(k, _)| k.bytes().all(|c| c.is_ascii_lowercase() || c == b'_')) =>
+                {
+                    rest
+                }
+                _ => l,
+            })
+            .collect();
+        let text = format!("{head}\n{}\n", uncommented.join("\n"));
+        let c: TailerConfig = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let ch = c.clickhouse.as_ref().expect("[clickhouse]");
+        assert_eq!((ch.url.as_str(), ch.user.as_deref()), ("http://127.0.0.1:8123", Some("holdfast_tailer")));
+        let a = c.archive.as_ref().expect("[archive]");
+        assert_eq!((a.bucket.as_str(), a.retention, a.require_object_lock), ("holdfast-force", crate::sinks::DEFAULT_RETENTION, true));
+        // Only the credential files, absent here, are problems.
+        let p = c.problems();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p.iter().all(|p| p.contains("_file = \"/run/credentials/")), "{p:?}");
+    }
+
+    #[test]
+    fn a_config_with_both_sinks_parses_checks_and_renders() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (pw, key_id, secret) = (dir.path().join("pw"), dir.path().join("key-id"), dir.path().join("secret"));
+        for f in [&pw, &key_id, &secret] {
+            std::fs::write(f, "x\n").unwrap();
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let text = format!(
+            "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n\
+             [clickhouse]\nurl = \"http://127.0.0.1:8123\"\nuser = \"audit\"\npassword_file = {pw:?}\n\
+             [archive]\nendpoint = \"http://127.0.0.1:7070\"\nbucket = \"force-archive\"\nallow_http = true\n\
+             access_key_id_file = {key_id:?}\nsecret_access_key_file = {secret:?}\nretention = \"10d\"\n"
+        );
+        let c: TailerConfig = toml::from_str(&text).unwrap();
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        let ch = c.clickhouse.clone().unwrap();
+        assert_eq!(
+            (ch.database.as_str(), ch.table.as_str(), ch.password_file.as_deref()),
+            ("holdfast", "audit_events", Some(pw.as_path()))
+        );
+        assert_eq!(ch.password().unwrap().as_deref(), Some("x"));
+        let a = c.archive.clone().unwrap();
+        assert_eq!((a.prefix.as_str(), a.retention, a.allow_http), ("holdfast/", Duration::from_secs(10 * 86400), true));
+        let rendered = c.to_toml().unwrap();
+        let back: TailerConfig = toml::from_str(&rendered).unwrap();
+        assert_eq!((back.clickhouse, back.archive), (Some(ch), Some(a)), "{rendered}");
+        // No sinks: nothing rendered for them.
+        assert!(!TailerConfig::new(c.etcd.clone()).to_toml().unwrap().contains("clickhouse"));
+
+        // Their problems are the tailer config's, all in one pass.
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut bad = c.clone();
+        bad.clickhouse.as_mut().unwrap().table = "a-b".into();
+        let p = bad.problems().join("\n");
+        assert!(p.contains("clickhouse.table") && p.contains("archive.secret_access_key_file") && p.contains("world-readable"), "{p}");
+        let err =
+            toml::from_str::<TailerConfig>("[etcd]\nendpoints = [\"http://x:1\"]\n[clickhouse]\nurl = \"http://x\"\npassword = \"pw\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("password_file"), "{err}");
     }
 }

@@ -190,6 +190,13 @@ async fn lead(
                     let _ = tailer.checkpoint().await;
                     return Led::Lost(why);
                 }
+                // Before the stream: under a steady stream of changes the
+                // stream is always ready, and the checkpoint and watchdog
+                // must still run once a second.
+                _ = tick.tick() => match tailer.tick(etcd).await {
+                    Ok(status) => notifier.round(&status),
+                    Err(e) => return Led::Failed(e),
+                },
                 msg = stream.message() => match msg {
                     Ok(Some(resp)) => match tailer.handle(resp).await {
                         Ok(Handled::Stored(_)) => {}
@@ -201,10 +208,6 @@ async fn lead(
                     },
                     Ok(None) => return Led::Failed(anyhow::anyhow!("etcd ended the watch")),
                     Err(e) => return Led::Failed(anyhow::anyhow!("the watch failed: {e}")),
-                },
-                _ = tick.tick() => match tailer.tick().await {
-                    Ok(status) => notifier.round(&status),
-                    Err(e) => return Led::Failed(e),
                 },
             }
         }

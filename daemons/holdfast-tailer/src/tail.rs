@@ -6,11 +6,16 @@
 //!    read at revision `C`), so events after `C` are classified exactly as
 //!    an uninterrupted run would have.
 //! 3. Watch every key from `C + 1` with previous values, and store each
-//!    response's events in every sink before counting its revisions done.
+//!    response's events in every sink (and hand each sink the raw record of
+//!    every put of `/sys/force/<nonce>`, for the archive) before counting
+//!    its revisions done. A sink's error fails the round: nothing is
+//!    skipped, the next round replays from the checkpoint.
 //! 4. Every `checkpoint_interval`, record the last revision done.
 //!
 //! Replayed events (after a crash between a write and the checkpoint) are
-//! skipped by the store and overwritten with equal rows by the other sinks.
+//! skipped by the store and written again to the other sinks, each
+//! idempotent on `(cluster_id, revision, index)` (ClickHouse keeps the last
+//! copy, whose observed time may be later; the archive keeps the first).
 //! If etcd compacted past the resume point (the read at `C`, or the watch,
 //! says so), the revisions in between cannot be read: the tailer seeds from
 //! the key space now (revision `X`), writes a gap event `[from, X]`, raises
@@ -25,9 +30,13 @@ use holdfast_audit::sink::Sink;
 use holdfast_audit::store::Store;
 use holdfast_audit::{Event, Kind};
 use holdfast_config::TailerConfig;
+use holdfast_model::layout::{self, ForceRecord};
 use holdfast_store::Etcd;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// How long a watch may stay silent while etcd's revision is ahead.
+pub const STALL: Duration = Duration::from_secs(5);
 
 /// The whole key space: from the key `\0` to the end (`\0`).
 fn all_keys() -> Vec<u8> {
@@ -46,10 +55,19 @@ pub struct Tailer {
     checkpointed_at: Instant,
     /// When `done` last reached etcd's revision.
     caught_up_at: Instant,
+    /// When the watch last delivered a response.
+    heard_at: Instant,
     /// etcd's revision as last seen.
     etcd_revision: i64,
     checkpoint_interval: Duration,
     alarm_after: Duration,
+}
+
+/// The raw record of a put of `/sys/force/<nonce>`, for the sinks.
+pub struct ForcePut {
+    pub revision: i64,
+    pub nonce: String,
+    pub record: ForceRecord,
 }
 
 /// What one watch response did.
@@ -98,6 +116,7 @@ impl Tailer {
             checkpointed: done,
             checkpointed_at: Instant::now(),
             caught_up_at: Instant::now(),
+            heard_at: Instant::now(),
             etcd_revision: header.revision(),
             checkpoint_interval: config.checkpoint_interval,
             alarm_after: config.compaction_window / 2,
@@ -174,6 +193,7 @@ impl Tailer {
 
     /// Classifies and stores one watch response.
     pub async fn handle(&mut self, resp: WatchResponse) -> anyhow::Result<Handled> {
+        self.heard_at = Instant::now();
         if resp.compact_revision() > 0 {
             return Ok(Handled::Compacted);
         }
@@ -187,8 +207,14 @@ impl Tailer {
         let mut last = self.done;
         let mut group: Vec<Change> = Vec::new();
         let mut group_revision = 0;
+        let mut forced = Vec::new();
         for ev in resp.events() {
             let Some(kv) = ev.kv() else { continue };
+            if ev.event_type() == EventType::Put
+                && let Some(put) = force_put(kv)
+            {
+                forced.push(put);
+            }
             if kv.mod_revision() != group_revision && !group.is_empty() {
                 events.extend(self.classifier.revision(group_revision, &group, now));
                 group.clear();
@@ -206,7 +232,7 @@ impl Tailer {
         if !group.is_empty() {
             events.extend(self.classifier.revision(group_revision, &group, now));
         }
-        if events.is_empty() {
+        if events.is_empty() && forced.is_empty() {
             // A progress notice: nothing changed up to the header's revision.
             // (A created notice's header is etcd's revision now, not progress.)
             if resp.events().is_empty() && !resp.created() {
@@ -215,18 +241,29 @@ impl Tailer {
             return Ok(Handled::Stored(0));
         }
         let n = events.len();
-        self.store_events(events, last).await?;
+        self.store_batch(events, &forced, last).await?;
         Ok(Handled::Stored(n))
     }
 
     /// Writes `events` to the store and every sink, then counts revisions
     /// up to `through` as done.
     async fn store_events(&mut self, events: Vec<Event>, through: i64) -> anyhow::Result<()> {
+        self.store_batch(events, &[], through).await
+    }
+
+    /// Writes `events` to the store, then to each sink followed by the raw
+    /// force records of the batch, then counts revisions up to `through` as
+    /// done. The first error stops it: the revisions are not done.
+    async fn store_batch(&mut self, events: Vec<Event>, forced: &[ForcePut], through: i64) -> anyhow::Result<()> {
         let n = events.len();
+        let cluster = &self.cluster;
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
             self.store.append_events(&events)?;
             for sink in &mut self.sinks {
                 sink.append(&events)?;
+                for f in forced {
+                    sink.force_record(cluster, f.revision, &f.nonce, &f.record)?;
+                }
             }
             Ok(())
         })?;
@@ -246,9 +283,22 @@ impl Tailer {
         Ok(())
     }
 
-    /// The periodic work: checkpoint when due, lag metrics. Returns a
-    /// status line for systemd.
-    pub async fn tick(&mut self) -> anyhow::Result<String> {
+    /// The periodic work: etcd's revision now, checkpoint when due, lag
+    /// metrics. A watch that has delivered nothing for [`STALL`] while etcd
+    /// moved on is an error (the round restarts from the checkpoint): a
+    /// stream through a member that was cut off can go quiet without
+    /// failing. Returns a status line for systemd.
+    pub async fn tick(&mut self, etcd: &Etcd) -> anyhow::Result<String> {
+        let resp = etcd.client.clone().get(holdfast_model::layout::EPOCH_KEY, Some(GetOptions::new().with_count_only())).await?;
+        self.etcd_revision = self.etcd_revision.max(resp.header().map_or(0, |h| h.revision()));
+        if self.etcd_revision > self.done && self.heard_at.elapsed() >= STALL {
+            anyhow::bail!(
+                "the watch delivered nothing for {:?} while etcd moved from revision {} to {}; watching again",
+                self.heard_at.elapsed(),
+                self.done,
+                self.etcd_revision
+            );
+        }
         if self.checkpointed_at.elapsed() >= self.checkpoint_interval {
             self.checkpoint().await?;
         }
@@ -259,6 +309,25 @@ impl Tailer {
         // yet is about to be compacted away.
         let alarm = self.caught_up_at.elapsed() >= self.alarm_after;
         METRICS.set_lag(self.etcd_revision - self.done, self.checkpointed_at.elapsed().as_secs() as i64, alarm);
-        Ok(format!("active; stored through revision {} of cluster {}", self.done, self.cluster))
+        // Constant while active: STATUS= is a datagram per change, and how
+        // far the store is lives in the metrics.
+        Ok(format!("active; recording the history of etcd cluster {}", self.cluster))
+    }
+}
+
+/// The record of a put of `/sys/force/<nonce>`; `None` for any other key.
+/// A value that does not decode was not written by holdfast (only the
+/// force-release role may write there): it is logged and left out of the
+/// archive rather than stop the tailer for good; its change is still an
+/// event in every sink.
+fn force_put(kv: &etcd_client::KeyValue) -> Option<ForcePut> {
+    let key = kv.key_str().ok()?;
+    let nonce = key.strip_prefix(layout::FORCE_PREFIX)?;
+    match layout::decode::<ForceRecord>(key, kv.value()) {
+        Ok(record) => Some(ForcePut { revision: kv.mod_revision(), nonce: nonce.to_string(), record }),
+        Err(e) => {
+            tracing::error!(key, revision = kv.mod_revision(), error = %e, "a force-release record that does not decode is not archived");
+            None
+        }
     }
 }

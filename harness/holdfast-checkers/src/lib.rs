@@ -11,6 +11,8 @@
 //!   operations against a sequential fenced-mutex model with expiry
 //!   (Wing–Gong–Lowe, as in Porcupine).
 //!
+//! [`audit::compare`] checks the audit tailer's store against etcd's log.
+//!
 //! [`check_all`] runs the three; [`History::stats`] gives the counts a gate
 //! summary needs (operations, expiries, rejected stale writes).
 //!
@@ -25,6 +27,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod audit;
 pub mod etcd_log;
 pub mod fence;
 pub mod history;

@@ -6,6 +6,7 @@
 //! - [`etcdlog`]: etcd's revision history as the checkers' `EtcdLog`.
 //! - [`policy`]: a class set for the lab, published by the real controller.
 
+pub mod clickhouse;
 pub mod etcdlog;
 pub mod policy;
 pub mod postgres;

@@ -8,6 +8,16 @@
 //!
 //! The posix backend treats every directory under its root as a bucket, so
 //! buckets are made by creating directories before the server starts.
+//!
+//! Object lock: versitygw's posix backend keeps a bucket's lock
+//! configuration and each object's retention in extended attributes, and
+//! enforces them (a locked object cannot be overwritten or deleted). A bucket
+//! has object lock only when it is created through the API with
+//! `x-amz-bucket-object-lock-enabled: true` (a directory made beforehand has
+//! none, and `PutObjectLockConfiguration` on it needs versioning first). For
+//! S3's model of a locked bucket — versioned, a second put is a new version —
+//! start the server with [`S3Server::start_versioned`]; without versioning a
+//! locked object is simply never replaced.
 
 use anyhow::{Context, bail};
 use holdfast_devkit::ports::free_port;
@@ -40,7 +50,24 @@ impl S3Server {
     /// Starts a server whose data lives in `root` (created) with the given
     /// buckets, and waits until it accepts connections.
     pub fn start(root: &Path, log: &Path, buckets: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(root, None, log, buckets)
+    }
+
+    /// Like [`S3Server::start`], with bucket versioning available: versitygw
+    /// keeps old versions under `versions` (created; outside `root`, or it
+    /// would be a bucket). A bucket is versioned once versioning is enabled
+    /// on it, or when it is created with object lock.
+    pub fn start_versioned(root: &Path, versions: &Path, log: &Path, buckets: &[&str]) -> anyhow::Result<Self> {
+        if versions.starts_with(root) {
+            bail!("the versioning directory {} must be outside the root {}", versions.display(), root.display());
+        }
+        std::fs::create_dir_all(versions).with_context(|| format!("creating {}", versions.display()))?;
+        Self::start_with(root, Some(versions), log, buckets)
+    }
+
+    fn start_with(root: &Path, versions: Option<&Path>, log: &Path, buckets: &[&str]) -> anyhow::Result<Self> {
         let bin = locate()?;
+        std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
         for b in buckets {
             std::fs::create_dir_all(root.join(b)).with_context(|| format!("creating bucket directory {b}"))?;
         }
@@ -49,10 +76,17 @@ impl S3Server {
         let access_key_id = format!("holdfast{port}");
         let secret_access_key = format!("holdfast-test-secret-{port}-{}", std::process::id());
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("opening {}", log.display()))?;
-        let child = Command::new(&bin)
-            .env("ROOT_ACCESS_KEY_ID", &access_key_id)
-            .env("ROOT_SECRET_ACCESS_KEY", &secret_access_key)
-            .args(["--port", &format!("127.0.0.1:{port}"), "--quiet", "posix"])
+        let mut command = Command::new(&bin);
+        command.env("ROOT_ACCESS_KEY_ID", &access_key_id).env("ROOT_SECRET_ACCESS_KEY", &secret_access_key).args([
+            "--port",
+            &format!("127.0.0.1:{port}"),
+            "--quiet",
+            "posix",
+        ]);
+        if let Some(versions) = versions {
+            command.arg("--versioning-dir").arg(versions);
+        }
+        let child = command
             .arg(root)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

@@ -8,9 +8,11 @@
 //! teardown (`gate`); `episode` (one episode: clients, faults, liveness,
 //! the history checked); `faults` (one file per fault family); `summary`
 //! (what the gate prints); `cluster`, `net` and `proxy` (the system under
-//! test); `client` and `resource` (the workload and the fenced resource).
+//! test); `client` and `resource` (the workload and the fenced resource);
+//! `audit` (`--audit`: the audit tailer's store checked against etcd's log).
 
 mod approvals;
+mod audit;
 pub mod client;
 mod cluster;
 mod episode;
@@ -107,6 +109,12 @@ pub struct GateArgs {
     /// Run the arbiters with group commit on (`[grants] group_commit`).
     #[arg(long)]
     group_commit: bool,
+    /// Also run holdfast-tailer and, at the end, check its audit store
+    /// against etcd's log: the same changes, each once, every hold's end
+    /// classified as etcd's log says (not with the restore fault: the
+    /// tailer refuses a rewound etcd).
+    #[arg(long)]
+    audit: bool,
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare, no_session_compare) to show that the gate catches it.
@@ -202,13 +210,17 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     let options = cluster::ArbiterOptions { group_commit: args.group_commit, mutation: args.mutation.clone() };
     let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &options, &say).await?;
     say(&format!("cluster up: members {:?}, arbiters {:?}", cluster.spec.client_urls(), cluster.arbiter_endpoints()));
+    let kinds = if args.faults.is_empty() { FaultKind::all() } else { args.faults.clone() };
+    if args.audit && kinds.contains(&FaultKind::Restore) {
+        anyhow::bail!("--audit cannot run with the restore fault (the tailer refuses a rewound etcd); pass --faults without restore");
+    }
+    let audit = if args.audit { Some(audit::Audit::start(&cluster, &dir)?) } else { None };
     let leader_changes = Arc::new(AtomicU64::new(0));
     let monitor = tokio::spawn(count_leader_changes(cluster.etcd_config(holdfast_store::roles::OBSERVER.name)?, leader_changes.clone()));
     let (_pg, resource_url) = start_resource(&args, &dir).await?;
 
     let t0 = Instant::now();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let kinds = if args.faults.is_empty() { FaultKind::all() } else { args.faults.clone() };
     let episodes = if args.profile == Profile::Short { 1 } else { args.episodes };
     let mut summary = Summary {
         profile: if args.profile == Profile::Short { "short" } else { "long" }.into(),
@@ -245,6 +257,17 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         }
     }
     monitor.abort();
+    if let Some(audit) = &audit {
+        let report = audit.check(&cluster).await?;
+        say(&format!(
+            "audit store: {} changes compared, {} hold ends cross-checked; missing {:?}, extra {:?}, misclassified {:?}",
+            report.compared, report.ends_compared, report.missing, report.extra, report.misclassified
+        ));
+        if !report.passed() {
+            passed = false;
+        }
+        summary.audit = Some(report);
+    }
     summary.false_seals = false_seals(&cluster);
     if summary.false_seals > 0 {
         passed = false;

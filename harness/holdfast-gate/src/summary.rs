@@ -46,6 +46,9 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mutation: Option<String>,
     pub group_commit: bool,
+    /// With `--audit`: the audit store against etcd's log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<holdfast_checkers::audit::AuditReport>,
     pub dir: String,
 }
 
