@@ -200,6 +200,15 @@ async fn a_scripted_workload_is_recorded_once_per_change_with_the_right_kinds() 
     assert!(out.code == 64 && out.stderr.contains("not a kind"), "{out}");
     let out = audit(&lab.dir.path.join("nowhere"), &[]);
     assert!(out.code == 78 && out.stderr.contains("--store"), "{out}");
+    // The risk register counts the advisory class's grants from the store.
+    let policy = lab.dir.path.join("policy").display().to_string();
+    let store_arg = store.display().to_string();
+    let out = Ran::of(Command::new(bin("holdfastctl")).args(["risk-register", "--dir", &policy, "--audit-store", &store_arg, "--json"]));
+    let register: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let aua = register.as_array().unwrap().iter().find(|r| r["class"] == "aua").unwrap_or_else(|| panic!("{register}"));
+    assert_eq!(aua["grants"], 2, "aua/forced and aua/live: {register}");
+    let out = Ran::of(Command::new(bin("holdfastctl")).args(["risk-register", "--dir", &policy, "--audit-store", &store_arg]));
+    assert!(out.stdout.contains("GRANTS"), "{out}");
     // No token anywhere in the output.
     let all = audit(&store, &["--all", "--json"]);
     assert!(!all.stdout.contains("create_revision") && !all.stdout.contains("token"), "{all}");

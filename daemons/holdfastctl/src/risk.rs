@@ -32,18 +32,21 @@ before renewing waivers, or with --today to see what will have expired by a date
 Output: a table (CLASS, NAMESPACE, RISK OWNER, WAIVER EXPIRES, DAYS LEFT,
 STATUS; DAYS LEFT is negative once expired) and a summary line. --json prints
 an array of objects, in the same order: class, namespace, risk_owner,
-waiver_expires (YYYY-MM-DD), days_left, status.
+waiver_expires (YYYY-MM-DD), days_left, status. With --audit-store (or
+HOLDFAST_AUDIT_STORE) a GRANTS column (`grants` in JSON) counts the grants
+the audit tailer recorded for each class: how much the unfenced class is used.
 
 Examples:
   holdfastctl risk-register
   holdfastctl risk-register --dir ./policy --warn-days 60 --json
   holdfastctl risk-register --dir ./policy --today 2027-01-01
+  holdfastctl risk-register --audit-store /var/lib/holdfast/audit
 
 Exit status:
   0   no waiver has expired (some may be expiring)
   1   at least one waiver has expired
   65  the directory has problems other than expired waivers (listed on stderr)
-  78  DIR, classes.d/ or grants.d/ cannot be read";
+  78  DIR, classes.d/ or grants.d/ cannot be read, or the audit store";
 
 #[derive(clap::Args)]
 pub struct RiskArgs {
@@ -59,6 +62,10 @@ pub struct RiskArgs {
     /// The day to judge waivers on, YYYY-MM-DD (default: today, UTC).
     #[arg(long, value_name = "YYYY-MM-DD")]
     today: Option<Date>,
+    /// Add each class's grant count from the audit tailer's store (its
+    /// store_dir): how much an unfenced class is actually used.
+    #[arg(long, value_name = "DIR", env = "HOLDFAST_AUDIT_STORE")]
+    audit_store: Option<PathBuf>,
 }
 
 /// One row of the register.
@@ -68,6 +75,8 @@ struct Row<'a> {
     expires: Date,
     days_left: i64,
     status: WaiverStatus,
+    /// Grants recorded in the audit store (with --audit-store).
+    grants: Option<u64>,
 }
 
 pub fn run(args: RiskArgs) -> u8 {
@@ -94,6 +103,16 @@ pub fn run(args: RiskArgs) -> u8 {
             return exit::INVALID;
         }
     };
+    let grants = match &args.audit_store {
+        None => None,
+        Some(store) => match holdfast_audit::store::read_events(store) {
+            Ok(events) => Some(holdfast_audit::query::grants_by_class(&events)),
+            Err(e) => {
+                eprintln!("holdfastctl: --audit-store: {e}");
+                return exit::CONFIG;
+            }
+        },
+    };
     let rows: Vec<Row<'_>> = classes
         .iter()
         .filter_map(|class| match &class.enforcement {
@@ -103,6 +122,7 @@ pub fn run(args: RiskArgs) -> u8 {
                 expires: *waiver_expires,
                 days_left: today.days_until(*waiver_expires),
                 status: waiver_status(*waiver_expires, today, args.warn_days),
+                grants: grants.as_ref().map(|g| g.get(&class.name).copied().unwrap_or(0)),
             }),
             Enforcement::Fenced => None,
         })
@@ -111,14 +131,18 @@ pub fn run(args: RiskArgs) -> u8 {
         let v: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
-                serde_json::json!({
+                let mut v = serde_json::json!({
                     "class": r.class.name,
                     "namespace": r.class.namespace,
                     "risk_owner": r.risk_owner,
                     "waiver_expires": r.expires,
                     "days_left": r.days_left,
                     "status": r.status,
-                })
+                });
+                if let Some(g) = r.grants {
+                    v["grants"] = g.into();
+                }
+                v
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));
@@ -132,30 +156,39 @@ fn table(dir: &str, today: Date, warn_days: u32, rows: &[Row<'_>]) -> String {
     if rows.is_empty() {
         return format!("{dir}: no advisory class, so the risk register is empty (today is {today}, UTC)\n");
     }
-    let header = ["CLASS", "NAMESPACE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT", "STATUS"];
-    let cells: Vec<[String; 6]> = rows
+    let with_grants = rows.iter().any(|r| r.grants.is_some());
+    let mut header = vec!["CLASS", "NAMESPACE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT"];
+    if with_grants {
+        header.push("GRANTS");
+    }
+    header.push("STATUS");
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            [
+            let mut row = vec![
                 r.class.name.clone(),
                 r.class.namespace.clone(),
                 r.risk_owner.to_string(),
                 r.expires.to_string(),
                 r.days_left.to_string(),
-                r.status.as_str().to_string(),
-            ]
+            ];
+            if let Some(g) = r.grants {
+                row.push(g.to_string());
+            }
+            row.push(r.status.as_str().to_string());
+            row
         })
         .collect();
-    let mut width = header.map(str::len);
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &cells {
         for (w, cell) in width.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let mut line = |cells: [&str; 6]| {
+    let mut line = |cells: &[&str]| {
         let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
+        for (i, (cell, w)) in cells.iter().zip(&width).enumerate() {
             if i + 1 == cells.len() {
                 l.push_str(cell);
             } else {
@@ -165,9 +198,9 @@ fn table(dir: &str, today: Date, warn_days: u32, rows: &[Row<'_>]) -> String {
         out.push_str(l.trim_end());
         out.push('\n');
     };
-    line(header);
+    line(&header);
     for row in &cells {
-        line(row.each_ref().map(String::as_str));
+        line(&row.iter().map(String::as_str).collect::<Vec<_>>());
     }
     let count = |s: WaiverStatus| rows.iter().filter(|r| r.status == s).count();
     let expired = count(WaiverStatus::Expired);
