@@ -770,6 +770,15 @@ impl ForceOps {
         (path, out)
     }
 
+    /// The whole two-person force-release of `key`: alice requests,
+    /// alice and bob sign, apply.
+    pub fn release(&self, key: &str) {
+        let (request, _) = self.request(key, &[]);
+        self.sign(&request, &[0, 1]);
+        let applied = self.ctl(&["force-release", "apply", &request]);
+        assert_eq!(applied.code, 0, "{applied}");
+    }
+
     /// Signs with approvers `who` (indexes into `keys`).
     pub fn sign(&self, request: &str, who: &[usize]) {
         for i in who {
@@ -808,4 +817,19 @@ pub fn start_tailer_with(
         panic!("{e:#}");
     }
     tailer
+}
+
+/// Waits (up to 60 s) until the audit store in `store` has checkpointed
+/// etcd's revision as it is now; returns that revision.
+pub async fn tailer_caught_up(etcd: &Etcd, store: &Path) -> i64 {
+    let target = etcd.revision().await;
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let at = holdfast_audit::store::read_checkpoint(store).expect("read the checkpoint").map_or(0, |c| c.revision);
+        if at >= target {
+            return target;
+        }
+        assert!(std::time::Instant::now() < end, "the tailer's checkpoint is at {at}, etcd at {target}, after 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

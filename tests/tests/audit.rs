@@ -62,20 +62,6 @@ fn same(stored: &BTreeSet<(i64, u32)>, etcd: &BTreeSet<(i64, u32)>, what: &str) 
     );
 }
 
-/// Waits until the store's checkpoint reaches etcd's revision now.
-async fn caught_up(etcd: &Etcd, store: &Path) -> i64 {
-    let target = etcd.revision().await;
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let at = holdfast_audit::store::read_checkpoint(store).unwrap().map_or(0, |c| c.revision);
-        if at >= target {
-            return target;
-        }
-        assert!(Instant::now() < end, "the tailer's checkpoint is at {at}, etcd at {target}, after 30 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The store's events (no gap events) as positions, and the number of
 /// event lines in its segment files (a duplicate would be a second line).
 fn stored(store: &Path) -> (BTreeSet<(i64, u32)>, usize) {
@@ -137,10 +123,7 @@ async fn a_scripted_workload_is_recorded_once_per_change_with_the_right_kinds() 
     let s4 = a.open_session_for("aua", None).await.unwrap();
     let _h4 = s4.acquire(&key("aua/forced"), Duration::ZERO).await.unwrap();
     let ops = ForceOps::new(&lab.dir.path, &lab.etcd);
-    let (request, _) = ops.request("aua/forced", &[]);
-    ops.sign(&request, &[0, 1]);
-    let applied = ops.ctl(&["force-release", "apply", &request]);
-    assert_eq!(applied.code, 0, "{applied}");
+    ops.release("aua/forced");
     // A hold still live at the end.
     let _live = s4.acquire(&key("aua/live"), Duration::ZERO).await.unwrap();
 
@@ -151,7 +134,7 @@ async fn a_scripted_workload_is_recorded_once_per_change_with_the_right_kinds() 
         assert!(Instant::now() < end, "au/expired did not expire within 30 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let through = caught_up(&lab.etcd, &store).await;
+    let through = tailer_caught_up(&lab.etcd, &store).await;
 
     // The store holds exactly etcd's history, each change once.
     let (positions, lines) = stored(&store);
@@ -287,14 +270,14 @@ async fn killing_the_active_tailer_loses_and_duplicates_nothing() {
     // catches up from its own checkpoint to the same.
     let texts = [scrape(ports[0]).await, scrape(ports[1]).await];
     let first = active([&texts[0], &texts[1]])[0];
-    let through = caught_up(&lab.etcd, &stores[first]).await;
+    let through = tailer_caught_up(&lab.etcd, &stores[first]).await;
     let reference = etcd_positions(&lab.etcd, through).await;
     let (positions, lines) = stored(&stores[first]);
     assert_eq!(lines, positions.len(), "a change is stored twice");
     same(&positions, &reference, "the active store and etcd's log");
     tailers[first].as_mut().unwrap().stop(Duration::from_secs(10));
     let other = 1 - first;
-    let through = caught_up(&lab.etcd, &stores[other]).await;
+    let through = tailer_caught_up(&lab.etcd, &stores[other]).await;
     let reference = etcd_positions(&lab.etcd, through).await;
     let (positions, lines) = stored(&stores[other]);
     assert_eq!(lines, positions.len(), "a change is stored twice");
@@ -311,7 +294,7 @@ async fn compaction_past_the_checkpoint_is_a_gap_event_and_an_alarm() {
     let a = lab.arbiter.client(&lab.pki, &lab.pki.workload("a", "svc/a")).await;
     let s = a.open_session_for("aua", None).await.unwrap();
     s.acquire(&key("aua/before"), Duration::ZERO).await.unwrap().release().await.unwrap();
-    caught_up(&lab.etcd, &store).await;
+    tailer_caught_up(&lab.etcd, &store).await;
     tailer.stop(Duration::from_secs(10));
     // (Stopping writes a last checkpoint; its resignation comes after it.)
     let checkpoint = holdfast_audit::store::read_checkpoint(&store).unwrap().unwrap().revision;
@@ -325,7 +308,7 @@ async fn compaction_past_the_checkpoint_is_a_gap_event_and_an_alarm() {
 
     let _tailer = start_tailer(&lab.dir.path, "tailer", lab.etcd.config_as(TAILER.name), &store, port);
     s.acquire(&key("aua/after"), Duration::ZERO).await.unwrap().release().await.unwrap();
-    caught_up(&lab.etcd, &store).await;
+    tailer_caught_up(&lab.etcd, &store).await;
     let out = audit(&store, &["--json", "--kind", "gap"]);
     let gaps: Vec<Event> = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(gaps.len(), 1, "{out}");

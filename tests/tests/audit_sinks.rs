@@ -147,20 +147,6 @@ fn elements(xml: &str, tag: &str) -> Vec<String> {
     xml.split(&open).skip(1).filter_map(|part| part.split_once(&close).map(|(inside, _)| inside.to_string())).collect()
 }
 
-/// Waits until the store's checkpoint reaches etcd's revision now.
-async fn caught_up(etcd: &Etcd, store: &Path) -> i64 {
-    let target = etcd.revision().await;
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
-        let at = holdfast_audit::store::read_checkpoint(store).unwrap().map_or(0, |c| c.revision);
-        if at >= target {
-            return target;
-        }
-        assert!(Instant::now() < end, "the tailer's checkpoint is at {at}, etcd at {target}, after 60 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until `done` holds, polling every 100 ms for up to 30 s.
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(30);
@@ -168,15 +154,6 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < end, "{what}: not within 30 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The two-person force-release of `k` (alice requests, alice and bob
-/// sign), as operators run it.
-fn force_release(ops: &ForceOps, k: &str) {
-    let (request, _) = ops.request(k, &[]);
-    ops.sign(&request, &[0, 1]);
-    let applied = ops.ctl(&["force-release", "apply", &request]);
-    assert_eq!(applied.code, 0, "{applied}");
 }
 
 fn positions(events: &[Event]) -> BTreeSet<(String, i64, u32)> {
@@ -224,7 +201,7 @@ async fn clickhouse_and_the_archive_hold_what_the_store_holds_across_a_kill() {
     s2.close().await.unwrap();
     let s3 = a.open_session_for("aua", None).await.unwrap();
     let _forced1 = s3.acquire(&key("aua/forced1"), Duration::ZERO).await.unwrap();
-    force_release(&ops, "aua/forced1");
+    ops.release("aua/forced1");
 
     // Both sinks got the first run's batches, the force-release included.
     let ch = sinks.clickhouse();
@@ -250,12 +227,12 @@ async fn clickhouse_and_the_archive_hold_what_the_store_holds_across_a_kill() {
     // The restart replays from revision 1 into both sinks.
     let _tailer = tailer_with(Duration::from_millis(500));
     let _forced2 = s4.acquire(&key("aua/forced2"), Duration::ZERO).await.unwrap();
-    force_release(&ops, "aua/forced2");
+    ops.release("aua/forced2");
     for i in 0..3 {
         assert!(s4.acquire(&key(&format!("aua/after{i}")), Duration::ZERO).await.unwrap().release().await.unwrap());
     }
     let _live = s4.acquire(&key("aua/live"), Duration::ZERO).await.unwrap();
-    let through = caught_up(&etcd, &store).await;
+    let through = tailer_caught_up(&etcd, &store).await;
 
     // ClickHouse (FINAL) holds exactly the store's events, each once.
     // (Both may already hold changes after `through`: the store is read

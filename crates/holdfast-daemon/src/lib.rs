@@ -26,6 +26,19 @@ pub fn identity() -> String {
     format!("{host} pid {}", std::process::id())
 }
 
+/// Logs to stderr, level from `HOLDFAST_LOG` (default info): plain text
+/// for terminals and journald, or one JSON object per line for collectors.
+/// (The arbiter adds its span exporter and sets up its own.)
+pub fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+    }
+}
+
 fn notify(state: &[NotifyState]) {
     // Outside systemd NOTIFY_SOCKET is unset and this does nothing.
     if let Err(e) = sd_notify::notify(state) {

@@ -61,22 +61,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    init_logging(args.log_format);
+    holdfast_daemon::init_logging(matches!(args.log_format, LogFormat::Json));
     match runtime.block_on(holdfast_tailer::server::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("holdfast-tailer: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Logs to stderr, level from `HOLDFAST_LOG` (default info).
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Plain => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
