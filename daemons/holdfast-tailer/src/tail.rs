@@ -43,6 +43,32 @@ fn all_keys() -> Vec<u8> {
     vec![0]
 }
 
+/// How long the tailer has been behind etcd. Under a steady stream the
+/// stored revision is always a little behind etcd's revision *now*; a
+/// tailer that keeps up has stored, at each tick, at least the revision
+/// etcd had at the tick before.
+#[derive(Debug)]
+pub struct Lag {
+    caught_up_at: Instant,
+    ticked: i64,
+}
+
+impl Lag {
+    pub fn new(now: Instant) -> Lag {
+        Lag { caught_up_at: now, ticked: 0 }
+    }
+
+    /// One tick: `done` is stored, etcd is at `etcd`. Returns how long the
+    /// tailer has been behind.
+    pub fn tick(&mut self, done: i64, etcd: i64, now: Instant) -> Duration {
+        if done >= self.ticked {
+            self.caught_up_at = now;
+        }
+        self.ticked = etcd;
+        now.saturating_duration_since(self.caught_up_at)
+    }
+}
+
 pub struct Tailer {
     store: Store,
     sinks: Vec<Box<dyn Sink>>,
@@ -53,8 +79,7 @@ pub struct Tailer {
     done: i64,
     checkpointed: i64,
     checkpointed_at: Instant,
-    /// When `done` last reached etcd's revision.
-    caught_up_at: Instant,
+    lag: Lag,
     /// When the watch last delivered a response.
     heard_at: Instant,
     /// etcd's revision as last seen.
@@ -115,7 +140,7 @@ impl Tailer {
             done,
             checkpointed: done,
             checkpointed_at: Instant::now(),
-            caught_up_at: Instant::now(),
+            lag: Lag::new(Instant::now()),
             heard_at: Instant::now(),
             etcd_revision: header.revision(),
             checkpoint_interval: config.checkpoint_interval,
@@ -302,12 +327,9 @@ impl Tailer {
         if self.checkpointed_at.elapsed() >= self.checkpoint_interval {
             self.checkpoint().await?;
         }
-        if self.done >= self.etcd_revision {
-            self.caught_up_at = Instant::now();
-        }
         // Behind etcd for half the compaction window: what is not stored
         // yet is about to be compacted away.
-        let alarm = self.caught_up_at.elapsed() >= self.alarm_after;
+        let alarm = self.lag.tick(self.done, self.etcd_revision, Instant::now()) >= self.alarm_after;
         METRICS.set_lag(self.etcd_revision - self.done, self.checkpointed_at.elapsed().as_secs() as i64, alarm);
         // Constant while active: STATUS= is a datagram per change, and how
         // far the store is lives in the metrics.
@@ -329,5 +351,28 @@ fn force_put(kv: &etcd_client::KeyValue) -> Option<ForcePut> {
             tracing::error!(key, revision = kv.mod_revision(), error = %e, "a force-release record that does not decode is not archived");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeping_up_with_a_steady_stream_is_no_lag_and_a_stuck_tailer_is() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut lag = Lag::new(t0);
+        // Always 5 revisions behind etcd now, never behind a second ago.
+        for s in 1..100 {
+            assert_eq!(lag.tick(s as i64 * 100 - 5, s as i64 * 100, at(s)), Duration::ZERO, "tick {s}");
+        }
+        // Stuck at one revision while etcd moves on.
+        let behind: Vec<_> = (100..105).map(|s| lag.tick(9_895, s as i64 * 100, at(s))).collect();
+        assert_eq!(behind, [1, 2, 3, 4, 5].map(Duration::from_secs), "behind since the last tick it kept up");
+        // Caught up again.
+        assert_eq!(lag.tick(10_400, 10_400, at(105)), Duration::ZERO);
+        // Idle: nothing changes, nothing is behind.
+        assert_eq!(lag.tick(10_400, 10_400, at(500)), Duration::ZERO);
     }
 }
