@@ -192,6 +192,23 @@ async fn a_scripted_workload_is_recorded_once_per_change_with_the_right_kinds() 
     assert_eq!(aua["grants"], 2, "aua/forced and aua/live: {register}");
     let out = Ran::of(Command::new(bin("holdfastctl")).args(["risk-register", "--dir", &policy, "--audit-store", &store_arg]));
     assert!(out.stdout.contains("GRANTS"), "{out}");
+    // The Parquet export for the archive: every ended hold, no live one.
+    let parquet_file = lab.dir.path.join("grants.parquet");
+    let out = Ran::of(Command::new(bin("holdfastctl")).args(["audit", "export", "--out"]).arg(&parquet_file).arg("--store").arg(&store));
+    assert!(out.code == 0 && out.stdout.contains("wrote 4 ended hold(s)"), "{out}");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&parquet_file).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut ended = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let column = |name: &str| batch.column_by_name(name).unwrap().as_any().downcast_ref::<arrow_array::StringArray>().unwrap().clone();
+        let (keys, how) = (column("key"), column("ended_by"));
+        ended.extend((0..batch.num_rows()).map(|i| format!("{} {}", keys.value(i), how.value(i))));
+    }
+    ended.sort();
+    assert_eq!(ended, ["au/closed close", "au/expired expiry", "au/released release", "aua/forced force-release"]);
     // No token anywhere in the output.
     let all = audit(&store, &["--all", "--json"]);
     assert!(!all.stdout.contains("create_revision") && !all.stdout.contains("token"), "{all}");

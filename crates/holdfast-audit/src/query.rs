@@ -3,6 +3,20 @@
 
 use crate::event::{Event, Kind};
 use std::collections::{BTreeMap, HashMap};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A time flag's value as milliseconds since the Unix epoch: RFC 3339
+/// (`2026-12-01T03:00:00Z`) or a duration before now (`90m`, `24h`, `7d`).
+pub fn parse_time(flag: &str, text: &str) -> Result<u64, String> {
+    let ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
+        return Ok(ms(t));
+    }
+    match humantime::parse_duration(text) {
+        Ok(ago) => Ok(ms(SystemTime::now()).saturating_sub(ago.as_millis() as u64)),
+        Err(_) => Err(format!("{flag} {text:?}: give an RFC 3339 time (2026-12-01T03:00:00Z) or a duration ago (90m, 24h, 7d)")),
+    }
+}
 
 /// Which events to show; every set field must match.
 #[derive(Debug, Clone, Default)]
@@ -166,5 +180,8 @@ mod tests {
         assert_eq!(events.iter().filter(|e| f.matches(e)).count(), 2);
         let f = Filter { since_unix_ms: Some(2000), until_unix_ms: Some(4000), ..Filter::default() };
         assert_eq!(events.iter().filter(|e| f.matches(e)).count(), 2);
+        assert_eq!(parse_time("--since", "1970-01-01T00:00:02Z"), Ok(2000));
+        assert!(parse_time("--since", "1h").unwrap() > 1_700_000_000_000);
+        assert!(parse_time("--since", "yesterday").unwrap_err().contains("RFC 3339"));
     }
 }

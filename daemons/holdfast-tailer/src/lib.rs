@@ -8,11 +8,13 @@
 //! - [`server`]: the loop: standby and active, signals, systemd notify.
 //! - [`sinks`]: the sinks turned on in the config.
 //! - [`check`]: `holdfast-tailer check`.
+//! - [`export`]: `holdfast-tailer export`: ended holds to Parquet.
 //! - [`metrics`]: Prometheus metrics (lag, gaps, alarms).
 //!
 //! The config file's struct is `holdfast_config::tailer`.
 
 pub mod check;
+pub mod export;
 pub mod metrics;
 pub mod server;
 pub mod sinks;

@@ -34,6 +34,23 @@ enum Command {
     Check,
     /// Run the tailer (the default).
     Run,
+    /// Write the grant history of a store (every ended hold; never a
+    /// token) to one Parquet file: 0 written, 64 bad flags, 78 the store
+    /// cannot be read, 70 the file cannot be written.
+    Export {
+        /// The store (default: store_dir of --config).
+        #[arg(long, value_name = "DIR")]
+        store: Option<PathBuf>,
+        /// The Parquet file to write (replaced atomically).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Holds granted from this time: RFC 3339 or a duration ago (365d).
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Holds granted before this time.
+        #[arg(long, value_name = "TIME")]
+        until: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -44,8 +61,12 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(Command::Check) = args.command {
-        return ExitCode::from(holdfast_tailer::check::run(&args.config));
+    match args.command {
+        Some(Command::Check) => return ExitCode::from(holdfast_tailer::check::run(&args.config)),
+        Some(Command::Export { store, out, since, until }) => {
+            return ExitCode::from(export(&args.config, store, &out, since.as_deref(), until.as_deref()));
+        }
+        Some(Command::Run) | None => {}
     }
     let config = match TailerConfig::load(&args.config) {
         Ok(c) => c,
@@ -67,6 +88,45 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("holdfast-tailer: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn export(config: &std::path::Path, store: Option<PathBuf>, out: &std::path::Path, since: Option<&str>, until: Option<&str>) -> u8 {
+    use holdfast_audit::query::parse_time;
+    let (since, until) = match (since.map(|t| parse_time("--since", t)).transpose(), until.map(|t| parse_time("--until", t)).transpose()) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("holdfast-tailer export: {e}");
+            return 64;
+        }
+    };
+    let store = match store {
+        Some(s) => s,
+        None => match TailerConfig::load(config) {
+            Ok(c) => c.store_dir,
+            Err(e) => {
+                eprintln!("holdfast-tailer export: {e} (or pass --store DIR)");
+                return holdfast_tailer::check::CONFIG;
+            }
+        },
+    };
+    let events = match holdfast_audit::store::read_events(&store) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("holdfast-tailer export: {e}");
+            return holdfast_tailer::check::CONFIG;
+        }
+    };
+    let rows = holdfast_tailer::export::ended_holds(&events, since, until);
+    match holdfast_tailer::export::write(&rows, out) {
+        Ok(()) => {
+            println!("wrote {} ended hold(s) to {}", rows.len(), out.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("holdfast-tailer export: {e:#}");
+            70
         }
     }
 }

@@ -6,7 +6,7 @@ use holdfast_audit::query::{self, Filter};
 use holdfast_audit::{Event, Kind};
 use holdfast_cli::exit;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 pub const AUDIT_HELP: &str = "\
 Every grant, release, expiry, session close, force-release, epoch change,
@@ -45,6 +45,7 @@ Examples:
   holdfastctl audit --identity spiffe://corp/ns/pay/sa/ledger --json
   holdfastctl audit --report expiries --since 7d
   holdfastctl audit --kind force-release --csv > force-releases.csv
+  holdfastctl audit export --since 365d --out grants-2026.parquet
 
 Exit status:
   0   printed (possibly nothing matched)
@@ -52,7 +53,10 @@ Exit status:
   78  the store cannot be read (wrong --store, not created yet, corrupt)";
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct AuditArgs {
+    #[command(subcommand)]
+    action: Option<AuditAction>,
     /// Only this lock key (`<namespace>/<key>`).
     #[arg(value_name = "KEY")]
     lock_key: Option<String>,
@@ -95,19 +99,51 @@ pub struct AuditArgs {
     top: usize,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+#[derive(clap::Subcommand)]
+enum AuditAction {
+    /// Write the grant history (every ended hold: who, which key, class,
+    /// granted, ended, how, for how long; never a token) to one Parquet
+    /// file, for the one-year archive. Runs `holdfast-tailer export`, which
+    /// ships with the tailer where the store is.
+    Export(ExportArgs),
 }
 
-/// RFC 3339, or a duration before now.
-fn parse_time(flag: &str, text: &str) -> Result<u64, String> {
-    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
-        return Ok(t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// The Parquet file to write (replaced atomically).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// The tailer's store_dir.
+    #[arg(long, value_name = "DIR", env = "HOLDFAST_AUDIT_STORE", default_value = "/var/lib/holdfast/audit")]
+    store: PathBuf,
+    /// Holds granted from this time: RFC 3339 or a duration ago (365d).
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Holds granted before this time.
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+}
+
+/// Execs `holdfast-tailer export` with the same arguments.
+fn export(args: ExportArgs) -> u8 {
+    use std::os::unix::process::CommandExt;
+    let bin = match holdfast_devkit::tailer::locate() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("holdfastctl audit export: {e:#}; the export runs where the store is, with holdfast-tailer installed");
+            return exit::CONFIG;
+        }
+    };
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.arg("export").arg("--store").arg(&args.store).arg("--out").arg(&args.out);
+    for (flag, value) in [("--since", &args.since), ("--until", &args.until)] {
+        if let Some(v) = value {
+            cmd.arg(flag).arg(v);
+        }
     }
-    match humantime::parse_duration(text) {
-        Ok(ago) => Ok(now_ms().saturating_sub(ago.as_millis() as u64)),
-        Err(_) => Err(format!("{flag} {text:?}: give an RFC 3339 time (2026-12-01T03:00:00Z) or a duration ago (90m, 24h, 7d)")),
-    }
+    let e = cmd.exec();
+    eprintln!("holdfastctl audit export: cannot run {}: {e}", bin.display());
+    exit::SOFTWARE
 }
 
 fn filter(args: &AuditArgs) -> Result<Filter, String> {
@@ -127,12 +163,15 @@ fn filter(args: &AuditArgs) -> Result<Filter, String> {
         namespace: args.namespace.clone(),
         class: args.class.clone(),
         kinds,
-        since_unix_ms: args.since.as_deref().map(|t| parse_time("--since", t)).transpose()?,
-        until_unix_ms: args.until.as_deref().map(|t| parse_time("--until", t)).transpose()?,
+        since_unix_ms: args.since.as_deref().map(|t| query::parse_time("--since", t)).transpose()?,
+        until_unix_ms: args.until.as_deref().map(|t| query::parse_time("--until", t)).transpose()?,
     })
 }
 
 pub fn run(args: AuditArgs) -> u8 {
+    if let Some(AuditAction::Export(e)) = args.action {
+        return export(e);
+    }
     let filter = match filter(&args) {
         Ok(f) => f,
         Err(e) => {
