@@ -99,12 +99,7 @@ impl ControllerConfig {
 
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let err = |problems: Vec<String>| ConfigError { path: path.display().to_string(), problems };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err(vec![format!("cannot read the file ({e}); pass --config FILE or create {DEFAULT_PATH}")]))?;
-        let config: ControllerConfig = toml::from_str(&text).map_err(|e| err(vec![e.to_string().trim().to_string()]))?;
-        let problems = config.problems();
-        if problems.is_empty() { Ok(config) } else { Err(err(problems)) }
+        crate::load_file(path, DEFAULT_PATH, Self::problems)
     }
 
     /// Checks that parse cannot. The policy directory itself is checked by

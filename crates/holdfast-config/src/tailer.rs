@@ -115,12 +115,7 @@ impl TailerConfig {
 
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let err = |problems: Vec<String>| ConfigError { path: path.display().to_string(), problems };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err(vec![format!("cannot read the file ({e}); pass --config FILE or create {DEFAULT_PATH}")]))?;
-        let config: TailerConfig = toml::from_str(&text).map_err(|e| err(vec![e.to_string().trim().to_string()]))?;
-        let problems = config.problems();
-        if problems.is_empty() { Ok(config) } else { Err(err(problems)) }
+        crate::load_file(path, DEFAULT_PATH, Self::problems)
     }
 
     /// Checks that parse cannot.
