@@ -5,9 +5,11 @@
 //! - [`s3`]: a real S3-compatible server (versitygw) on loopback.
 //! - [`etcdlog`]: etcd's revision history as the checkers' `EtcdLog`.
 //! - [`policy`]: a class set for the lab, published by the real controller.
+//! - [`nspawn`]: a booted Debian 12 system container for the install test.
 
 pub mod clickhouse;
 pub mod etcdlog;
+pub mod nspawn;
 pub mod policy;
 pub mod postgres;
 pub mod s3;
