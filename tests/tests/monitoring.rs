@@ -369,9 +369,12 @@ fn parse_rules(text: &str) -> Vec<Rule> {
     rules
 }
 
+/// (where, query) pairs.
+type Queries = Vec<(String, String)>;
+
 /// Every PromQL query of the dashboard: (where, query), panels' targets and
 /// the template variables' queries separately.
-fn dashboard_queries(dash: &serde_json::Value) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn dashboard_queries(dash: &serde_json::Value) -> (Queries, Queries) {
     let mut targets = Vec::new();
     let mut panels: Vec<&serde_json::Value> = Vec::new();
     for p in dash["panels"].as_array().expect("panels") {
