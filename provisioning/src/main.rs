@@ -128,10 +128,19 @@ every time a cluster is (re)created, e.g. the change ticket id. Does not read th
 version, Clevis keyslots, any other keyslot), whether it is unlocked and mounted, the data directory, the \
 last probe verdict and whether the tuning drop-in is current.")]
     Status,
+    /// Write the man pages and shell completions to DIR (packaging/build).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::GenerateDocs { out } = &cli.cmd {
+        return ExitCode::from(holdfast_cli::docs::run(<Cli as clap::CommandFactory>::command(), out));
+    }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -291,6 +300,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             }
             emit(js, json!({ "ok": true, "plan": p }), text)
         }
+        Cmd::GenerateDocs { .. } => Ok(()),
         Cmd::Status => {
             let cfg = load(&cli.config)?;
             let device = disk::inspect(&cfg.disk.device).map_err(|e| e.to_string());

@@ -31,6 +31,12 @@ enum Command {
     Check,
     /// Run the arbiter (the default).
     Run,
+    /// Write the man pages and shell completions to DIR (packaging/build).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -41,6 +47,9 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::GenerateDocs { out }) = &args.command {
+        return ExitCode::from(holdfast_cli::docs::run(<Args as clap::CommandFactory>::command(), out));
+    }
     let config = match ArbiterConfig::load(&args.config) {
         Ok(c) => c,
         Err(e) => {

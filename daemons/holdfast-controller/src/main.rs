@@ -40,6 +40,12 @@ enum Command {
     },
     /// Run the controller (the default).
     Run,
+    /// Write the man pages and shell completions to DIR (packaging/build).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -50,6 +56,9 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::GenerateDocs { out }) = &args.command {
+        return ExitCode::from(holdfast_cli::docs::run(<Args as clap::CommandFactory>::command(), out));
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

@@ -78,6 +78,12 @@ Examples:
     /// The frozen holder (internal: started by `run`).
     #[command(hide = true)]
     Holder(holder::HolderArgs),
+    /// Write the man pages and shell completions to DIR (packaging/build).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
 }
 
 /// Arguments shared by `run` and `status`.
@@ -97,6 +103,9 @@ pub struct Target {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::GenerateDocs { out } = &cli.command {
+        return ExitCode::from(holdfast_cli::docs::run(<Cli as clap::CommandFactory>::command(), out));
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -109,6 +118,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.conn, args).await,
             Command::Status(args) => record::status(args).await,
             Command::Holder(args) => holder::run(&cli.conn, args).await,
+            Command::GenerateDocs { .. } => exit::OK,
         }
     });
     runtime.shutdown_background();

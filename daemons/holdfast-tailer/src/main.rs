@@ -51,6 +51,12 @@ enum Command {
         #[arg(long, value_name = "TIME")]
         until: Option<String>,
     },
+    /// Write the man pages and shell completions to DIR (packaging/build).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -65,6 +71,9 @@ fn main() -> ExitCode {
         Some(Command::Check) => return ExitCode::from(holdfast_tailer::check::run(&args.config)),
         Some(Command::Export { store, out, since, until }) => {
             return ExitCode::from(export(&args.config, store, &out, since.as_deref(), until.as_deref()));
+        }
+        Some(Command::GenerateDocs { out }) => {
+            return ExitCode::from(holdfast_cli::docs::run(<Args as clap::CommandFactory>::command(), &out));
         }
         Some(Command::Run) | None => {}
     }

@@ -74,10 +74,19 @@ enum Command {
     /// each hold ended (release, expiry, close, force-release…).
     #[command(after_long_help = audit::AUDIT_HELP)]
     Audit(audit::AuditArgs),
+    /// Write the man pages and shell completions to DIR (packaging/build).
+    #[command(hide = true)]
+    GenerateDocs {
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::GenerateDocs { out } = &cli.command {
+        return ExitCode::from(holdfast_cli::docs::run(<Cli as clap::CommandFactory>::command(), out));
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -99,6 +108,7 @@ fn main() -> ExitCode {
             Command::RiskRegister(args) => risk::run(args),
             Command::Status(args) => status::run(args).await,
             Command::Audit(args) => audit::run(args),
+            Command::GenerateDocs { .. } => exit::OK,
         }
     });
     // Do not wait for background tasks (keepalive streams) at exit.

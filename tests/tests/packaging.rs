@@ -1,0 +1,651 @@
+//! The packages (docs/packaging.md): `packaging/build --profile dev` with a
+//! throwaway key from `packaging/throwaway-key`, run once per test binary
+//! (the build is slow: [`built`] keeps it in a `OnceLock`), then what every
+//! package holds, checked with the real tools: dpkg-deb, rpm, lintian,
+//! debsig-verify and rpm's signature check.
+//!
+//! - every expected .deb and .rpm exists, and no harness binary is in any;
+//! - debsig-verify accepts each signed .deb and rejects an unsigned and a
+//!   tampered one; rpm with `_pkgverify_level signature` accepts each signed
+//!   .rpm and rejects an unsigned and a tampered one (plain `rpm -K` passes
+//!   the unsigned one: the level matters);
+//! - lintian passes, with only the overrides in packaging/lintian/;
+//! - conffiles are the /etc/holdfast TOML files; man pages and completions
+//!   are packaged; units are shipped disabled with a preset;
+//! - the .rpm files install into a root (`rpm --root`) with their scripts
+//!   run there: the users appear, no unit is enabled.
+//!
+//! These tests do not depend on etcd. Tools missing is a failure naming
+//! scripts/install-deps. dpkg install, upgrade and purge under systemd are
+//! the install test's (tests/install.rs).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The packages packaging/build makes, each as .deb and .rpm.
+const PACKAGES: &[&str] = &[
+    "holdfast-arbiter",
+    "holdfast-controller",
+    "holdfast-tailer",
+    "holdfastctl",
+    "holdfast-pausetest",
+    "holdfast-provision",
+    "holdfast-etcd",
+    "holdfast-archive-keyring",
+];
+
+/// The packages with a binary of the same name (man pages, completions).
+const BINARIES: &[&str] =
+    &["holdfast-arbiter", "holdfast-controller", "holdfast-tailer", "holdfastctl", "holdfast-pausetest", "holdfast-provision"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+fn tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let home_cargo = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin"));
+    std::env::split_paths(&path)
+        .chain(home_cargo)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is missing: run scripts/install-deps, which installs it"))
+}
+
+struct Ran {
+    what: String,
+    ok: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "$ {}\nexit {:?}\n--- stdout\n{}--- stderr\n{}", self.what, self.code, self.stdout, self.stderr)
+    }
+}
+
+fn ran(what: String, o: Output) -> Ran {
+    Ran {
+        what,
+        ok: o.status.success(),
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Runs `cmd`, whatever its status.
+fn run(cmd: &mut Command) -> Ran {
+    let what = format!("{cmd:?}");
+    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    ran(what, o)
+}
+
+/// Runs `cmd`; panics with its output unless it exits 0.
+fn must(cmd: &mut Command) -> Ran {
+    let r = run(cmd);
+    assert!(r.ok, "failed:\n{r}");
+    r
+}
+
+/// What packaging/build made, once per test binary.
+struct Built {
+    /// The packages.
+    out: PathBuf,
+    /// The environment packaging/throwaway-key printed.
+    env: Vec<(String, String)>,
+    /// Scratch space for the tests.
+    scratch: PathBuf,
+}
+
+impl Built {
+    fn file(&self, name: &str, ext: &str) -> PathBuf {
+        let found: Vec<PathBuf> = std::fs::read_dir(&self.out)
+            .expect("the packages' directory")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                    let sep = if ext == "deb" { '_' } else { '-' };
+                    n.ends_with(&format!(".{ext}"))
+                        && n.strip_prefix(name)
+                            .is_some_and(|rest| rest.starts_with(sep) && rest[1..].starts_with(|c: char| c.is_ascii_digit()))
+                })
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "exactly one {name} .{ext} in {}: {found:?}", self.out.display());
+        found[0].clone()
+    }
+
+    fn deb(&self, name: &str) -> PathBuf {
+        self.file(name, "deb")
+    }
+
+    fn rpm(&self, name: &str) -> PathBuf {
+        self.file(name, "rpm")
+    }
+
+    fn key_id(&self) -> String {
+        self.env.iter().find(|(k, _)| k == "HOLDFAST_SIGNING_KEY_ID").map(|(_, v)| v.clone()).expect("HOLDFAST_SIGNING_KEY_ID")
+    }
+
+    /// A fresh directory under the scratch space.
+    fn scratch(&self, name: &str) -> PathBuf {
+        let d = self.scratch.join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        d
+    }
+}
+
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        for t in ["cargo-deb", "cargo-generate-rpm", "debsigs", "debsig-verify", "rpm", "rpmsign", "lintian", "dpkg-deb", "gpg"] {
+            tool(t);
+        }
+        // Kept for the whole test binary; removed by the OS's /tmp cleaning.
+        let dir = tempfile::Builder::new().prefix("holdfast-packaging-").tempdir().expect("tempdir").keep();
+        let key = dir.join("key");
+        let printed = must(Command::new(workspace().join("packaging/throwaway-key")).arg(&key));
+        let env: Vec<(String, String)> = printed
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for k in ["GNUPGHOME", "HOLDFAST_SIGNING_KEY", "HOLDFAST_SIGNING_KEY_ID"] {
+            assert!(env.iter().any(|(n, _)| n == k), "packaging/throwaway-key printed no {k}:\n{printed}");
+        }
+        let out = dir.join("packages");
+        let mut build = Command::new(workspace().join("packaging/build"));
+        build.args(["--profile", "dev", "--out"]).arg(&out).current_dir(workspace());
+        build.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let started = std::time::Instant::now();
+        let r = must(&mut build);
+        eprintln!("packaging/build --profile dev: {:.0?}\n{}", started.elapsed(), r.stderr);
+        let scratch = dir.join("scratch");
+        std::fs::create_dir_all(&scratch).expect("scratch");
+        Built { out, env, scratch }
+    })
+}
+
+/// `dpkg-deb -c`: the paths a .deb installs (without the leading `.`).
+fn deb_files(deb: &Path) -> Vec<String> {
+    must(Command::new("dpkg-deb").arg("-c").arg(deb))
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(|p| p.trim_start_matches('.').to_string())
+        .collect()
+}
+
+/// `rpm -qlp`: the paths an .rpm installs.
+fn rpm_files(rpm: &Path) -> Vec<String> {
+    must(Command::new("rpm").args(["-qlp"]).arg(rpm)).stdout.lines().map(str::to_string).collect()
+}
+
+/// `dpkg-deb -I DEB FILE`: a control member (conffiles, postinst…), or "" if absent.
+fn control_member(deb: &Path, member: &str) -> String {
+    let r = run(Command::new("dpkg-deb").arg("-I").arg(deb).arg(member));
+    if r.ok { r.stdout } else { String::new() }
+}
+
+/// The unit files in systemd/ each package ships.
+fn units_of(name: &str) -> Vec<&'static str> {
+    match name {
+        "holdfast-arbiter" => vec!["holdfast-arbiter.service", "holdfast-arbiter.socket"],
+        "holdfast-controller" => vec!["holdfast-controller.service"],
+        "holdfast-tailer" => vec!["holdfast-tailer.service"],
+        "holdfastctl" => vec!["holdfast-epoch-advance@.service", "holdfast-risk-register.service", "holdfast-risk-register.timer"],
+        "holdfast-provision" => vec!["holdfast-provision.service"],
+        "holdfast-etcd" => vec!["holdfast-etcd@.service", "holdfast-etcd-defrag@.service", "holdfast-etcd-defrag@.timer"],
+        _ => vec![],
+    }
+}
+
+/// Copies a copy of `from` into `to` with one byte flipped in the middle of
+/// the member named `member` (an ar member of a .deb), or in the payload
+/// near the end (an .rpm, when `member` is None).
+fn tampered(from: &Path, to: &Path, member: Option<&str>) {
+    let mut bytes = std::fs::read(from).expect("read package");
+    let at = match member {
+        Some(m) => {
+            let start = bytes.windows(m.len()).position(|w| w == m.as_bytes()).unwrap_or_else(|| panic!("no {m} in {}", from.display()));
+            // ar member header: 16 name, 12 mtime, 6 uid, 6 gid, 8 mode, 10 size, 2 magic.
+            let size: usize = String::from_utf8_lossy(&bytes[start + 48..start + 58]).trim().parse().expect("ar member size");
+            start + 60 + size / 2
+        }
+        None => bytes.len() - 64,
+    };
+    bytes[at] ^= 0x5a;
+    std::fs::write(to, bytes).expect("write tampered package");
+}
+
+#[test]
+fn every_package_is_built_as_deb_and_rpm() {
+    let b = built();
+    for name in PACKAGES {
+        let deb = b.deb(name);
+        let info = must(Command::new("dpkg-deb").args(["-f"]).arg(&deb).args(["Package", "Version"])).stdout;
+        assert!(info.contains(&format!("Package: {name}")), "{}: {info}", deb.display());
+        let rpm = b.rpm(name);
+        let q = must(Command::new("rpm").args(["-qp", "--qf", "%{NAME} %{VERSION}\n"]).arg(&rpm)).stdout;
+        assert!(q.starts_with(&format!("{name} ")), "{}: {q}", rpm.display());
+    }
+    let sums = std::fs::read_to_string(b.out.join("SHA256SUMS")).expect("SHA256SUMS");
+    must(Command::new("sha256sum").arg("-c").arg("SHA256SUMS").current_dir(&b.out));
+    assert_eq!(sums.lines().count(), PACKAGES.len() * 2 + 1, "SHA256SUMS lists every package and the key:\n{sums}");
+}
+
+#[test]
+fn no_harness_binary_is_in_any_package() {
+    let b = built();
+    let harness: BTreeSet<String> = std::fs::read_dir(workspace().join("harness"))
+        .expect("harness/")
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    assert!(harness.contains("holdfast-gate") && harness.contains("holdfast-bench"), "harness/: {harness:?}");
+    for name in PACKAGES {
+        for (pkg, files) in [(b.deb(name), deb_files(&b.deb(name))), (b.rpm(name), rpm_files(&b.rpm(name)))] {
+            for f in &files {
+                let base = f.rsplit('/').next().unwrap_or(f);
+                let stem = base.split('.').next().unwrap_or(base).trim_start_matches('_');
+                assert!(!harness.contains(stem), "{} ships {f}, from the harness", pkg.display());
+            }
+            if BINARIES.contains(name) {
+                assert!(files.iter().any(|f| f == &format!("/usr/bin/{name}")), "{} lacks /usr/bin/{name}: {files:?}", pkg.display());
+            }
+            let bins: Vec<&String> = files.iter().filter(|f| f.starts_with("/usr/bin/") && f.len() > "/usr/bin/".len()).collect();
+            assert!(bins.len() <= 1, "{} ships more than its own binary: {bins:?}", pkg.display());
+        }
+    }
+}
+
+#[test]
+fn the_packaged_arbiter_is_built_without_the_mutations_feature() {
+    // Packages never carry the mutations feature. Only an arbiter built
+    // without it contains the refusal of a [mutation] table (the code that
+    // says so is compiled out of the test builds).
+    let b = built();
+    let tree = b.scratch("arbiter-tree");
+    must(Command::new("dpkg-deb").arg("-x").arg(b.deb("holdfast-arbiter")).arg(&tree));
+    let refusal: &[u8] = b"but this arbiter was built without the `mutations` feature";
+    for (what, path) in [
+        ("deb", tree.join("usr/bin/holdfast-arbiter")),
+        ("rpm", {
+            let rpm_tree = b.scratch("arbiter-rpm-tree");
+            // rpm2archive (Debian's rpm2cpio package) writes the payload as a tar.
+            must(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg("rpm2archive - <\"$1\" | tar -xzf -")
+                    .arg("sh")
+                    .arg(b.rpm("holdfast-arbiter"))
+                    .current_dir(&rpm_tree),
+            );
+            rpm_tree.join("usr/bin/holdfast-arbiter")
+        }),
+    ] {
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{what}: {}: {e}", path.display()));
+        assert!(bytes.windows(refusal.len()).any(|w| w == refusal), "the {what}'s arbiter was built with the mutations feature");
+    }
+}
+
+#[test]
+fn debsig_verify_accepts_signed_debs_and_rejects_unsigned_and_tampered() {
+    let b = built();
+    // Verify against the keyring package's own files, as an operator's host
+    // would after installing holdfast-archive-keyring.
+    let root = b.scratch("keyring-root");
+    must(Command::new("dpkg-deb").arg("-x").arg(b.deb("holdfast-archive-keyring")).arg(&root));
+    let id = b.key_id();
+    let policies = root.join("etc/debsig/policies");
+    let keyrings = root.join("usr/share/debsig/keyrings");
+    assert!(policies.join(&id).join("holdfast.pol").is_file(), "the keyring package has /etc/debsig/policies/{id}/holdfast.pol");
+    assert!(keyrings.join(&id).join("debsig.gpg").is_file(), "the keyring package has /usr/share/debsig/keyrings/{id}/debsig.gpg");
+    let verify =
+        |deb: &Path| run(Command::new("debsig-verify").arg("--policies-dir").arg(&policies).arg("--keyrings-dir").arg(&keyrings).arg(deb));
+    for name in PACKAGES {
+        let deb = b.deb(name);
+        let r = verify(&deb);
+        assert!(r.ok, "debsig-verify rejects the signed {name}:\n{r}");
+
+        let unsigned = b.scratch("unsigned").join(deb.file_name().expect("name"));
+        std::fs::copy(&deb, &unsigned).expect("copy");
+        must(Command::new("ar").arg("d").arg(&unsigned).arg("_gpgorigin"));
+        let members = must(Command::new("ar").arg("t").arg(&unsigned)).stdout;
+        assert!(!members.contains("_gpgorigin"), "{members}");
+        let r = verify(&unsigned);
+        assert!(!r.ok, "debsig-verify accepts an unsigned {name}:\n{r}");
+
+        let bad = b.scratch("tampered").join(deb.file_name().expect("name"));
+        tampered(&deb, &bad, Some("data.tar"));
+        let r = verify(&bad);
+        assert!(!r.ok, "debsig-verify accepts a tampered {name}:\n{r}");
+    }
+}
+
+#[test]
+fn rpm_signature_check_accepts_signed_rpms_and_rejects_unsigned_and_tampered() {
+    let b = built();
+    let db = b.scratch("rpmdb");
+    must(Command::new("rpm").arg("--dbpath").arg(&db).arg("--initdb"));
+    must(Command::new("rpm").arg("--dbpath").arg(&db).arg("--import").arg(b.out.join("holdfast-signing-key.asc")));
+    let check =
+        |rpm: &Path| run(Command::new("rpm").arg("--dbpath").arg(&db).args(["--define", "_pkgverify_level signature", "-K"]).arg(rpm));
+    for name in PACKAGES {
+        let rpm = b.rpm(name);
+        let r = check(&rpm);
+        assert!(r.ok, "rpm -K rejects the signed {name}:\n{r}");
+        let sig = must(Command::new("rpm").args(["-qp", "--qf", "%{RSAHEADER:pgpsig}\n"]).arg(&rpm)).stdout;
+        assert!(sig.to_lowercase().contains(&b.key_id().to_lowercase()), "{name} is signed by another key: {sig}");
+
+        let unsigned = b.scratch("unsigned-rpm").join(rpm.file_name().expect("name"));
+        std::fs::copy(&rpm, &unsigned).expect("copy");
+        must(Command::new("rpmsign").arg("--delsign").arg(&unsigned));
+        let r = check(&unsigned);
+        assert!(!r.ok, "rpm -K with _pkgverify_level signature accepts an unsigned {name}:\n{r}");
+        // Why the level is needed: without it the digests alone pass.
+        let plain = run(Command::new("rpm").arg("--dbpath").arg(&db).arg("-K").arg(&unsigned));
+        assert!(plain.ok, "plain rpm -K passes an unsigned package (that is why the test sets the level):\n{plain}");
+
+        let bad = b.scratch("tampered-rpm").join(rpm.file_name().expect("name"));
+        tampered(&rpm, &bad, None);
+        let r = check(&bad);
+        assert!(!r.ok, "rpm -K accepts a tampered {name}:\n{r}");
+    }
+}
+
+#[test]
+fn lintian_passes_with_only_justified_overrides() {
+    let b = built();
+    let debs: Vec<PathBuf> = PACKAGES.iter().map(|n| b.deb(n)).collect();
+    let r = run(Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--no-tag-display-limit", "--suppress-tags", "no-manual-page"])
+        .args(&debs));
+    // no-manual-page is never suppressed in fact: every binary has one (see
+    // man_pages_and_completions_are_packaged); the flag only keeps an
+    // unrelated profile difference from hiding other output.
+    assert!(r.ok, "lintian:\n{r}");
+    let overrides = workspace().join("packaging/lintian");
+    if overrides.is_dir() {
+        for e in std::fs::read_dir(&overrides).expect("packaging/lintian").flatten() {
+            let text = std::fs::read_to_string(e.path()).expect("overrides file");
+            let mut justified = false;
+            for line in text.lines() {
+                if line.starts_with('#') {
+                    justified = true;
+                } else if !line.trim().is_empty() {
+                    assert!(justified, "{}: override without a comment saying why: {line}", e.path().display());
+                    justified = false;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn conffiles_are_the_etc_holdfast_tomls() {
+    let b = built();
+    for (name, want) in [
+        ("holdfast-arbiter", vec!["/etc/holdfast/arbiter.toml"]),
+        ("holdfast-controller", vec!["/etc/holdfast/controller.toml"]),
+        ("holdfast-tailer", vec!["/etc/holdfast/tailer.toml"]),
+        ("holdfast-provision", vec!["/etc/holdfast/provision.toml"]),
+    ] {
+        let conffiles = control_member(&b.deb(name), "conffiles");
+        for f in &want {
+            assert!(conffiles.lines().any(|l| l.trim() == *f), "{name}: conffiles lack {f}:\n{conffiles}");
+        }
+        // The rpm marks the same files %config(noreplace).
+        let configs = must(Command::new("rpm").args(["-qp", "--configfiles"]).arg(b.rpm(name))).stdout;
+        let dump = must(Command::new("rpm").args(["-qp", "--qf", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]"]).arg(b.rpm(name))).stdout;
+        for f in &want {
+            assert!(configs.lines().any(|l| l == *f), "{name}.rpm: {f} is not %config:\n{configs}");
+            assert!(dump.lines().any(|l| l.starts_with(&format!("{f} ")) && l.contains('n')), "{name}.rpm: {f} is not noreplace:\n{dump}");
+        }
+    }
+    // The members' env files are the operator's (holdfast-provision plan
+    // writes them): holdfast-etcd ships an example, and tmpfiles.d makes
+    // /etc/holdfast/etcd (root only) at install.
+    let etcd = deb_files(&b.deb("holdfast-etcd"));
+    assert!(etcd.iter().any(|f| f == "/usr/share/doc/holdfast-etcd/examples/member.env.example"), "{etcd:#?}");
+    assert!(
+        !etcd.iter().any(|f| f.starts_with("/etc/holdfast/etcd/") && !f.ends_with('/')),
+        "holdfast-etcd ships a member file: {etcd:#?}"
+    );
+    let keyring = control_member(&b.deb("holdfast-archive-keyring"), "conffiles");
+    assert!(keyring.contains(&format!("/etc/debsig/policies/{}/holdfast.pol", b.key_id())), "keyring conffiles:\n{keyring}");
+}
+
+#[test]
+fn man_pages_and_completions_are_packaged() {
+    let b = built();
+    for name in BINARIES {
+        let deb = deb_files(&b.deb(name));
+        let rpm = rpm_files(&b.rpm(name));
+        for (what, files, man, zsh) in [
+            ("deb", &deb, format!("/usr/share/man/man1/{name}.1.gz"), format!("/usr/share/zsh/vendor-completions/_{name}")),
+            ("rpm", &rpm, format!("/usr/share/man/man1/{name}.1"), format!("/usr/share/zsh/site-functions/_{name}")),
+        ] {
+            for f in [
+                man,
+                format!("/usr/share/bash-completion/completions/{name}"),
+                zsh,
+                format!("/usr/share/fish/vendor_completions.d/{name}.fish"),
+            ] {
+                assert!(files.contains(&f), "{name}.{what} lacks {f}:\n{files:#?}");
+            }
+            assert!(!files.iter().any(|f| f.contains("generate-docs")), "{name}.{what}: the hidden generate-docs has a page");
+        }
+    }
+    // One page per subcommand: holdfastctl's `lock` has its own page.
+    let ctl = deb_files(&b.deb("holdfastctl"));
+    assert!(ctl.iter().any(|f| f == "/usr/share/man/man1/holdfastctl-lock.1.gz"), "{ctl:#?}");
+    // The page is the clap definition's text.
+    let tree = b.scratch("ctl-tree");
+    must(Command::new("dpkg-deb").arg("-x").arg(b.deb("holdfastctl")).arg(&tree));
+    let page =
+        must(Command::new("sh").arg("-c").arg("gzip -dc \"$1\"").arg("sh").arg(tree.join("usr/share/man/man1/holdfastctl.1.gz"))).stdout;
+    assert!(page.contains("fencing tokens"), "holdfastctl.1 is not holdfastctl's --help:\n{page}");
+}
+
+#[test]
+fn units_are_shipped_disabled_with_a_preset_and_users_from_sysusers() {
+    let b = built();
+    for name in PACKAGES {
+        let units = units_of(name);
+        let files = deb_files(&b.deb(name));
+        for u in &units {
+            assert!(files.contains(&format!("/usr/lib/systemd/system/{u}")), "{name}.deb lacks {u}:\n{files:#?}");
+        }
+        if units.is_empty() {
+            continue;
+        }
+        assert!(files.contains(&format!("/usr/lib/sysusers.d/{name}.conf")), "{name}.deb lacks its sysusers.d file");
+        let preset =
+            files.iter().find(|f| f.starts_with("/usr/lib/systemd/system-preset/")).unwrap_or_else(|| panic!("{name}.deb: no preset"));
+        let tree = b.scratch("preset-tree");
+        must(Command::new("dpkg-deb").arg("-x").arg(b.deb(name)).arg(&tree));
+        let text = std::fs::read_to_string(tree.join(preset.trim_start_matches('/'))).expect("preset");
+        for u in units.iter().filter(|u| !u.contains('@')) {
+            assert!(
+                text.lines().any(|l| l.starts_with("disable ") && glob_match(l["disable ".len()..].trim(), u)),
+                "{name}: the preset does not disable {u}:\n{text}"
+            );
+        }
+        let postinst = control_member(&b.deb(name), "postinst");
+        assert!(
+            postinst.contains(&format!("systemd-sysusers ${{DPKG_ROOT:+--root=\"$DPKG_ROOT\"}} {name}.conf")),
+            "{name} postinst:\n{postinst}"
+        );
+        assert!(!postinst.contains("deb-systemd-invoke start"), "{name}'s postinst starts a unit:\n{postinst}");
+        assert!(
+            !postinst.contains("deb-systemd-helper enable") || postinst.contains("was-enabled"),
+            "{name}'s postinst enables a unit:\n{postinst}"
+        );
+    }
+}
+
+/// A systemd preset pattern (`*` and `?` only) against a unit name.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    fn m(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => m(&p[1..], n) || (!n.is_empty() && m(p, &n[1..])),
+            (Some(b'?'), Some(_)) => m(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => m(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    m(pattern.as_bytes(), name.as_bytes())
+}
+
+/// A minimal root for `rpm --root`: /bin/sh, systemd-sysusers,
+/// systemd-tmpfiles and systemctl with the libraries they load, so the
+/// packages' scriptlets run for real.
+fn scriptlet_root(dir: &Path) {
+    for d in ["usr/bin", "usr/lib", "usr/lib64", "etc", "run", "var/tmp", "tmp"] {
+        std::fs::create_dir_all(dir.join(d)).expect("mkdir");
+    }
+    for (link, to) in [("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/bin")] {
+        std::os::unix::fs::symlink(to, dir.join(link)).expect("symlink");
+    }
+    let copy = |from: &Path| {
+        let to = dir.join(from.strip_prefix("/").expect("absolute"));
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+        if !to.exists() {
+            std::fs::copy(from, &to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+        }
+    };
+    for bin in ["/bin/sh", "/usr/bin/dash", "/usr/bin/systemd-sysusers", "/usr/bin/systemd-tmpfiles", "/usr/bin/systemctl"] {
+        let real = std::fs::canonicalize(bin).unwrap_or_else(|e| panic!("{bin}: {e}: run scripts/install-deps"));
+        copy(&real);
+        if real != Path::new(bin) {
+            let to = dir.join(bin.trim_start_matches('/'));
+            if !to.exists() {
+                std::fs::copy(&real, &to).expect("copy");
+            }
+        }
+        for line in must(Command::new("ldd").arg(&real)).stdout.lines() {
+            let lib = line.split("=>").nth(1).unwrap_or(line).split_whitespace().next().unwrap_or("");
+            if lib.starts_with('/') {
+                let lib = Path::new(lib);
+                copy(lib);
+                if let Ok(real) = std::fs::canonicalize(lib) {
+                    copy(&real);
+                }
+            }
+        }
+    }
+    // /bin/sh is dash in the root too (a symlink copied as a file above).
+    std::fs::write(dir.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    std::fs::write(dir.join("etc/group"), "root:x:0:\n").expect("group");
+}
+
+#[test]
+fn rpms_install_into_a_root_with_their_scripts() {
+    let b = built();
+    let root = b.scratch("rpm-root");
+    scriptlet_root(&root);
+    let rpms: Vec<PathBuf> = PACKAGES.iter().map(|n| b.rpm(n)).collect();
+    for (name, rpm) in PACKAGES.iter().zip(&rpms) {
+        let scripts = must(Command::new("rpm").args(["-qp", "--scripts"]).arg(rpm)).stdout;
+        if units_of(name).is_empty() {
+            assert!(!scripts.contains("systemctl"), "{name}.rpm has unit scripts but no units:\n{scripts}");
+            continue;
+        }
+        assert!(scripts.contains("postinstall scriptlet"), "{name}.rpm has no %post:\n{scripts}");
+        assert!(scripts.contains(&format!("systemd-sysusers {name}.conf")), "{name}.rpm %post does not create its users:\n{scripts}");
+        assert!(scripts.contains("preset"), "{name}.rpm %post does not apply the presets:\n{scripts}");
+        assert!(scripts.contains("preuninstall scriptlet") && scripts.contains("disable --now"), "{name}.rpm %preun:\n{scripts}");
+        assert!(
+            !scripts.contains("enable --now") && !scripts.contains("systemctl start"),
+            "{name}.rpm starts or enables a unit:\n{scripts}"
+        );
+    }
+    let r = must(Command::new("rpm").arg("--root").arg(&root).args(["--nodeps", "-i"]).args(&rpms));
+    assert!(!r.stderr.contains("scriptlet failed") && !r.stderr.contains("warning: %post"), "a scriptlet failed:\n{r}");
+    let installed = must(Command::new("rpm").arg("--root").arg(&root).args(["-qa", "--qf", "%{NAME}\n"])).stdout;
+    for name in PACKAGES {
+        assert!(installed.lines().any(|l| l == *name), "{name} not installed in the root:\n{installed}");
+        for f in rpm_files(&b.rpm(name)) {
+            let p = root.join(f.trim_start_matches('/'));
+            assert!(p.symlink_metadata().is_ok(), "{name}: {f} not in the root after rpm -i");
+        }
+    }
+    // %post ran systemd-sysusers in the root: the daemons' users exist.
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).expect("passwd");
+    let mut users = BTreeSet::new();
+    for name in PACKAGES {
+        let conf = root.join(format!("usr/lib/sysusers.d/{name}.conf"));
+        if let Ok(text) = std::fs::read_to_string(&conf) {
+            for l in text.lines().filter(|l| l.starts_with("u ")) {
+                users.insert(l.split_whitespace().nth(1).expect("user name").to_string());
+            }
+        }
+    }
+    assert!(!users.is_empty(), "no sysusers.d user in the packages");
+    for u in &users {
+        assert!(passwd.lines().any(|l| l.starts_with(&format!("{u}:"))), "%post did not create user {u}:\n{passwd}");
+    }
+    // …and systemd-tmpfiles: /etc/holdfast is root:holdfast 0750.
+    let etc = std::fs::metadata(root.join("etc/holdfast")).expect("/etc/holdfast in the root");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(etc.mode() & 0o7777, 0o750, "/etc/holdfast mode after %post");
+    let group = std::fs::read_to_string(root.join("etc/group")).expect("group");
+    let gid = group.lines().find(|l| l.starts_with("holdfast:")).and_then(|l| l.split(':').nth(2)).and_then(|g| g.parse::<u32>().ok());
+    assert_eq!(Some(etc.gid()), gid, "/etc/holdfast's group is holdfast:\n{group}");
+    // …and applied the presets offline: nothing is enabled.
+    let wants: Vec<String> = walk(&root.join("etc/systemd/system")).into_iter().filter(|p| p.contains("holdfast")).collect();
+    assert!(wants.is_empty(), "units enabled by the rpm scripts: {wants:?}");
+    // Removing runs %preun/%postun in the root and leaves the edited config.
+    let config = root.join("etc/holdfast/arbiter.toml");
+    std::fs::write(&config, "# edited\n").expect("edit conffile");
+    must(Command::new("rpm").arg("--root").arg(&root).args(["--nodeps", "-e", "holdfast-arbiter"]));
+    assert!(root.join("etc/holdfast/arbiter.toml.rpmsave").is_file(), "the edited arbiter.toml was not kept as .rpmsave");
+    assert!(!root.join("usr/bin/holdfast-arbiter").exists(), "rpm -e left the binary");
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            out.push(p.display().to_string());
+            if p.is_dir() && !p.is_symlink() {
+                out.extend(walk(&p));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn build_refuses_without_a_signing_key() {
+    let r = run(Command::new(workspace().join("packaging/build"))
+        .args(["--profile", "dev", "--out", "/nonexistent/never-written"])
+        .env_remove("HOLDFAST_SIGNING_KEY")
+        .env_remove("GNUPGHOME")
+        .current_dir(workspace()));
+    assert!(!r.ok, "packaging/build ran without a key:\n{r}");
+    assert!(r.stderr.contains("HOLDFAST_SIGNING_KEY") && r.stderr.contains("throwaway-key"), "the refusal says what to set:\n{r}");
+    assert!(!Path::new("/nonexistent/never-written").exists());
+    // A GNUPGHOME without the key's secret is refused before anything is built.
+    let b = built();
+    let weak = b.scratch("weak-gnupghome");
+    let r = run(Command::new(workspace().join("packaging/build"))
+        .args(["--profile", "dev", "--out"])
+        .arg(b.scratch("weak-out"))
+        .env("GNUPGHOME", &weak)
+        .env("HOLDFAST_SIGNING_KEY", &b.env.iter().find(|(k, _)| k == "HOLDFAST_SIGNING_KEY").expect("key").1)
+        .current_dir(workspace()));
+    assert!(!r.ok, "packaging/build ran with a keyring lacking the key:\n{r}");
+    assert!(r.stderr.contains("no secret key"), "the refusal names the missing key:\n{r}");
+}
