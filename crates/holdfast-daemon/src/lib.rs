@@ -26,16 +26,41 @@ pub fn identity() -> String {
     format!("{host} pid {}", std::process::id())
 }
 
-/// Logs to stderr, level from `HOLDFAST_LOG` (default info): plain text
-/// for terminals and journald, or one JSON object per line for collectors.
-/// (The arbiter adds its span exporter and sets up its own.)
+/// Logs at the level from `HOLDFAST_LOG` (default info). Under systemd, when
+/// stderr is the journal (`JOURNAL_STREAM` names it), each event goes to
+/// journald natively: its fields become journal fields (`HOLDFAST_*`,
+/// e.g. `journalctl HOLDFAST_NAMESPACE=payments`) and its level the
+/// priority. Elsewhere: plain text for terminals, or one JSON object per
+/// line for collectors. (The arbiter adds its span exporter and sets up its
+/// own subscriber with [`log_layer`].)
 pub fn init_logging(json: bool) {
+    use tracing_subscriber::prelude::*;
+    tracing_subscriber::registry().with(log_layer(json)).init();
+}
+
+/// Where log lines go: journald when stderr is connected to it, else stderr
+/// as plain text or JSON; filtered by `HOLDFAST_LOG`.
+pub fn log_layer<S>(json: bool) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if libsystemd::logging::connected_to_journal() {
+        match tracing_journald::layer() {
+            Ok(journal) => return journal.with_field_prefix(Some("HOLDFAST".into())).with_filter(filter).boxed(),
+            // The stream still reaches the journal as plain lines.
+            Err(e) => eprintln!("journald socket unavailable ({e}); logging plain text to stderr"),
+        }
+    }
     if json {
-        builder.json().init();
+        tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).with_filter(filter).boxed()
     } else {
-        builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init();
+        tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed()
     }
 }
 

@@ -6,6 +6,9 @@ pub mod v1 {
     tonic::include_proto!("lock.v1");
 }
 
+/// The encoded `FileDescriptorSet` of `lock.v1`, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("lock_v1_descriptor");
+
 pub use v1::lock_client::LockClient;
 pub use v1::lock_server::{Lock, LockServer};
 pub use v1::{ErrorDetail, ErrorReason};

@@ -23,6 +23,7 @@ pub mod commit;
 pub mod confirm;
 pub mod expiry;
 pub mod grant;
+pub mod health;
 pub mod identity;
 pub mod limits;
 pub mod metrics;

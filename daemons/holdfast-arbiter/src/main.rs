@@ -17,7 +17,8 @@ struct Args {
     /// Configuration file.
     #[arg(long, global = true, default_value = DEFAULT_PATH, env = "HOLDFAST_ARBITER_CONFIG")]
     config: PathBuf,
-    /// Log output format: `plain` for terminals and journald, `json` for collectors.
+    /// Log output format off systemd: `plain` for terminals, `json` for
+    /// collectors. Under systemd, logs go to journald natively either way.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Plain)]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -96,20 +97,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr (level from `HOLDFAST_LOG`) and, when tracing export is
-/// on, this crate's spans to the OTLP exporter (its own filter: the log
-/// level does not decide what is exported).
+/// Logs through holdfast-daemon's layer (journald natively under systemd,
+/// else stderr; level from `HOLDFAST_LOG`) and, when tracing export is on,
+/// this crate's spans to the OTLP exporter (its own filter: the log level
+/// does not decide what is exported).
 fn init_logging(format: LogFormat, telemetry: Option<&Telemetry>) {
     use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| "info".into());
-    let log = match format {
-        LogFormat::Plain => tracing_subscriber::fmt::layer()
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-            .boxed(),
-        LogFormat::Json => tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).with_filter(filter).boxed(),
-    };
+    let log = holdfast_daemon::log_layer(matches!(format, LogFormat::Json));
     let spans = telemetry.map(|t| t.layer().boxed());
     tracing_subscriber::registry().with(log).with(spans).init();
 }

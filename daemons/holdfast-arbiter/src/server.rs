@@ -1,5 +1,6 @@
-//! Running the arbiter: TLS, the listener, systemd readiness and watchdog,
-//! and a graceful drain on SIGTERM.
+//! Running the arbiter: TLS, the listener (its own, or the one systemd's
+//! holdfast-arbiter.socket passes), systemd readiness and watchdog, the
+//! gRPC health and reflection services, and a graceful drain on SIGTERM.
 //!
 //! READY=1 is sent only after the listener is bound and etcd has answered a
 //! full check. WATCHDOG=1 is sent from the seal check loop, the loop that
@@ -41,16 +42,16 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
     let etcd = Etcd::connect(&config.etcd).await?;
     let guard = Arc::new(Guard::default());
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}; is another arbiter running, or is `listen` wrong?", config.listen))?;
+    let (listener, activated) = listener(config.listen).await?;
     let local = listener.local_addr()?;
-    tracing::info!(listen = %local, etcd = %config.etcd.endpoints.join(","), "listening; checking etcd before serving");
+    let from = if activated { "socket from systemd" } else { "bound" };
+    tracing::info!(listen = %local, from, etcd = %config.etcd.endpoints.join(","), "listening; checking etcd before serving");
+    let (health, health_service) = crate::health::Health::start();
 
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
     let (first_tx, mut first_rx) = tokio::sync::watch::channel(false);
     tokio::spawn({
-        let (etcd, guard) = (etcd.clone(), guard.clone());
+        let (etcd, guard, health) = (etcd.clone(), guard.clone(), health.clone());
         let check = config.seal.check_interval;
         let wm = config.seal.watermark_interval;
         async move {
@@ -58,6 +59,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
                 if guard.has_checked() {
                     let _ = first_tx.send(true);
                 }
+                health.set(matches!(state, Serve::Serving(_)));
                 let status = match state {
                     Serve::Serving(c) => format!("serving epoch {}", c.record.epoch),
                     Serve::Sealed { .. } => "SEALED: granting nothing; see `holdfastctl epoch status`".to_string(),
@@ -104,9 +106,23 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     crate::tls::watch(tls.clone()).context("SIGHUP handler")?;
     let incoming = crate::tls::incoming(listener, tls);
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(holdfast_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("gRPC reflection descriptors")?;
+    // The older v1alpha protocol too: grpc_cli and older grpcurl ask for it.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(holdfast_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .context("gRPC reflection descriptors")?;
     let server = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(LockServer::new(service))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
@@ -128,6 +144,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     }
     tracing::info!(drain = ?config.drain_timeout, "stopping: draining in-flight calls");
     notify(&[NotifyState::Stopping]);
+    health.set(false);
     let _ = stopping_tx.send(true);
     let _ = stop_tx.send(());
     match tokio::time::timeout(config.drain_timeout, &mut server).await {
@@ -135,6 +152,34 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         Err(_) => tracing::warn!("drain timeout passed; exiting with calls still in flight"),
     }
     Ok(())
+}
+
+/// The lock.v1 listener: the first socket systemd passed (LISTEN_FDS, from
+/// holdfast-arbiter.socket), so the port stays open while the arbiter
+/// restarts or is upgraded and connections queue in the kernel; otherwise
+/// `listen`, bound here. Returns whether the socket came from systemd.
+async fn listener(listen: std::net::SocketAddr) -> anyhow::Result<(TcpListener, bool)> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let passed = libsystemd::activation::receive_descriptors(true)
+        .map_err(|e| anyhow::anyhow!("reading the sockets systemd passed (LISTEN_FDS): {e}"))?;
+    let Some(fd) = passed.into_iter().next() else {
+        let listener = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}; is another arbiter running, or is `listen` wrong?"))?;
+        return Ok((listener, false));
+    };
+    // SAFETY: systemd passed this descriptor to this process to own (and
+    // receive_descriptors unset LISTEN_FDS, so nothing else claims it).
+    let std = unsafe { std::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
+    std.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(std)
+        .context("the socket systemd passed is not a TCP listener: check ListenStream= in holdfast-arbiter.socket")?;
+    if let Ok(addr) = listener.local_addr()
+        && addr.port() != listen.port()
+    {
+        tracing::warn!(socket = %addr, listen = %listen, "the socket from systemd differs from `listen` in arbiter.toml; serving on the socket");
+    }
+    Ok((listener, true))
 }
 
 /// Switches on the deliberate bugs `[mutation]` names, if this arbiter was
