@@ -217,6 +217,16 @@ impl Metrics {
         let _ = m.quota_refusals.get_or_create(&m.labels);
         let _ = m.tls_handshake_failures.get_or_create(&m.labels);
         let _ = m.tls_reloads.get_or_create(&m.labels);
+        // Cluster-wide counters exist at 0 from the start, so an alert on
+        // their increase (and a dashboard panel) has a series before the
+        // first event; the seal gauge starts at 1: nothing is verified yet.
+        for c in
+            [&m.sealed_refusals, &m.waited, &m.grant_attempts, &m.renewal_failures, &m.unconfirmed_keepalives, &m.expiries_without_release]
+        {
+            let _ = c.get_or_create(&m.labels);
+        }
+        m.sealed.get_or_create(&m.labels).set(1);
+        let _ = m.waiters.get_or_create(&m.labels);
         registry.register("holds", "Holds in the class's namespace in the cluster, as this arbiter's watch sees them", m.holds.clone());
         registry.register(
             "holds_quota",
