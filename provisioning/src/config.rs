@@ -121,7 +121,8 @@ fn default_data_dir() -> PathBuf {
     PathBuf::from("/var/lib/holdfast-etcd/member-data")
 }
 fn default_owner() -> String {
-    "etcd".into()
+    // The user holdfast-etcd@.service runs etcd as (systemd/sysusers.d).
+    "holdfast-etcd".into()
 }
 fn default_mode() -> String {
     "0700".into()

@@ -98,7 +98,7 @@ p50/p99/max. The node is marked ready for an etcd member (state_dir/probe.json) 
     #[command(long_about = "Write <tune.unit_dir>/holdfast-etcd@.service.d/50-holdfast-provision.conf with \
 CPUAffinity= (tune.cpus), IOSchedulingClass=/IOSchedulingPriority= and Nice=, and apply the same to every \
 thread of a running member (sched_setaffinity, ioprio_set, setpriority): the PID given with --pid, else the \
-MainPID of holdfast-etcd@<cluster>.service if it runs.")]
+MainPID of holdfast-etcd@<host>.service (the member is named after the host) if it runs.")]
     Tune {
         /// PID of a running etcd member to retune.
         #[arg(long)]
@@ -250,8 +250,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             let pid = match pid {
                 Some(p) => Some(*p),
                 None => match &cfg.roles.etcd {
-                    Some(r) if Path::new("/run/systemd/system").exists() => {
-                        tune::main_pid_of(&format!("holdfast-etcd@{}.service", r.cluster))?
+                    Some(_) if Path::new("/run/systemd/system").exists() => {
+                        tune::main_pid_of(&format!("holdfast-etcd@{}.service", cfg.host))?
                     }
                     _ => None,
                 },

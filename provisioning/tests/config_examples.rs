@@ -48,7 +48,7 @@ fn every_problem_is_reported_in_one_pass() {
     let text = example()
         .replace("threshold = 1", "threshold = 5")
         .replace("io_priority = 0", "io_priority = 9")
-        .replace("data_dir = \"/var/lib/holdfast-etcd/member-data\"", "data_dir = \"/srv/etcd\"");
+        .replace("data_dir = \"/var/lib/holdfast-etcd/etcd-a1\"", "data_dir = \"/srv/etcd\"");
     let err = ProvisionConfig::parse(&text, Path::new("provision.toml")).expect_err("invalid").to_string();
     for key in ["tang.threshold", "tune.io_priority", "disk.data_dir"] {
         assert!(err.contains(key), "{key} missing from:\n{err}");
