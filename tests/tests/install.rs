@@ -239,6 +239,31 @@ fn bump(deb: &Path, version: &str, key: &Path, out: &Path) -> PathBuf {
     new
 }
 
+/// Bare TCP connects to the arbiter's port for `secs` seconds, in the
+/// background: prints `ok=N refused=M` (a refusal is a connect that fails:
+/// the port was closed).
+fn connect_loop(c: &Container, secs: u32) -> std::process::Child {
+    let script = format!(
+        "end=$(( $(date +%s) + {secs} )); ok=0; refused=0
+         while [ $(date +%s) -lt $end ]; do
+           if (exec 3<>/dev/tcp/127.0.0.1/7420) 2>/dev/null; then ok=$((ok+1)); else refused=$((refused+1)); fi
+         done
+         echo \"ok=$ok refused=$refused\""
+    );
+    c.spawn(&["bash", "-c", &script]).expect("connect loop")
+}
+
+/// A loop's stdout and stderr once it ends.
+fn finish(child: std::process::Child) -> (String, String) {
+    let out = child.wait_with_output().expect("loop");
+    (String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `k=N` from a loop's summary line.
+fn count(line: &str, k: &str) -> u32 {
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).and_then(|v| v.parse().ok()).unwrap_or(u32::MAX)
+}
+
 /// Runs `holdfastctl lock exec` inside with the operator's credentials.
 const LOCK: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
 HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
@@ -335,11 +360,6 @@ fn fresh_host_installs_and_runs_under_systemd() {
         // Two loops for 12 s across two restarts: bare TCP connects (a
         // refusal is a connect that fails: the port was closed), and
         // `holdfastctl lock exec` calls (ok, or failed with the message).
-        let connects = "end=$(( $(date +%s) + 12 )); ok=0; refused=0
-             while [ $(date +%s) -lt $end ]; do
-               if (exec 3<>/dev/tcp/127.0.0.1/7420) 2>/dev/null; then ok=$((ok+1)); else refused=$((refused+1)); fi
-             done
-             echo \"ok=$ok refused=$refused\"";
         let calls = format!(
             "end=$(( $(date +%s) + 12 )); ok=0; failed=0
              while [ $(date +%s) -lt $end ]; do
@@ -347,7 +367,7 @@ fn fresh_host_installs_and_runs_under_systemd() {
              done
              echo \"ok=$ok failed=$failed\""
         );
-        let connect_loop = c.spawn(&["bash", "-c", connects]).expect("connect loop");
+        let connects = connect_loop(&c, 12);
         let call_loop = c.spawn(&["bash", "-c", &calls]).expect("call loop");
         let mut pid = show(&c, "holdfast-arbiter.service", "MainPID");
         for _ in 0..2 {
@@ -357,16 +377,9 @@ fn fresh_host_installs_and_runs_under_systemd() {
             assert_ne!(now, pid, "the arbiter did not restart");
             pid = now;
         }
-        let finish = |child: std::process::Child| {
-            let out = child.wait_with_output().expect("loop");
-            (String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).into_owned())
-        };
-        let (connected, _) = finish(connect_loop);
+        let (connected, _) = finish(connects);
         let (called, call_errors) = finish(call_loop);
         eprintln!("   TCP connects: {connected}; lock exec calls: {called}");
-        let count = |line: &str, k: &str| -> u32 {
-            line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).and_then(|v| v.parse().ok()).unwrap_or(u32::MAX)
-        };
         assert_eq!(show(&c, "holdfast-arbiter.socket", "ActiveState"), "active");
         assert_eq!(count(&connected, "refused"), 0, "connections refused while the arbiter restarted");
         assert!(count(&connected, "ok") > 0, "no connection made: {connected}");
@@ -388,7 +401,15 @@ fn fresh_host_installs_and_runs_under_systemd() {
         let inside = format!("/root/upgrade/{}", new.file_name().and_then(|n| n.to_str()).expect("name"));
         c.copy_in(&new, &inside).expect("copy upgrade");
         must(&c, "edit the conffile", "echo '# edited by the operator' >> /etc/holdfast/arbiter.toml");
-        let up = must(&c, "dpkg -i the upgrade", &format!("debsig-verify {inside} && timeout 300 dpkg -i {inside} </dev/null"));
+        must(&c, "debsig-verify the upgrade", &format!("debsig-verify {inside}"));
+        let pid = show(&c, "holdfast-arbiter.service", "MainPID");
+        let connects = connect_loop(&c, 8);
+        std::thread::sleep(Duration::from_secs(1));
+        let up = must(&c, "dpkg -i the upgrade", &format!("timeout 300 dpkg -i {inside} </dev/null"));
+        let (connected, _) = finish(connects);
+        eprintln!("   TCP connects across the upgrade: {connected}");
+        assert_eq!(count(&connected, "refused"), 0, "connections refused during the upgrade (the socket should stay open)\n{up}");
+        assert_ne!(show(&c, "holdfast-arbiter.service", "MainPID"), pid, "the running arbiter was not restarted into the new package");
         assert!(!up.stdout.contains("Configuration file '/etc/holdfast/arbiter.toml'"), "dpkg asked about the conffile:\n{up}");
         assert_eq!(must(&c, "version", "dpkg-query -W -f '${Version}' holdfast-arbiter").stdout, newer);
         let conf = c.read("/etc/holdfast/arbiter.toml").expect("arbiter.toml");

@@ -310,8 +310,17 @@ impl Container {
             timings: Timings { copy, boot: Duration::ZERO },
         };
         c.leader = c.find_leader(Duration::from_secs(30))?;
-        let wait = c.exec(&["timeout", "180", "systemctl", "is-system-running", "--wait"])?;
-        let state = wait.stdout.trim().to_string();
+        // Until PID 1 has exec'd systemd and its bus is up, systemctl says
+        // "offline": ask again until it says something else.
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let state = loop {
+            let wait = c.exec(&["timeout", "180", "systemctl", "is-system-running", "--wait"])?;
+            let state = wait.stdout.trim().to_string();
+            if (state != "offline" && !state.is_empty()) || Instant::now() > deadline {
+                break state;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
         if state != "running" && state != "degraded" {
             let failed = c.exec(&["systemctl", "--failed", "--no-legend"]).map(|o| o.stdout).unwrap_or_default();
             bail!("container {name} did not boot: is-system-running says {state:?}\nfailed units:\n{failed}\nconsole:\n{}", c.console());
