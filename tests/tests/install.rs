@@ -272,7 +272,11 @@ holdfastctl lock exec demo/install-test --wait 30s -- true";
 #[test]
 fn fresh_host_installs_and_runs_under_systemd() {
     let mut clock = Clock::new();
-    let work = tempfile::Builder::new().prefix("holdfast-install-").tempdir_in("/var/tmp").expect("work dir");
+    let mut work = tempfile::Builder::new().prefix("holdfast-install-").tempdir_in("/var/tmp").expect("work dir");
+    if std::env::var_os("HOLDFAST_KEEP_CONTAINER").is_some() {
+        work.disable_cleanup(true);
+        eprintln!("   work directory kept: {}", work.path().display());
+    }
     let (debs, key) = clock.step("packages (packaging/build --profile dev)", || packages(work.path()));
     let (base, made) = clock.step("cached Debian 12 root", || nspawn::cached_root(ROOT_PACKAGES, |_| Ok(())).expect("debootstrap root"));
     if !made.is_zero() {
@@ -423,8 +427,16 @@ fn fresh_host_installs_and_runs_under_systemd() {
 
     // Purge removes the conffiles and the units; the system user stays.
     clock.step("purge", || {
-        must(&c, "stop", "systemctl disable --now holdfast-tailer.service holdfast-arbiter.service holdfast-arbiter.socket holdfast-controller.service holdfast-etcd@etcd-a1.service");
+        // The daemons' units are running and enabled: removal stops them
+        // (prerm) and purge drops their enablement (postrm). The etcd
+        // member is a template instance the package cannot name: the
+        // operator stops it first.
+        must(&c, "stop the etcd member", "systemctl disable --now holdfast-etcd@etcd-a1.service");
         must(&c, "dpkg --purge", "dpkg --purge holdfast-tailer holdfast-arbiter holdfast-controller holdfast-etcd holdfastctl </dev/null");
+        let left = must(&c, "processes", "ps -eo user:20,comm --no-headers | awk '$1 ~ /^holdfast/' || true").stdout;
+        assert!(left.trim().is_empty(), "holdfast processes still run after the purge:\n{left}");
+        let links = must(&c, "enablement", "find /etc/systemd/system -name 'holdfast*' || true").stdout;
+        assert!(links.trim().is_empty(), "enablement or masks left after the purge:\n{links}");
         for gone in [
             "/etc/holdfast/arbiter.toml",
             "/etc/holdfast/controller.toml",

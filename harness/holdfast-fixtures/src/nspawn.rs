@@ -288,6 +288,12 @@ impl Container {
         // generate one at boot).
         std::fs::write(root.join("etc/machine-id"), "")?;
         std::fs::write(root.join("etc/hostname"), format!("{name}\n"))?;
+        // debootstrap writes no /etc/hosts (the installer does): without
+        // one, `localhost` goes to DNS, which a private network cannot reach.
+        std::fs::write(
+            root.join("etc/hosts"),
+            format!("127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+        )?;
         let console_log = dir.join("console.log");
         let log = std::fs::File::create(&console_log)?;
         let booting = Instant::now();
