@@ -143,35 +143,47 @@ impl Built {
 }
 
 fn built() -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        for t in ["cargo-deb", "cargo-generate-rpm", "debsigs", "debsig-verify", "rpm", "rpmsign", "lintian", "dpkg-deb", "gpg"] {
-            tool(t);
-        }
-        // Kept for the whole test binary; removed by the OS's /tmp cleaning.
-        let dir = tempfile::Builder::new().prefix("holdfast-packaging-").tempdir().expect("tempdir").keep();
-        let key = dir.join("key");
-        let printed = must(Command::new(workspace().join("packaging/throwaway-key")).arg(&key));
-        let env: Vec<(String, String)> = printed
-            .stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        for k in ["GNUPGHOME", "HOLDFAST_SIGNING_KEY", "HOLDFAST_SIGNING_KEY_ID"] {
-            assert!(env.iter().any(|(n, _)| n == k), "packaging/throwaway-key printed no {k}:\n{printed}");
-        }
-        let out = dir.join("packages");
-        let mut build = Command::new(workspace().join("packaging/build"));
-        build.args(["--profile", "dev", "--out"]).arg(&out).current_dir(workspace());
-        build.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let started = std::time::Instant::now();
-        let r = must(&mut build);
-        eprintln!("packaging/build --profile dev: {:.0?}\n{}", started.elapsed(), r.stderr);
-        let scratch = dir.join("scratch");
-        std::fs::create_dir_all(&scratch).expect("scratch");
-        Built { out, env, scratch }
-    })
+    // A failed build is kept too: every test reports it, none builds again.
+    static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
+    match BUILT.get_or_init(|| std::panic::catch_unwind(build).map_err(|e| panic_text(&*e))) {
+        Ok(b) => b,
+        Err(e) => panic!("packaging/build failed (once for every test):\n{e}"),
+    }
+}
+
+fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+}
+
+fn build() -> Built {
+    for t in ["cargo-deb", "cargo-generate-rpm", "debsigs", "debsig-verify", "rpm", "rpmsign", "lintian", "dpkg-deb", "gpg"] {
+        tool(t);
+    }
+    // Kept for the whole test binary; removed by the OS's /tmp cleaning.
+    let dir = tempfile::Builder::new().prefix("holdfast-packaging-").tempdir().expect("tempdir").keep();
+    let key = dir.join("key");
+    let printed = must(Command::new(workspace().join("packaging/throwaway-key")).arg(&key));
+    let env: Vec<(String, String)> = printed
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for k in ["GNUPGHOME", "HOLDFAST_SIGNING_KEY", "HOLDFAST_SIGNING_KEY_ID"] {
+        assert!(env.iter().any(|(n, _)| n == k), "packaging/throwaway-key printed no {k}:\n{printed}");
+    }
+    let out = dir.join("packages");
+    let mut build = Command::new(workspace().join("packaging/build"));
+    build.args(["--profile", "dev", "--out"]).arg(&out).current_dir(workspace());
+    build.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let started = std::time::Instant::now();
+    let r = must(&mut build);
+    eprintln!("packaging/build --profile dev: {:.0?}\n{}", started.elapsed(), r.stderr);
+    // Nothing signs after this: stop the throwaway keyring's gpg-agent.
+    let _ = Command::new("gpgconf").args(["--kill", "gpg-agent"]).env("GNUPGHOME", &key).status();
+    let scratch = dir.join("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    Built { out, env, scratch }
 }
 
 /// `dpkg-deb -c`: the paths a .deb installs (without the leading `.`).
@@ -432,7 +444,7 @@ fn man_pages_and_completions_are_packaged() {
         let rpm = rpm_files(&b.rpm(name));
         for (what, files, man, zsh) in [
             ("deb", &deb, format!("/usr/share/man/man1/{name}.1.gz"), format!("/usr/share/zsh/vendor-completions/_{name}")),
-            ("rpm", &rpm, format!("/usr/share/man/man1/{name}.1"), format!("/usr/share/zsh/site-functions/_{name}")),
+            ("rpm", &rpm, format!("/usr/share/man/man1/{name}.1.gz"), format!("/usr/share/zsh/site-functions/_{name}")),
         ] {
             for f in [
                 man,
@@ -469,8 +481,10 @@ fn units_are_shipped_disabled_with_a_preset_and_users_from_sysusers() {
             continue;
         }
         assert!(files.contains(&format!("/usr/lib/sysusers.d/{name}.conf")), "{name}.deb lacks its sysusers.d file");
-        let preset =
-            files.iter().find(|f| f.starts_with("/usr/lib/systemd/system-preset/")).unwrap_or_else(|| panic!("{name}.deb: no preset"));
+        let preset = files
+            .iter()
+            .find(|f| f.starts_with("/usr/lib/systemd/system-preset/") && f.ends_with(".preset"))
+            .unwrap_or_else(|| panic!("{name}.deb: no preset"));
         let tree = b.scratch("preset-tree");
         must(Command::new("dpkg-deb").arg("-x").arg(b.deb(name)).arg(&tree));
         let text = std::fs::read_to_string(tree.join(preset.trim_start_matches('/'))).expect("preset");
@@ -564,12 +578,16 @@ fn rpms_install_into_a_root_with_their_scripts() {
         assert!(scripts.contains("postinstall scriptlet"), "{name}.rpm has no %post:\n{scripts}");
         assert!(scripts.contains(&format!("systemd-sysusers {name}.conf")), "{name}.rpm %post does not create its users:\n{scripts}");
         assert!(scripts.contains("preset"), "{name}.rpm %post does not apply the presets:\n{scripts}");
-        assert!(scripts.contains("preuninstall scriptlet") && scripts.contains("disable --now"), "{name}.rpm %preun:\n{scripts}");
+        if units_of(name).iter().any(|u| !u.contains('@')) {
+            assert!(scripts.contains("preuninstall scriptlet") && scripts.contains("disable --now"), "{name}.rpm %preun:\n{scripts}");
+        }
         assert!(
             !scripts.contains("enable --now") && !scripts.contains("systemctl start"),
             "{name}.rpm starts or enables a unit:\n{scripts}"
         );
     }
+    // systemd-tmpfiles refuses to run without /proc, as on any real host.
+    let _proc = ProcMount::new(&root.join("proc"));
     let r = must(Command::new("rpm").arg("--root").arg(&root).args(["--nodeps", "-i"]).args(&rpms));
     assert!(!r.stderr.contains("scriptlet failed") && !r.stderr.contains("warning: %post"), "a scriptlet failed:\n{r}");
     let installed = must(Command::new("rpm").arg("--root").arg(&root).args(["-qa", "--qf", "%{NAME}\n"])).stdout;
@@ -611,6 +629,23 @@ fn rpms_install_into_a_root_with_their_scripts() {
     must(Command::new("rpm").arg("--root").arg(&root).args(["--nodeps", "-e", "holdfast-arbiter"]));
     assert!(root.join("etc/holdfast/arbiter.toml.rpmsave").is_file(), "the edited arbiter.toml was not kept as .rpmsave");
     assert!(!root.join("usr/bin/holdfast-arbiter").exists(), "rpm -e left the binary");
+}
+
+/// /proc mounted in the scriptlet root while the guard lives.
+struct ProcMount(PathBuf);
+
+impl ProcMount {
+    fn new(at: &Path) -> Self {
+        std::fs::create_dir_all(at).expect("mkdir proc");
+        must(Command::new("mount").args(["-t", "proc", "proc"]).arg(at));
+        ProcMount(at.to_path_buf())
+    }
+}
+
+impl Drop for ProcMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
 }
 
 fn walk(dir: &Path) -> Vec<String> {
