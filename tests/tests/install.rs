@@ -313,6 +313,23 @@ fn fresh_host_installs_and_runs_under_systemd() {
     }
     clock.step("lock exec through the arbiter", || must(&c, "holdfastctl lock exec", LOCK));
 
+    // The installed keyring's policy refuses what the signing key did not sign.
+    clock.step("debsig-verify refuses tampered and unsigned packages", || {
+        must(
+            &c,
+            "tampered and unsigned packages",
+            &format!(
+                "cd /tmp && cp {DEBS_IN}/holdfast-arbiter_*.deb signed.deb && debsig-verify signed.deb
+                 cp signed.deb tampered.deb
+                 size=$(stat -c %s tampered.deb)
+                 printf 'X' | dd of=tampered.deb bs=1 seek=$((size - 100)) conv=notrunc status=none
+                 if debsig-verify tampered.deb; then echo 'a tampered package verified' >&2; exit 1; fi
+                 dpkg-deb -R signed.deb unsigned && dpkg-deb --root-owner-group -Znone -b unsigned unsigned.deb >/dev/null
+                 if debsig-verify unsigned.deb; then echo 'an unsigned package verified' >&2; exit 1; fi"
+            ),
+        );
+    });
+
     // A hung arbiter is killed by the watchdog and replaced.
     clock.step("watchdog replaces a SIGSTOPped arbiter", || {
         let pid = show(&c, "holdfast-arbiter.service", "MainPID");
