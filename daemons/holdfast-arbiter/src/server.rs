@@ -105,7 +105,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     crate::tls::watch(tls.clone()).context("SIGHUP handler")?;
-    let incoming = crate::tls::incoming(listener, tls);
+    let incoming = crate::tls::incoming(listener, tls, stopping_tx.subscribe());
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(holdfast_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

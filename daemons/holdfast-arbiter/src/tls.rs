@@ -70,11 +70,25 @@ pub fn watch(tls: Tls) -> std::io::Result<()> {
 /// incoming stream. TCP_NODELAY is set on every connection (tonic ignores
 /// its own setting for an incoming stream; with Nagle on, a small response
 /// written while an earlier one awaits its delayed ACK waits up to 40 ms).
-pub fn incoming(listener: TcpListener, tls: Tls) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+///
+/// Accepting stops when `stopping` turns true (SIGTERM): connections that
+/// arrive while in-flight calls drain stay in the kernel's backlog, where
+/// the next arbiter on the same socket (holdfast-arbiter.socket keeps it
+/// open across a restart) takes them, instead of being accepted here and
+/// dropped at exit.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Tls,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let (tcp, peer) = match listener.accept().await {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = stopping.wait_for(|s| *s) => return,
+            };
+            let (tcp, peer) = match accepted {
                 Ok(c) => c,
                 Err(e) => {
                     // EMFILE and the like: say so, and do not spin.
