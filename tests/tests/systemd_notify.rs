@@ -59,6 +59,20 @@ fn health(pki: &Pki, endpoint: &str, service: &str) -> String {
     v["status"].as_str().unwrap_or("").to_string()
 }
 
+/// `holdfastctl health [ARGS]` as an operator runs it.
+fn ctl_health(pki: &Pki, endpoint: &str, args: &[&str]) -> Ran {
+    let cert = pki.workload("operator", "ops/operator");
+    Ran::of(
+        std::process::Command::new(bin("holdfastctl"))
+            .arg("health")
+            .args(args)
+            .env("HOLDFAST_ENDPOINT", endpoint)
+            .env("HOLDFAST_CA", pki.ca.ca_path())
+            .env("HOLDFAST_CERT", &cert.cert)
+            .env("HOLDFAST_KEY", &cert.key),
+    )
+}
+
 async fn wait_health(pki: &Pki, endpoint: &str, want: &str) {
     let end = std::time::Instant::now() + Duration::from_secs(15);
     loop {
@@ -94,12 +108,26 @@ async fn health_follows_the_seal_and_reflection_lists_the_services() {
 
     // No epoch yet: sealed, so not serving.
     wait_health(&pki, &endpoint, "NOT_SERVING").await;
+    let sealed = ctl_health(&pki, &endpoint, &[]);
+    assert!(sealed.code == 69 && sealed.stdout.trim() == "NOT_SERVING", "{sealed}");
+    let waited = ctl_health(&pki, &endpoint, &["--wait", "1s"]);
+    assert!(waited.code == 69 && waited.stdout.trim() == "NOT_SERVING", "--wait gives up NOT_SERVING: {waited}");
+    // `holdfastctl health --wait` returns as soon as it grants.
+    let waiting = {
+        let (pki_dir, endpoint) = (dir.path.clone(), endpoint.clone());
+        std::thread::spawn(move || ctl_health(&Pki::new(&pki_dir), &endpoint, &["--wait", "30s"]))
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
     etcd.init_epoch().await;
     wait_health(&pki, &endpoint, "SERVING").await;
+    let waited = waiting.join().unwrap();
+    assert!(waited.code == 0 && waited.stdout.trim() == "SERVING", "{waited}");
 
     // etcd gone: the arbiter cannot grant, and says so.
     etcd.stop_all();
     wait_health(&pki, &endpoint, "NOT_SERVING").await;
+    let down = ctl_health(&pki, &endpoint, &[]);
+    assert_eq!(down.code, 69, "{down}");
 
     // A client without a certificate from the CA is refused, health or not.
     let grpcurl_bin = holdfast_devkit::process::which("grpcurl").expect("grpcurl");

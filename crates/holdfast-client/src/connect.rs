@@ -43,6 +43,8 @@ impl ClientConfig {
 #[derive(Clone)]
 pub struct Client {
     pub(crate) rpc: LockClient<Channel>,
+    /// The same connection, for the standard services beside lock.v1.
+    channel: Channel,
 }
 
 impl Client {
@@ -53,14 +55,15 @@ impl Client {
             .connect_with_connector(dialer)
             .await
             .map_err(|e| Error::Connect { endpoint: cfg.endpoint.clone(), message: error_chain(&e) })?;
-        Ok(Client { rpc: LockClient::new(channel) })
+        Ok(Client { rpc: LockClient::new(channel.clone()), channel })
     }
 
     /// Connects on first use and reconnects as needed: calls fail with
     /// `Unavailable` while the arbiter is down.
     pub fn connect_lazy(cfg: &ClientConfig) -> Result<Self, Error> {
         let (endpoint, dialer) = Self::endpoint(cfg)?;
-        Ok(Client { rpc: LockClient::new(endpoint.connect_with_connector_lazy(dialer)) })
+        let channel = endpoint.connect_with_connector_lazy(dialer);
+        Ok(Client { rpc: LockClient::new(channel.clone()), channel })
     }
 
     /// The endpoint tonic speaks HTTP/2 to, and the dialer that makes its
@@ -147,6 +150,16 @@ impl Client {
 
     pub async fn server_status(&self) -> Result<ServerStatusResponse, Error> {
         Ok(self.rpc.clone().server_status(ServerStatusRequest {}).await?.into_inner())
+    }
+
+    /// The arbiter's standard gRPC health check (`grpc.health.v1`) for
+    /// `service` ("" for the whole server, or "lock.v1.Lock"): true when it
+    /// answers SERVING, i.e. it grants now; false while it is sealed, has
+    /// not verified etcd, or is draining.
+    pub async fn health(&self, service: &str) -> Result<bool, Error> {
+        use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+        let reply = HealthClient::new(self.channel.clone()).check(HealthCheckRequest { service: service.to_string() }).await?.into_inner();
+        Ok(reply.status == ServingStatus::Serving as i32)
     }
 
     /// The raw generated client, for callers that need a call this library

@@ -8,6 +8,7 @@ mod dev;
 mod epoch;
 mod etcd;
 mod force;
+mod health;
 mod inspect;
 mod lock;
 mod risk;
@@ -44,6 +45,10 @@ enum Command {
     Lock(lock::LockArgs),
     /// Show who holds a key (never the token).
     Inspect(inspect::InspectArgs),
+    /// Whether the arbiter grants now (grpc.health.v1): SERVING or
+    /// NOT_SERVING; --wait until it does, e.g. after a restart.
+    #[command(after_long_help = health::HEALTH_HELP)]
+    Health(health::HealthArgs),
     /// Check a token against the current hold of a key: prints valid or
     /// invalid (exit 0 or 1). The token comes from HOLDFAST_TOKEN or stdin,
     /// never from the command line.
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
             Command::Lock(args) => lock::run(&cli.conn, args).await,
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::ValidateToken(args) => validate::run(&cli.conn, args).await,
+            Command::Health(args) => health::run(&cli.conn, args).await,
             Command::Epoch(args) => epoch::run(&cli.conn, args).await,
             Command::Class(args) => class::run(args).await,
             Command::Etcd(args) => etcd::run(args).await,
