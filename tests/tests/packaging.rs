@@ -503,6 +503,26 @@ fn units_are_shipped_disabled_with_a_preset_and_users_from_sysusers() {
     }
 }
 
+#[test]
+fn provision_ships_the_etcd_drop_in_and_is_never_restarted_on_upgrade() {
+    // The etcd members require holdfast-provision.service through this
+    // drop-in: restarting it on an upgrade would restart every member.
+    let b = built();
+    let dropin = "/usr/lib/systemd/system/holdfast-etcd@.service.d/10-holdfast-provision.conf";
+    assert!(deb_files(&b.deb("holdfast-provision")).iter().any(|f| f == dropin), "holdfast-provision.deb lacks {dropin}");
+    assert!(rpm_files(&b.rpm("holdfast-provision")).iter().any(|f| f == dropin), "holdfast-provision.rpm lacks {dropin}");
+    for member in ["postinst", "prerm", "postrm"] {
+        let script = control_member(&b.deb("holdfast-provision"), member);
+        for verb in ["restart", "stop", "deb-systemd-invoke start"] {
+            let hits: Vec<&str> =
+                script.lines().filter(|l| l.contains("deb-systemd-invoke") && l.contains(verb) && !l.contains("#")).collect();
+            assert!(hits.is_empty() || (member == "prerm" && verb == "stop"), "holdfast-provision {member} runs {verb}:\n{script}");
+        }
+    }
+    let scripts = must(Command::new("rpm").args(["-qp", "--scripts"]).arg(b.rpm("holdfast-provision"))).stdout;
+    assert!(!scripts.contains("try-restart"), "holdfast-provision.rpm restarts on upgrade:\n{scripts}");
+}
+
 /// A systemd preset pattern (`*` and `?` only) against a unit name.
 fn glob_match(pattern: &str, name: &str) -> bool {
     fn m(p: &[u8], n: &[u8]) -> bool {
