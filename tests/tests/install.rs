@@ -14,7 +14,7 @@
 //! own member (Debian's etcd-server through `holdfast-etcd@.service`).
 //! Needs root, debootstrap, systemd-container and a Debian mirror in the
 //! host's apt sources the first time (the root is cached); packages come
-//! from `packaging/build` with a throwaway key, or HOLDFAST_INSTALL_DEBS.
+//! from `packaging/build` with a throwaway key, or HOLDFAST_PACKAGES_DIR.
 
 use holdfast_fixtures::nspawn::{self, Container, Output};
 use std::path::{Path, PathBuf};
@@ -145,21 +145,21 @@ fn quick_start() -> (String, Vec<String>) {
     panic!("no operator quick start: neither README.md nor docs/install-test.md has a <!-- quick-start --> section");
 }
 
-/// The signed packages: HOLDFAST_INSTALL_DEBS (with HOLDFAST_INSTALL_KEY,
+/// The signed packages: HOLDFAST_PACKAGES_DIR (with HOLDFAST_PACKAGES_KEY,
 /// the `packaging/throwaway-key` directory they were signed with, for the
 /// upgrade step), or built now by `packaging/build --profile dev` with a key
 /// from `packaging/throwaway-key`.
 /// Returns the directory and the signing key's directory (for re-signing
 /// the upgrade), if the test made it.
 fn packages(work: &Path) -> (PathBuf, Option<PathBuf>) {
-    if let Some(dir) = std::env::var_os("HOLDFAST_INSTALL_DEBS") {
-        return (PathBuf::from(dir), std::env::var_os("HOLDFAST_INSTALL_KEY").map(PathBuf::from));
+    if let Some(dir) = std::env::var_os("HOLDFAST_PACKAGES_DIR") {
+        return (PathBuf::from(dir), std::env::var_os("HOLDFAST_PACKAGES_KEY").map(PathBuf::from));
     }
     let root = workspace();
     for tool in ["packaging/build", "packaging/throwaway-key"] {
         assert!(
             root.join(tool).is_file(),
-            "{tool} is missing: the packaging scripts are needed to build the packages (or set HOLDFAST_INSTALL_DEBS)"
+            "{tool} is missing: the packaging scripts are needed to build the packages (or set HOLDFAST_PACKAGES_DIR)"
         );
     }
     let key = work.join("key");
@@ -414,7 +414,7 @@ fn fresh_host_installs_and_runs_under_systemd() {
 
     // An upgrade keeps the operator's edit of a conffile, without a prompt.
     clock.step("upgrade keeps an edited conffile", || {
-        let key = key.as_deref().expect("the upgrade re-signs with the packages' key: with HOLDFAST_INSTALL_DEBS, set HOLDFAST_INSTALL_KEY to its packaging/throwaway-key directory");
+        let key = key.as_deref().expect("the upgrade re-signs with the packages' key: with HOLDFAST_PACKAGES_DIR, set HOLDFAST_PACKAGES_KEY to its packaging/throwaway-key directory");
         let old = deb(&debs, "holdfast-arbiter");
         let current = must(&c, "version", "dpkg-query -W -f '${Version}' holdfast-arbiter").stdout;
         let newer = format!("{current}+installtest1");

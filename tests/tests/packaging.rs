@@ -155,20 +155,33 @@ fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
     e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
 }
 
+/// The environment `packaging/throwaway-key` printed (`export K=V` lines).
+fn exports(printed: &str) -> Vec<(String, String)> {
+    printed.lines().filter_map(|l| l.strip_prefix("export ")?.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The packages under test: HOLDFAST_PACKAGES_DIR (what `packaging/build`
+/// wrote, as scripts/test builds once for this test and the install test)
+/// signed with the throwaway key in HOLDFAST_PACKAGES_KEY; else built here.
 fn build() -> Built {
     for t in ["cargo-deb", "cargo-generate-rpm", "debsigs", "debsig-verify", "rpm", "rpmsign", "lintian", "dpkg-deb", "gpg"] {
         tool(t);
     }
     // Kept for the whole test binary; removed by the OS's /tmp cleaning.
     let dir = tempfile::Builder::new().prefix("holdfast-packaging-").tempdir().expect("tempdir").keep();
+    let scratch = dir.join("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    if let Some(out) = std::env::var_os("HOLDFAST_PACKAGES_DIR") {
+        let key = std::env::var_os("HOLDFAST_PACKAGES_KEY").map(PathBuf::from).expect(
+            "HOLDFAST_PACKAGES_DIR needs HOLDFAST_PACKAGES_KEY: the packaging/throwaway-key directory the packages were signed with",
+        );
+        let env = exports(&std::fs::read_to_string(key.join("env")).expect("the throwaway key's env file"));
+        eprintln!("packages from HOLDFAST_PACKAGES_DIR={}", PathBuf::from(&out).display());
+        return Built { out: PathBuf::from(out), env, scratch };
+    }
     let key = dir.join("key");
     let printed = must(Command::new(workspace().join("packaging/throwaway-key")).arg(&key));
-    let env: Vec<(String, String)> = printed
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let env = exports(&printed.stdout);
     for k in ["GNUPGHOME", "HOLDFAST_SIGNING_KEY", "HOLDFAST_SIGNING_KEY_ID"] {
         assert!(env.iter().any(|(n, _)| n == k), "packaging/throwaway-key printed no {k}:\n{printed}");
     }
@@ -181,8 +194,6 @@ fn build() -> Built {
     eprintln!("packaging/build --profile dev: {:.0?}\n{}", started.elapsed(), r.stderr);
     // Nothing signs after this: stop the throwaway keyring's gpg-agent.
     let _ = Command::new("gpgconf").args(["--kill", "gpg-agent"]).env("GNUPGHOME", &key).status();
-    let scratch = dir.join("scratch");
-    std::fs::create_dir_all(&scratch).expect("scratch");
     Built { out, env, scratch }
 }
 
