@@ -88,8 +88,8 @@ async fn wait_health(pki: &Pki, endpoint: &str, want: &str) {
 /// The standard gRPC interfaces operators' tools use: reflection lists the
 /// services (grpcurl needs no .proto), and grpc.health.v1 answers SERVING
 /// only while the arbiter grants: NOT_SERVING while sealed (before the epoch
-/// exists, and again after the cluster it talks to is replaced) and when
-/// etcd is gone.
+/// exists, and again once sealed after serving) and while etcd does not
+/// answer; `holdfastctl health` says the same with its exit status.
 #[tokio::test]
 async fn health_follows_the_seal_and_reflection_lists_the_services() {
     let dir = TestDir::new("health");
@@ -123,11 +123,24 @@ async fn health_follows_the_seal_and_reflection_lists_the_services() {
     let waited = waiting.join().unwrap();
     assert!(waited.code == 0 && waited.stdout.trim() == "SERVING", "{waited}");
 
-    // etcd gone: the arbiter cannot grant, and says so.
-    etcd.stop_all();
+    // etcd frozen: the arbiter cannot verify it, so it does not serve; and
+    // serves again once etcd answers.
+    let member = etcd.pid(0).expect("the etcd member's pid");
+    sigstop(member);
     wait_health(&pki, &endpoint, "NOT_SERVING").await;
     let down = ctl_health(&pki, &endpoint, &[]);
     assert_eq!(down.code, 69, "{down}");
+    sigcont(member);
+    wait_health(&pki, &endpoint, "SERVING").await;
+
+    // Sealed after serving (the durable seal an arbiter writes when it finds
+    // the cluster restored): NOT_SERVING until an epoch advance.
+    let seal = holdfast_model::layout::SealRecord { reason: "test: sealed by hand".into(), sealed_at_unix: 0 };
+    etcd.client().await.put(holdfast_model::layout::SEAL_KEY, holdfast_model::layout::encode(&seal), None).await.expect("put /sys/seal");
+    wait_health(&pki, &endpoint, "NOT_SERVING").await;
+    let sealed = ctl_health(&pki, &endpoint, &[]);
+    assert!(sealed.code == 69 && sealed.stdout.trim() == "NOT_SERVING", "{sealed}");
+    etcd.stop_all();
 
     // A client without a certificate from the CA is refused, health or not.
     let grpcurl_bin = holdfast_devkit::process::which("grpcurl").expect("grpcurl");
