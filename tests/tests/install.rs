@@ -269,6 +269,12 @@ const LOCK: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/ho
 HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
 holdfastctl lock exec demo/install-test --wait 30s -- true";
 
+/// Waits until the arbiter's grpc.health.v1 says SERVING (what a rolling
+/// restart waits on before it moves to the next host).
+const HEALTHY: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
+HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
+holdfastctl health --wait 30s";
+
 #[test]
 fn fresh_host_installs_and_runs_under_systemd() {
     let mut clock = Clock::new();
@@ -312,6 +318,19 @@ fn fresh_host_installs_and_runs_under_systemd() {
         assert_eq!(show(&c, unit, "UnitFileState"), "enabled", "{unit} after the quick start");
     }
     clock.step("lock exec through the arbiter", || must(&c, "holdfastctl lock exec", LOCK));
+
+    // Under systemd the arbiter took its listener from the socket unit and
+    // logs to the journal natively: its event fields are journal fields.
+    clock.step("the arbiter's journal has structured fields", || {
+        let fields =
+            must(&c, "journal fields", "journalctl -u holdfast-arbiter.service -o verbose --no-pager | grep -E '^ +HOLDFAST_' || true");
+        assert!(
+            fields.stdout.lines().any(|l| l.trim() == "HOLDFAST_FROM=socket from systemd"),
+            "no HOLDFAST_FROM=socket from systemd field in the arbiter's journal:\n{}",
+            fields.stdout
+        );
+        assert!(fields.stdout.lines().any(|l| l.trim().starts_with("HOLDFAST_LISTEN=")), "no HOLDFAST_LISTEN field:\n{}", fields.stdout);
+    });
 
     // The installed keyring's policy refuses what the signing key did not sign.
     clock.step("debsig-verify refuses tampered and unsigned packages", || {
@@ -397,6 +416,8 @@ fn fresh_host_installs_and_runs_under_systemd() {
             let now = show(&c, "holdfast-arbiter.service", "MainPID");
             assert_ne!(now, pid, "the arbiter did not restart");
             pid = now;
+            let healthy = must(&c, "the restarted arbiter answers SERVING", HEALTHY);
+            assert_eq!(healthy.stdout.trim(), "SERVING", "holdfastctl health after the restart");
         }
         let (connected, _) = finish(connects);
         let (called, call_errors) = finish(call_loop);
