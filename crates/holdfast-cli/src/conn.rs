@@ -74,7 +74,10 @@ pub fn report(e: &Error) -> u8 {
         Some(ErrorReason::Contention) => ("", exit::CONTENTION),
         Some(ErrorReason::Leak) => ("", exit::LEAK),
         Some(ErrorReason::Sealed) => (" Check `holdfastctl epoch status`; a sealed arbiter needs an epoch advance.", exit::UNAVAILABLE),
-        Some(ErrorReason::Unavailable) => (" Is the arbiter running (`holdfastctl dev`), and is the endpoint right?", exit::UNAVAILABLE),
+        Some(ErrorReason::Unavailable) => (
+            " Is the arbiter running (`systemctl status holdfast-arbiter` on its host, `holdfastctl dev` locally), and is the endpoint (--endpoint, HOLDFAST_ENDPOINT) right?",
+            exit::UNAVAILABLE,
+        ),
         Some(ErrorReason::Unauthenticated) => {
             (" Check --cert/--key: the certificate must come from the arbiter's client CA.", exit::NOPERM)
         }
