@@ -20,6 +20,10 @@
 //!   and all its traffic stays in its own network namespace. Commands run
 //!   inside with `nsenter` into the container's PID 1 (no machined, no
 //!   registration needed); files are copied in through the root directory.
+//! - [`Container::boot_with`] takes [`BootOptions`]: a network namespace
+//!   to join instead of a private one (several containers on one test
+//!   network, e.g. each on its own loopback address), and files written
+//!   into the copy before it boots (a service's listen address).
 //! - Dropping the container powers it off (SIGTERM to nspawn, which asks
 //!   the container's systemd to halt), kills it after a grace period, and
 //!   removes the copy.
@@ -229,6 +233,20 @@ pub struct Timings {
     pub boot: Duration,
 }
 
+/// How [`Container::boot_with`] boots a container beyond [`Container::boot`].
+#[derive(Debug, Clone, Default)]
+pub struct BootOptions {
+    /// Join this network namespace (e.g. `/run/netns/NAME`, made with `ip
+    /// netns add`) with `--network-namespace-path=` instead of
+    /// `--private-network`: containers booted into the same namespace share
+    /// its interfaces and reach each other. `None`: a private network.
+    pub network_namespace: Option<PathBuf>,
+    /// Files written into the copied root before it boots, as (absolute path
+    /// inside, contents); parent directories are created. Written after the
+    /// fixture's own `/etc/hostname` and `/etc/hosts`, so they may replace them.
+    pub files: Vec<(String, String)>,
+}
+
 /// A booted container. Dropping it powers it off and removes its root.
 pub struct Container {
     pub name: String,
@@ -273,6 +291,12 @@ impl Container {
     /// boots it and waits until systemd says the system is up (`running`
     /// or `degraded`; a degraded boot lists its failed units in the log).
     pub fn boot(base: &Path, work: &Path, name: &str) -> anyhow::Result<Self> {
+        Self::boot_with(base, work, name, &BootOptions::default())
+    }
+
+    /// [`Container::boot`] with [`BootOptions`]: another network namespace,
+    /// files written before boot.
+    pub fn boot_with(base: &Path, work: &Path, name: &str, options: &BootOptions) -> anyhow::Result<Self> {
         need_tools()?;
         let dir = work.join(name);
         let root = dir.join("root");
@@ -294,11 +318,22 @@ impl Container {
             root.join("etc/hosts"),
             format!("127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
         )?;
+        for (path, contents) in &options.files {
+            let to = root.join(path.trim_start_matches('/'));
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&to, contents).with_context(|| format!("writing {name}:{path} before boot"))?;
+        }
+        let network = match &options.network_namespace {
+            Some(ns) => format!("--network-namespace-path={}", ns.display()),
+            None => "--private-network".to_string(),
+        };
         let console_log = dir.join("console.log");
         let log = std::fs::File::create(&console_log)?;
         let booting = Instant::now();
         let child = Command::new("systemd-nspawn")
-            .args(["-b", "--register=no", "--keep-unit", "--console=read-only", "--private-network", "--quiet", "-M", name, "-D"])
+            .args(["-b", "--register=no", "--keep-unit", "--console=read-only", &network, "--quiet", "-M", name, "-D"])
             .arg(&root)
             .env("SYSTEMD_NSPAWN_TMPFS_TMP", "1")
             .stdin(Stdio::null())
