@@ -18,6 +18,7 @@ use std::time::Duration;
 pub use holdfast_config::arbiter::{ArbiterConfig, OtlpProtocol};
 pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
+pub mod debs;
 pub mod otlp;
 pub mod recorder;
 

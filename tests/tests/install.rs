@@ -17,6 +17,7 @@
 //! from `packaging/build` with a throwaway key, or HOLDFAST_PACKAGES_DIR.
 
 use holdfast_fixtures::nspawn::{self, Container, Output};
+use holdfast_tests::debs::{Clock, deb, key_env, packages};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -44,36 +45,6 @@ const UNITS: &[&str] = &[
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
-}
-
-/// Step timings, printed as they finish and again at the end.
-struct Clock {
-    started: Instant,
-    steps: Vec<(String, Duration)>,
-}
-
-impl Clock {
-    fn new() -> Self {
-        Clock { started: Instant::now(), steps: Vec::new() }
-    }
-
-    fn step<T>(&mut self, name: &str, f: impl FnOnce() -> T) -> T {
-        eprintln!("== install test: {name}");
-        let t = Instant::now();
-        let out = f();
-        let took = t.elapsed();
-        eprintln!("== install test: {name}: {took:.1?}");
-        self.steps.push((name.to_string(), took));
-        out
-    }
-
-    fn summary(&self) {
-        eprintln!("== install test timings");
-        for (name, took) in &self.steps {
-            eprintln!("   {name:<40} {took:>8.1?}");
-        }
-        eprintln!("   {:<40} {:>8.1?}", "whole test", self.started.elapsed());
-    }
 }
 
 /// The journal of the holdfast units and the failed units, for a failure message.
@@ -145,71 +116,6 @@ fn quick_start() -> (String, Vec<String>) {
     panic!("no operator quick start: neither README.md nor docs/install-test.md has a <!-- quick-start --> section");
 }
 
-/// The signed packages: HOLDFAST_PACKAGES_DIR (with HOLDFAST_PACKAGES_KEY,
-/// the `packaging/throwaway-key` directory they were signed with, for the
-/// upgrade step), or built now by `packaging/build --profile dev` with a key
-/// from `packaging/throwaway-key`.
-/// Returns the directory and the signing key's directory (for re-signing
-/// the upgrade), if the test made it.
-fn packages(work: &Path) -> (PathBuf, Option<PathBuf>) {
-    if let Some(dir) = std::env::var_os("HOLDFAST_PACKAGES_DIR") {
-        return (PathBuf::from(dir), std::env::var_os("HOLDFAST_PACKAGES_KEY").map(PathBuf::from));
-    }
-    let root = workspace();
-    for tool in ["packaging/build", "packaging/throwaway-key"] {
-        assert!(
-            root.join(tool).is_file(),
-            "{tool} is missing: the packaging scripts are needed to build the packages (or set HOLDFAST_PACKAGES_DIR)"
-        );
-    }
-    let key = work.join("key");
-    let out = work.join("debs");
-    let ran =
-        Command::new(root.join("packaging/throwaway-key")).arg(&key).current_dir(&root).output().expect("running packaging/throwaway-key");
-    assert!(
-        ran.status.success(),
-        "packaging/throwaway-key failed:\n{}{}",
-        String::from_utf8_lossy(&ran.stdout),
-        String::from_utf8_lossy(&ran.stderr)
-    );
-    let mut build = Command::new(root.join("packaging/build"));
-    build.args(["--profile", "dev", "--out"]).arg(&out).current_dir(&root);
-    for (k, v) in key_env(&key) {
-        build.env(k, v);
-    }
-    let ran = build.output().expect("running packaging/build");
-    assert!(
-        ran.status.success(),
-        "packaging/build failed:\n{}{}",
-        String::from_utf8_lossy(&ran.stdout),
-        String::from_utf8_lossy(&ran.stderr)
-    );
-    (out, Some(key))
-}
-
-/// The environment `packaging/build` reads the signing key from, as
-/// `packaging/throwaway-key DIR` writes it (DIR/env: `export K=V` lines).
-fn key_env(key: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(key.join("env")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.trim().strip_prefix("export ").unwrap_or(l.trim()).split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').trim_matches('\'').to_string()))
-        .filter(|(k, _)| !k.is_empty() && !k.starts_with('#'))
-        .collect()
-}
-
-/// The newest `.deb` of `name` in `dir`.
-fn deb(dir: &Path, name: &str) -> PathBuf {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{name}_")) && n.ends_with(".deb")))
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| panic!("no {name}_*.deb in {}", dir.display()))
-}
-
 /// Repacks `deb` as version `version` (same files, same conffiles) and
 /// signs it with the throwaway key like packaging/build does. Returns the
 /// new file.
@@ -277,7 +183,7 @@ holdfastctl health --wait 30s";
 
 #[test]
 fn fresh_host_installs_and_runs_under_systemd() {
-    let mut clock = Clock::new();
+    let mut clock = Clock::new("install test");
     let mut work = tempfile::Builder::new().prefix("holdfast-install-").tempdir_in("/var/tmp").expect("work dir");
     if std::env::var_os("HOLDFAST_KEEP_CONTAINER").is_some() {
         work.disable_cleanup(true);
