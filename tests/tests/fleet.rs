@@ -1,0 +1,458 @@
+//! The fleet test (issue #18): `ansible/site.yml` run for real against
+//! three booted Debian 12 containers (systemd-nspawn), one per hall.
+//!
+//! - One network namespace made for the test (`ip netns add`), its
+//!   loopback up; the three containers boot into it, each host on its own
+//!   loopback address ([`HOSTS`]: sshd, the etcd member's client and peer
+//!   URLs, the arbiter's socket (a drop-in from the arbiter role), the
+//!   metrics ports). Nothing leaves 127.0.0.0/8 of that namespace.
+//! - Ansible connects over ssh (a key made by the test, sshd bound to the
+//!   host's address) from the pinned venv tests/ansible.rs uses, run with
+//!   `ip netns exec`; the inventory is written here: three halls, the TLS
+//!   material made with openssl like README.md's quick start, the signed
+//!   packages (HOLDFAST_PACKAGES_DIR, or built by packaging/build), no data
+//!   volume (`holdfast_provision_volume: false`: a container has no disk).
+//! - After the first run: every etcd member active and `etcdctl member
+//!   list` showing three; controller, tailer, socket and arbiter active on
+//!   every host; `holdfastctl health` SERVING and `holdfastctl lock exec`
+//!   granted through each host's arbiter. A second run changes nothing
+//!   (`changed=0` on every host in the PLAY RECAP).
+//!
+//! Needs root, debootstrap, systemd-container, openssl, ssh and the
+//! ansible venv from scripts/install-deps; a Debian mirror the first time
+//! (the root is cached). Containers and the namespace are removed at the
+//! end, on failure too.
+
+use holdfast_fixtures::nspawn::{self, BootOptions, Container, Output};
+use holdfast_tests::debs::{Clock, packages};
+use holdfast_tests::ssh_keygen;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// ansible-core 2.19.14 and ansible-lint 26.10.1, pinned by scripts/install-deps.
+const ANSIBLE_VENV: &str = "/opt/holdfast/ansible-2.19.14-lint-26.10.1/bin";
+
+/// Packages in the cached root beside nspawn's base: what the holdfast
+/// packages depend on (etcd-server), etcdctl (the rolling restart's health
+/// check), what verifies the packages (debsig-verify, gnupg), openssl, and
+/// what Ansible needs on a host (sshd, python3, python3-apt for the apt module).
+const ROOT_PACKAGES: &[&str] =
+    &["etcd-server", "etcd-client", "debsig-verify", "gnupg", "openssl", "openssh-server", "python3", "python3-apt"];
+
+/// The three hosts: name, hall, address (on the test namespace's loopback).
+const HOSTS: &[(&str, &str, &str)] =
+    &[("etcd-a1", "hall-a", "127.0.1.11"), ("etcd-b1", "hall-b", "127.0.1.12"), ("etcd-c1", "hall-c", "127.0.1.13")];
+
+/// The holdfast units whose journal is printed when a step fails.
+const UNITS: &[&str] = &["holdfast-controller.service", "holdfast-arbiter.socket", "holdfast-arbiter.service", "holdfast-tailer.service"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// The test's network namespace; deleted when dropped.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new(name: &str) -> Self {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        run_ok(Command::new("ip").args(["netns", "add", name]), "ip netns add");
+        let ns = Netns { name: name.to_string() };
+        run_ok(Command::new("ip").args(["-n", name, "link", "set", "lo", "up"]), "ip link set lo up");
+        ns
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    /// `ip netns exec NAME PROGRAM` (the program's environment is the caller's).
+    fn exec(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed ({}):\n{text}", out.status);
+    text
+}
+
+/// The TLS material of the quick start, for three hosts: a lock.v1 CA
+/// (the arbiters' server certificates, SAN their addresses; the operator's
+/// SPIFFE client certificate) and an etcd CA (each member, SAN its address;
+/// a client certificate per etcd user). A member's certificate also names
+/// 127.0.0.1: the kernel picks it as the source address of every loopback
+/// connection, and etcd checks a peer's certificate against the address
+/// it connects from (on real hosts that is the member's own address).
+fn make_tls(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("tls dir");
+    let mut script = String::from(
+        r#"ca()    { openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout "$1-key.pem" -out "$1.pem" -days 3650 -subj "/CN=$1"; }
+issue() { ca=$1 name=$2 subj=$3; shift 3; printf '%s\n' "$@" > "$name.ext"
+          openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout "$name-key.pem" -out "$name.csr" -subj "$subj"
+          openssl x509 -req -in "$name.csr" -CA "$ca.pem" -CAkey "$ca-key.pem" \
+            -CAcreateserial -days 365 -out "$name.pem" -extfile "$name.ext"; }
+ca holdfast-ca
+ca etcd-ca
+issue holdfast-ca operator /CN=operator subjectAltName=URI:spiffe://example.org/ops/operator \
+      extendedKeyUsage=clientAuth basicConstraints=critical,CA:FALSE
+for user in root holdfast-arbiter holdfast-controller holdfast-tailer holdfast-epoch holdfast-observer; do
+  issue etcd-ca "etcd-$user" "/CN=$user" extendedKeyUsage=clientAuth basicConstraints=critical,CA:FALSE
+done
+"#,
+    );
+    for (host, _, addr) in HOSTS {
+        script.push_str(&format!(
+            "issue holdfast-ca arbiter-{host} /CN=arbiter-{host} subjectAltName=IP:{addr},DNS:{host} \
+               extendedKeyUsage=serverAuth basicConstraints=critical,CA:FALSE\n\
+             issue etcd-ca etcd-{host} /CN={host} subjectAltName=IP:{addr},IP:127.0.0.1,DNS:{host} \
+               extendedKeyUsage=serverAuth,clientAuth basicConstraints=critical,CA:FALSE\n"
+        ));
+    }
+    run_ok(Command::new("bash").arg("-ec").arg(&script).current_dir(dir), "openssl: the TLS material");
+}
+
+/// The class set the controller publishes: the quick start's demo class and
+/// the operator's grant.
+fn write_classes(dir: &Path) {
+    std::fs::create_dir_all(dir.join("classes.d")).expect("classes.d");
+    std::fs::create_dir_all(dir.join("grants.d")).expect("grants.d");
+    std::fs::write(
+        dir.join("classes.d/demo.toml"),
+        "[class.demo]\nnamespace = \"demo\"\npurpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"ops\"\n\
+         waiver_expires = 2099-12-31\nttl = \"30s\"\ntier = \"entity\"\n",
+    )
+    .expect("demo.toml");
+    std::fs::write(
+        dir.join("grants.d/ops.toml"),
+        "[grant.operator]\nidentity = \"spiffe://example.org/ops/operator\"\nlock = [\"demo/\"]\ninspect = [\"demo/\"]\n",
+    )
+    .expect("ops.toml");
+}
+
+/// The inventory: the example's shape (three hosts in three halls, every
+/// role on every host) with the test's addresses, files and ssh settings.
+fn inventory(work: &Path, debs: &Path, key: &Path) -> String {
+    let w = work.display();
+    let mut halls = String::new();
+    for (host, hall, addr) in HOSTS {
+        let group = hall.replace('-', "_");
+        halls.push_str(&format!(
+            "    {group}:\n      vars:\n        holdfast_hall: {hall}\n      hosts:\n        {host}:\n          ansible_host: {addr}\n          holdfast_address: {addr}\n"
+        ));
+    }
+    format!(
+        r#"---
+all:
+  vars:
+    ansible_user: root
+    ansible_ssh_private_key_file: {key}
+    ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes
+    ansible_python_interpreter: /usr/bin/python3
+    holdfast_packages_dir: {debs}
+    holdfast_tls_src: {w}/tls
+    holdfast_etcd_client_urls: >-
+      {{{{ groups['holdfast_etcd'] | map('extract', hostvars, 'holdfast_address')
+         | map('regex_replace', '^', 'https://') | map('regex_replace', '$', ':2379') | list }}}}
+    holdfast_provision_token_seed: fleet-test
+    holdfast_provision_volume: false
+    holdfast_provision_plan_local_dir: {w}/plan
+    holdfast_etcd_tls_ca_src: "{{{{ holdfast_tls_src }}}}/etcd-ca.pem"
+    holdfast_etcd_tls_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-{{{{ inventory_hostname }}}}.pem"
+    holdfast_etcd_tls_key_src: "{{{{ holdfast_tls_src }}}}/etcd-{{{{ inventory_hostname }}}}-key.pem"
+    holdfast_etcd_root_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-root.pem"
+    holdfast_etcd_root_key_src: "{{{{ holdfast_tls_src }}}}/etcd-root-key.pem"
+    holdfast_etcd_epoch_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-epoch.pem"
+    holdfast_etcd_epoch_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-epoch-key.pem"
+    holdfast_etcd_client_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    holdfast_arbiter_trust_domain: example.org
+    holdfast_arbiter_listen: "{{{{ holdfast_address }}}}:7420"
+    holdfast_arbiter_socket_listen: ["{{{{ holdfast_address }}}}:7420"]
+    holdfast_arbiter_metrics_listen: "{{{{ holdfast_address }}}}:7421"
+    holdfast_arbiter_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    holdfast_arbiter_tls_cert_src: "{{{{ holdfast_tls_src }}}}/arbiter-{{{{ inventory_hostname }}}}.pem"
+    holdfast_arbiter_tls_key_src: "{{{{ holdfast_tls_src }}}}/arbiter-{{{{ inventory_hostname }}}}-key.pem"
+    holdfast_arbiter_tls_client_ca_src: "{{{{ holdfast_tls_src }}}}/holdfast-ca.pem"
+    holdfast_arbiter_etcd_ca_src: "{{{{ holdfast_tls_src }}}}/etcd-ca.pem"
+    holdfast_arbiter_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-arbiter.pem"
+    holdfast_arbiter_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-arbiter-key.pem"
+    holdfast_controller_metrics_listen: "{{{{ holdfast_address }}}}:7431"
+    holdfast_controller_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    holdfast_controller_etcd_ca_src: "{{{{ holdfast_tls_src }}}}/etcd-ca.pem"
+    holdfast_controller_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-controller.pem"
+    holdfast_controller_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-controller-key.pem"
+    holdfast_tailer_metrics_listen: "{{{{ holdfast_address }}}}:7432"
+    holdfast_tailer_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    holdfast_tailer_etcd_ca_src: "{{{{ holdfast_tls_src }}}}/etcd-ca.pem"
+    holdfast_tailer_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-tailer.pem"
+    holdfast_tailer_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-tailer-key.pem"
+    holdfast_classes_src_dir: {w}/classes
+  children:
+{halls}    holdfast_etcd:
+      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+    holdfast_arbiter:
+      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+    holdfast_controller:
+      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+    holdfast_tailer:
+      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+"#,
+        key = key.display(),
+        debs = debs.display(),
+    )
+}
+
+/// Runs a playbook from ansible/ against the inventory inside the test's
+/// namespace; its output goes to `log` (and is returned).
+fn playbook(ns: &Netns, work: &Path, playbook: &str, log: &Path) -> (bool, String) {
+    let venv = Path::new(ANSIBLE_VENV);
+    assert!(
+        venv.join("ansible-playbook").is_file(),
+        "{ANSIBLE_VENV}/ansible-playbook is missing: run scripts/install-deps (it installs ansible-core into {ANSIBLE_VENV})"
+    );
+    let ansible = workspace().join("ansible");
+    let out = std::fs::File::create(log).expect("playbook log");
+    let mut cmd = ns.exec(&venv.join("ansible-playbook").to_string_lossy());
+    cmd.args(["-i"])
+        .arg(work.join("inventory.yml"))
+        .arg(playbook)
+        .current_dir(&ansible)
+        .env("PATH", format!("{ANSIBLE_VENV}:{}", std::env::var("PATH").unwrap_or_default()))
+        .env("ANSIBLE_CONFIG", ansible.join("ansible.cfg"))
+        .env("ANSIBLE_HOME", work.join("ansible-home"))
+        .env("ANSIBLE_LOCAL_TEMP", work.join("ansible-tmp"))
+        .env("ANSIBLE_SSH_CONTROL_PATH_DIR", work.join("cp"))
+        .env("ANSIBLE_PIPELINING", "true")
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_FORCE_COLOR", "0")
+        .env("ANSIBLE_FORKS", "3")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out);
+    let status = cmd.status().expect("running ansible-playbook");
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    (status.success(), text)
+}
+
+/// The PLAY RECAP: each host's counters (`ok=`, `changed=`, `failed=`, ...).
+fn recap(text: &str) -> Vec<(String, std::collections::BTreeMap<String, u32>)> {
+    let Some(at) = text.rfind("PLAY RECAP") else { return Vec::new() };
+    text[at..]
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (host, rest) = l.split_once(" : ")?;
+            let counts = rest
+                .split_whitespace()
+                .filter_map(|w| w.split_once('=').and_then(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v))))
+                .collect();
+            Some((host.trim().to_string(), counts))
+        })
+        .collect()
+}
+
+/// Each task that reported `changed:` on some host, with those lines.
+fn changed_tasks(text: &str) -> String {
+    let mut task = "";
+    let mut out = Vec::new();
+    for l in text.lines() {
+        if l.starts_with("TASK [") || l.starts_with("RUNNING HANDLER [") {
+            task = l;
+        } else if l.starts_with("changed:") {
+            out.push(format!("{task}\n  {l}"));
+        }
+    }
+    out.join("\n")
+}
+
+/// The recap's tail of the output (from PLAY RECAP on), or the last lines.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The journal of the holdfast units and the failed units of one host.
+fn diagnostics(c: &Container, member: &str) -> String {
+    let mut text = format!("=== {}\n", c.name);
+    if let Ok(o) = c.exec(&["systemctl", "--failed", "--no-legend", "--no-pager"]) {
+        text.push_str(&format!("--- failed units\n{}", o.stdout));
+    }
+    let unit = format!("holdfast-etcd@{member}.service");
+    let mut args = vec!["journalctl", "--no-pager", "-n", "80", "-o", "short-monotonic", "-u", &unit];
+    for u in UNITS {
+        args.push("-u");
+        args.push(u);
+    }
+    if let Ok(o) = c.exec(&args) {
+        text.push_str(&format!("--- journal of the holdfast units (last 80 lines)\n{}{}", o.stdout, o.stderr));
+    }
+    text
+}
+
+fn all_diagnostics(cs: &[Container]) -> String {
+    cs.iter().zip(HOSTS).map(|(c, (host, _, _))| diagnostics(c, host)).collect::<Vec<_>>().join("\n")
+}
+
+fn must(cs: &[Container], i: usize, what: &str, script: &str) -> Output {
+    let o = cs[i].exec(&["bash", "-ec", script]).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    if !o.ok() {
+        panic!("{what} on {} failed:\n--- script\n{script}\n{o}\n{}", cs[i].name, all_diagnostics(cs));
+    }
+    o
+}
+
+/// The operator's lock.v1 client settings inside a host, against `addr`.
+fn client_env(addr: &str) -> String {
+    format!(
+        "export HOLDFAST_ENDPOINT={addr}:7420 HOLDFAST_CA=/root/fleet-client/holdfast-ca.pem \
+         HOLDFAST_CERT=/root/fleet-client/operator.pem HOLDFAST_KEY=/root/fleet-client/operator-key.pem"
+    )
+}
+
+#[test]
+fn site_yml_converges_three_halls_and_is_idempotent() {
+    let mut clock = Clock::new("fleet test");
+    let mut work = tempfile::Builder::new().prefix("hf-fleet-").tempdir_in("/var/tmp").expect("work dir");
+    if std::env::var_os("HOLDFAST_KEEP_CONTAINER").is_some() {
+        work.disable_cleanup(true);
+        eprintln!("   work directory kept: {}", work.path().display());
+    }
+    let w = work.path().to_path_buf();
+    eprintln!("   work directory {} (playbook logs: site-1.log, site-2.log)", w.display());
+    let (debs, _) = clock.step("packages (packaging/build --profile dev)", || packages(&w));
+    let (base, made) = clock.step("cached Debian 12 root", || nspawn::cached_root(ROOT_PACKAGES, |_| Ok(())).expect("debootstrap root"));
+    if !made.is_zero() {
+        eprintln!("   debootstrap took {made:.1?} (cached for next runs at {})", base.display());
+    }
+    clock.step("TLS material, class set, ssh key", || {
+        make_tls(&w.join("tls"));
+        write_classes(&w.join("classes"));
+    });
+    let (key, public) = ssh_keygen(&w.join("ssh"), "id_fleet");
+    std::fs::write(w.join("inventory.yml"), inventory(&w, &debs, &key)).expect("inventory");
+
+    // Declared before the containers: dropped after them.
+    let ns = Netns::new(&format!("hf-fleet-{}", std::process::id()));
+    let hosts_file =
+        HOSTS.iter().fold(String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), |acc, (h, _, a)| {
+            acc + &format!("{a}\t{h}\n")
+        });
+    let cs: Vec<Container> = clock.step("boot three containers into one network namespace", || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = HOSTS
+                .iter()
+                .map(|(host, _, addr)| {
+                    let options = BootOptions {
+                        network_namespace: Some(ns.path()),
+                        files: vec![
+                            ("/etc/hosts".to_string(), hosts_file.clone()),
+                            (
+                                "/etc/ssh/sshd_config.d/fleet.conf".to_string(),
+                                format!("ListenAddress {addr}\nPermitRootLogin prohibit-password\n"),
+                            ),
+                            ("/root/.ssh/authorized_keys".to_string(), format!("{public}\n")),
+                        ],
+                    };
+                    let (base, w) = (&base, &w);
+                    s.spawn(move || Container::boot_with(base, w, host, &options))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("boot thread").expect("boot")).collect()
+        })
+    });
+    for c in &cs {
+        eprintln!("   {}: copy {:.1?}, boot {:.1?}", c.name, c.timings.copy, c.timings.boot);
+    }
+
+    let (ok, first) = clock.step("site.yml, first run", || playbook(&ns, &w, "site.yml", &w.join("site-1.log")));
+    if !ok {
+        panic!("site.yml failed (log {}):\n{}\n{}", w.join("site-1.log").display(), tail(&first, 120), all_diagnostics(&cs));
+    }
+    eprintln!("{}", tail(&first, 6));
+
+    clock.step("every unit active, three etcd members", || {
+        for (i, (host, _, _)) in HOSTS.iter().enumerate() {
+            must(
+                &cs,
+                i,
+                "units active",
+                &format!(
+                    "systemctl is-active holdfast-etcd@{host}.service holdfast-controller.service holdfast-arbiter.socket \
+                     holdfast-arbiter.service holdfast-tailer.service"
+                ),
+            );
+        }
+        let endpoints = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
+        let t = w.join("tls");
+        let listed = run_ok(
+            ns.exec("etcdctl")
+                .arg(format!("--endpoints={endpoints}"))
+                .arg(format!("--cacert={}", t.join("etcd-ca.pem").display()))
+                .arg(format!("--cert={}", t.join("etcd-root.pem").display()))
+                .arg(format!("--key={}", t.join("etcd-root-key.pem").display()))
+                .args(["member", "list"])
+                .env("ETCDCTL_API", "3"),
+            "etcdctl member list",
+        );
+        eprintln!("{listed}");
+        let started: Vec<&str> = listed.lines().filter(|l| l.contains(", started, ")).collect();
+        assert_eq!(started.len(), 3, "etcdctl member list should show three started members:\n{listed}");
+        for (host, _, addr) in HOSTS {
+            assert!(
+                started.iter().any(|l| l.contains(&format!(", {host}, https://{addr}:2380"))),
+                "{host} at {addr} is not a member:\n{listed}"
+            );
+        }
+    });
+
+    clock.step("a lock through each host's arbiter", || {
+        for (i, (_, _, addr)) in HOSTS.iter().enumerate() {
+            for f in ["holdfast-ca.pem", "operator.pem", "operator-key.pem"] {
+                cs[i].copy_in(&w.join("tls").join(f), &format!("/root/fleet-client/{f}")).expect("client credentials");
+            }
+            let env = client_env(addr);
+            let health = must(&cs, i, "holdfastctl health", &format!("{env}; holdfastctl health --wait 60s"));
+            assert_eq!(health.stdout.trim(), "SERVING", "holdfastctl health on {}", cs[i].name);
+            let got = must(
+                &cs,
+                i,
+                "holdfastctl lock exec",
+                &format!("{env}; holdfastctl lock exec demo/fleet-{i} --wait 30s -- sh -c 'echo granted demo/fleet-{i}'"),
+            );
+            assert!(got.stdout.contains(&format!("granted demo/fleet-{i}")), "lock exec through {addr}:\n{got}");
+        }
+    });
+
+    let (ok, second) = clock.step("site.yml, second run", || playbook(&ns, &w, "site.yml", &w.join("site-2.log")));
+    if !ok {
+        panic!("site.yml's second run failed (log {}):\n{}\n{}", w.join("site-2.log").display(), tail(&second, 120), all_diagnostics(&cs));
+    }
+    let counts = recap(&second);
+    let at = second.rfind("PLAY RECAP").unwrap_or(0);
+    let printed = &second[at..];
+    eprintln!("{printed}");
+    assert_eq!(counts.len(), HOSTS.len(), "the second run's PLAY RECAP should list every host:\n{printed}");
+    for (host, c) in &counts {
+        let get = |k: &str| c.get(k).copied().unwrap_or(u32::MAX);
+        if get("changed") != 0 || get("failed") != 0 || get("unreachable") != 0 {
+            panic!("the second site.yml run changed {host} (want changed=0):\n{printed}\nchanged tasks:\n{}", changed_tasks(&second));
+        }
+    }
+    clock.summary();
+    drop(cs);
+    drop(ns);
+}
