@@ -17,6 +17,10 @@
 //!   every host; `holdfastctl health` SERVING and `holdfastctl lock exec`
 //!   granted through each host's arbiter. A second run changes nothing
 //!   (`changed=0` on every host in the PLAY RECAP).
+//! - Then `rolling-restart.yml` (every etcd member, then every arbiter,
+//!   one host at a time, each gated on health) while a client holds a lock
+//!   through `holdfastctl lock exec` and renews it: it keeps the lock
+//!   throughout (exit 0, not 79 for a lost lock).
 //!
 //! Needs root, debootstrap, systemd-container, openssl, ssh and the
 //! ansible venv from scripts/install-deps; a Debian mirror the first time
@@ -201,6 +205,10 @@ all:
     holdfast_tailer_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-tailer.pem"
     holdfast_tailer_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-tailer-key.pem"
     holdfast_classes_src_dir: {w}/classes
+    holdfast_health_endpoint: "{{{{ holdfast_address }}}}:7420"
+    holdfast_health_ca: /root/fleet-client/holdfast-ca.pem
+    holdfast_health_cert: /root/fleet-client/operator.pem
+    holdfast_health_key: /root/fleet-client/operator-key.pem
   children:
 {halls}    holdfast_etcd:
       children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
@@ -452,6 +460,46 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             panic!("the second site.yml run changed {host} (want changed=0):\n{printed}\nchanged tasks:\n{}", changed_tasks(&second));
         }
     }
+
+    // The rolling restart (every etcd member, then every arbiter, one host
+    // at a time) while a client holds a lock and renews it: the client
+    // keeps it throughout (`lock exec` exits 79 if the lock is lost).
+    clock.step("rolling-restart.yml while a client holds a lock", || {
+        let endpoints = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
+        let script = format!(
+            "{}; export HOLDFAST_ENDPOINT={endpoints}; rm -f /root/rolling-held /root/rolling-done
+             holdfastctl lock exec demo/rolling --wait 30s -- sh -c \
+               'echo \"held, token $HOLDFAST_TOKEN\"; touch /root/rolling-held
+                while [ ! -e /root/rolling-done ]; do sleep 0.2; done; echo released'",
+            client_env(HOSTS[0].2)
+        );
+        let holder = cs[0].spawn(&["bash", "-c", &script]).expect("lock holder");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !cs[0].host_path("/root/rolling-held").exists() {
+            assert!(std::time::Instant::now() < deadline, "the client did not get demo/rolling within 60 s\n{}", all_diagnostics(&cs));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let (ok, rolled) = playbook(&ns, &w, "rolling-restart.yml", &w.join("rolling.log"));
+        cs[0].write("/root/rolling-done", "").expect("rolling-done");
+        let out = holder.wait_with_output().expect("lock holder");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !ok {
+            panic!(
+                "rolling-restart.yml failed (log {}):\n{}\n{}",
+                w.join("rolling.log").display(),
+                tail(&rolled, 120),
+                all_diagnostics(&cs)
+            );
+        }
+        eprintln!("{}", tail(&rolled, 5));
+        eprintln!("   lock holder: {}\n{stdout}{stderr}", out.status);
+        assert!(
+            out.status.success() && stdout.contains("released"),
+            "the lock holder lost demo/rolling during the rolling restart ({}):\n{stdout}{stderr}\n{}",
+            out.status,
+            all_diagnostics(&cs)
+        );
+    });
     clock.summary();
     drop(cs);
     drop(ns);
