@@ -28,20 +28,13 @@
 //! end, on failure too.
 
 use holdfast_fixtures::nspawn::{self, BootOptions, Container, Output};
-use holdfast_tests::debs::{Clock, packages};
+use holdfast_tests::debs::{Clock, ROOT_PACKAGES, packages};
 use holdfast_tests::ssh_keygen;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// ansible-core 2.19.14 and ansible-lint 26.10.1, pinned by scripts/install-deps.
 const ANSIBLE_VENV: &str = "/opt/holdfast/ansible-2.19.14-lint-26.10.1/bin";
-
-/// Packages in the cached root beside nspawn's base: what the holdfast
-/// packages depend on (etcd-server), etcdctl (the rolling restart's health
-/// check), what verifies the packages (debsig-verify, gnupg), openssl, and
-/// what Ansible needs on a host (sshd, python3, python3-apt for the apt module).
-const ROOT_PACKAGES: &[&str] =
-    &["etcd-server", "etcd-client", "debsig-verify", "gnupg", "openssl", "openssh-server", "python3", "python3-apt"];
 
 /// The three hosts: name, hall, address (on the test namespace's loopback).
 const HOSTS: &[(&str, &str, &str)] =

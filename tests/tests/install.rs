@@ -17,15 +17,10 @@
 //! from `packaging/build` with a throwaway key, or HOLDFAST_PACKAGES_DIR.
 
 use holdfast_fixtures::nspawn::{self, Container, Output};
-use holdfast_tests::debs::{Clock, deb, key_env, packages};
+use holdfast_tests::debs::{Clock, ROOT_PACKAGES, deb, key_env, packages};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Packages in the cached root beside nspawn's base: what the holdfast
-/// packages depend on (holdfast-etcd needs etcd-server), what the quick
-/// start uses (openssl) and what verifies the packages (debsig-verify, gnupg).
-const ROOT_PACKAGES: &[&str] = &["etcd-server", "debsig-verify", "gnupg", "openssl"];
 
 /// The holdfast packages the quick start installs.
 const INSTALLED: &[&str] =
