@@ -36,6 +36,11 @@ use std::process::Command;
 /// ansible-core 2.19.14 and ansible-lint 26.10.1, pinned by scripts/install-deps.
 const ANSIBLE_VENV: &str = "/opt/holdfast/ansible-2.19.14-lint-26.10.1/bin";
 
+/// How long the lock holder keeps demo/rolling after the rolling restart:
+/// more than the demo class's TTL (30 s, config/classes.d), so a session
+/// that stopped renewing during the restart would have expired.
+const HOLD_PAST_TTL: std::time::Duration = std::time::Duration::from_secs(35);
+
 /// The three hosts: name, hall, address (on the test namespace's loopback).
 const HOSTS: &[(&str, &str, &str)] =
     &[("etcd-a1", "hall-a", "127.0.1.11"), ("etcd-b1", "hall-b", "127.0.1.12"), ("etcd-c1", "hall-c", "127.0.1.13")];
@@ -456,13 +461,17 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
 
     // The rolling restart (every etcd member, then every arbiter, one host
     // at a time) while a client holds a lock and renews it: the client
-    // keeps it throughout (`lock exec` exits 79 if the lock is lost).
+    // keeps it throughout (`lock exec` exits 79 if the lock is lost). The
+    // restart takes less than the demo class's TTL (30 s), so the holder
+    // keeps the lock for longer than a TTL after it: a session that stopped
+    // renewing at any point of the restart has expired by then, and the
+    // client has been fenced.
     clock.step("rolling-restart.yml while a client holds a lock", || {
         let endpoints = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
         let script = format!(
             "{}; export HOLDFAST_ENDPOINT={endpoints}; rm -f /root/rolling-held /root/rolling-done
              holdfastctl lock exec demo/rolling --wait 30s -- sh -c \
-               'echo \"held, token $HOLDFAST_TOKEN\"; touch /root/rolling-held
+               'echo held; touch /root/rolling-held
                 while [ ! -e /root/rolling-done ]; do sleep 0.2; done; echo released'",
             client_env(HOSTS[0].2)
         );
@@ -473,6 +482,9 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
         let (ok, rolled) = playbook(&ns, &w, "rolling-restart.yml", &w.join("rolling.log"));
+        if ok {
+            std::thread::sleep(HOLD_PAST_TTL);
+        }
         cs[0].write("/root/rolling-done", "").expect("rolling-done");
         let out = holder.wait_with_output().expect("lock holder");
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
