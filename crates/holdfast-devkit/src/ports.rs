@@ -1,6 +1,7 @@
 //! Free loopback ports for local processes.
 
 use std::net::TcpListener;
+use std::path::Path;
 use std::sync::atomic::{AtomicU16, Ordering};
 
 static NEXT: AtomicU16 = AtomicU16::new(0);
@@ -13,20 +14,108 @@ static NEXT: AtomicU16 = AtomicU16::new(0);
 const LOW: u16 = 20000;
 const HIGH: u16 = 32700;
 
+/// The range ports are drawn from: [LOW, HIGH), or the part of it named by
+/// `HOLDFAST_TEST_PORTS=FIRST-LAST` (inclusive). The test suite gives each of
+/// the suites it runs at the same time its own part, so two processes never
+/// pick the same port between one's check and its daemon's bind.
+fn range() -> (u16, u16) {
+    static RANGE: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| match std::env::var("HOLDFAST_TEST_PORTS") {
+        Ok(v) => parse_range(&v).unwrap_or_else(|e| {
+            eprintln!("holdfast: ignoring HOLDFAST_TEST_PORTS={v:?} ({e}); ports come from {LOW}-{}", HIGH - 1);
+            (LOW, HIGH)
+        }),
+        Err(_) => (LOW, HIGH),
+    })
+}
+
+fn parse_range(v: &str) -> Result<(u16, u16), String> {
+    let (a, b) = v.split_once('-').ok_or("expected FIRST-LAST, e.g. 20000-26349")?;
+    let first: u16 = a.trim().parse().map_err(|e| format!("first port: {e}"))?;
+    let last: u16 = b.trim().parse().map_err(|e| format!("last port: {e}"))?;
+    if first < LOW || last >= HIGH || last < first.saturating_add(99) {
+        return Err(format!("expected at least 100 ports within {LOW}-{}", HIGH - 1));
+    }
+    Ok((first, last + 1))
+}
+
 /// A port on 127.0.0.1 that is free right now. Each process starts at an
-/// offset chosen by its PID and walks the range, checking each port by
-/// binding, so concurrent tests in one process or several processes rarely
-/// collide, and no port comes from the kernel's ephemeral range.
+/// offset chosen by its PID and its start time and walks the range,
+/// checking each port by binding, so concurrent tests in one process or
+/// several processes rarely collide (PIDs alone repeat across fresh
+/// containers that share a network), and no port comes from the kernel's
+/// ephemeral range.
 pub fn free_port() -> u16 {
-    let span = HIGH - LOW;
-    let start = (std::process::id() % u32::from(span / 100)) as u16 * 100;
+    static START: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    let (low, high) = range();
+    let span = high - low;
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        ((std::process::id() ^ nanos) % u32::from(span / 100)) as u16 * 100
+    });
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed) % span;
-        let port = LOW + (start + n) % span;
+        let port = low + (start + n) % span;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
+}
+
+/// Whether process `pid` holds a socket listening on TCP `port` on this
+/// machine (its own, not only one that accepts connections there): a
+/// daemon started on a free port is ready for a test when this is true,
+/// and a connection to that port then reaches it and nothing else.
+pub fn listens(pid: u32, port: u16) -> bool {
+    let wanted = listening_sockets(port);
+    !wanted.is_empty() && holds_socket(&Path::new("/proc").join(pid.to_string()).join("fd"), &wanted)
+}
+
+/// The process listening on TCP `port` on this machine: the inode of the
+/// listening socket in `/proc/net/tcp{,6}`, then the process holding that
+/// socket in `/proc/<pid>/fd` (only processes this user may inspect).
+pub fn listener_pid(port: u16) -> Option<u32> {
+    let wanted = listening_sockets(port);
+    if wanted.is_empty() {
+        return None;
+    }
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if holds_socket(&entry.path().join("fd"), &wanted) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// `socket:[inode]` for every socket listening on `port`, as `/proc/<pid>/fd`
+/// links name them.
+fn listening_sockets(port: u16) -> Vec<String> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| listening_inodes(&text, port))
+        .map(|i| format!("socket:[{i}]"))
+        .collect()
+}
+
+fn holds_socket(fd_dir: &Path, wanted: &[String]) -> bool {
+    let Ok(fds) = std::fs::read_dir(fd_dir) else { return false };
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_str().is_some_and(|t| wanted.iter().any(|w| w == t))))
+}
+
+/// Inodes of the sockets listening (state `0A`) on `port` in a
+/// `/proc/net/tcp` table.
+fn listening_inodes(table: &str, port: u16) -> Vec<String> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = u16::from_str_radix(f.get(1)?.rsplit_once(':')?.1, 16).ok()?;
+            (local_port == port && *f.get(3)? == "0A").then(|| f.get(9).map(|s| s.to_string()))?
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -43,5 +132,29 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), ports.len(), "a port handed out twice: {ports:?}");
+    }
+
+    #[test]
+    fn a_test_port_range_must_be_inside_the_range_and_hold_100_ports() {
+        assert_eq!(parse_range("20000-26349"), Ok((20000, 26350)));
+        assert_eq!(parse_range(" 26350 - 32699 "), Ok((26350, 32700)));
+        for bad in ["20000", "1024-2000", "30000-40000", "20000-20050", "26349-20000", "a-b"] {
+            assert!(parse_range(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn the_listener_of_a_port_is_this_process_and_no_other() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(listener_pid(port), Some(std::process::id()));
+        assert!(listens(std::process::id(), port));
+        assert!(!listens(1, port), "pid 1 does not hold this test's socket");
+        // A connected (not listening) socket does not count.
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let client_port = client.local_addr().unwrap().port();
+        assert!(!listens(std::process::id(), client_port));
+        drop(listener);
+        assert!(!listens(std::process::id(), port), "a closed listener still counted");
     }
 }
