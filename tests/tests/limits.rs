@@ -22,6 +22,20 @@ fn refused<T>(r: Result<T, holdfast_client::Error>, reason: ErrorReason, limit: 
     assert!(e.to_string().contains(limit), "the refusal names {limit}: {e}");
 }
 
+/// Retries `call` while it is refused for a quota (the arbiter's watch may
+/// not have seen the release or close that frees one yet), for about a
+/// second: its result, or `None` if it was still refused.
+async fn once_quota_allows<T, F: std::future::Future<Output = Result<T, holdfast_client::Error>>>(call: impl Fn() -> F) -> Option<T> {
+    for _ in 0..50 {
+        match call().await {
+            Ok(v) => return Some(v),
+            Err(e) if e.reason() == Some(ErrorReason::Quota) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    None
+}
+
 #[tokio::test]
 async fn quotas_on_sessions_and_holds_refuse_naming_the_limit_and_write_nothing() {
     let limits = |c: &mut holdfast_config::ArbiterConfig| {
@@ -60,17 +74,8 @@ async fn quotas_on_sessions_and_holds_refuse_naming_the_limit_and_write_nothing(
 
     // A release frees quota (once the arbiter's watch has seen it).
     h1.release().await.unwrap();
-    let mut granted = None;
-    for _ in 0..50 {
-        match s2.acquire(&key("q/three"), Duration::ZERO).await {
-            Ok(h) => {
-                granted = Some(h);
-                break;
-            }
-            Err(e) if e.reason() == Some(ErrorReason::Quota) => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(e) => panic!("{e}"),
-        }
-    }
+    let three = key("q/three");
+    let granted = once_quota_allows(|| s2.acquire(&three, Duration::ZERO)).await;
     assert!(granted.is_some(), "q/three was still refused a second after a release in q");
 
     // The caps and the per-class hold counts are metrics.
@@ -90,6 +95,46 @@ async fn quotas_on_sessions_and_holds_refuse_naming_the_limit_and_write_nothing(
     }
     assert_eq!(sample(&seen, &format!("holdfast_arbiter_holds{qbig}")), 3.0, "{seen}");
     assert_eq!(sample(&seen, &format!("holdfast_arbiter_holds_quota{qbig}")), 10.0, "{seen}");
+}
+
+/// Sessions opened at the same moment through one arbiter: each counts from
+/// its quota check, so exactly the quota is granted (the check alone reads
+/// the watched counts, which none of the concurrent opens had reached yet).
+#[tokio::test]
+async fn concurrent_opens_through_one_arbiter_never_pass_the_session_quota() {
+    let limits = |c: &mut holdfast_config::ArbiterConfig| c.limits.max_sessions_per_identity = 3;
+    let app = Appliance::start_policy("limits-race", 1, &limits, &[("q", 30)], "").await;
+    let a = app.client("quota/a").await;
+    let mut opens = tokio::task::JoinSet::new();
+    for _ in 0..24 {
+        let a = a.clone();
+        opens.spawn(async move { a.open_session(TTL).await });
+    }
+    let mut granted = Vec::new();
+    let mut refusals = 0;
+    while let Some(r) = opens.join_next().await {
+        match r.unwrap() {
+            Ok(s) => granted.push(s),
+            r => {
+                refused(r, ErrorReason::Quota, "limits.max_sessions_per_identity = 3");
+                refusals += 1;
+            }
+        }
+    }
+    assert_eq!((granted.len(), refusals), (3, 21), "24 concurrent opens under a quota of 3");
+    let mut sessions = app.etcd.client().await;
+    let listed = sessions
+        .get(holdfast_model::layout::SESSION_PREFIX, Some(etcd_client::GetOptions::new().with_prefix().with_count_only()))
+        .await
+        .unwrap();
+    assert_eq!(listed.count(), 3, "session records in etcd");
+
+    // Closing one frees its place for the next open.
+    let first = granted.pop().unwrap();
+    first.close().await.unwrap();
+    let reopened = once_quota_allows(|| a.open_session(TTL)).await;
+    assert!(reopened.is_some(), "still refused a second after a session closed");
+    refused(a.open_session(TTL).await, ErrorReason::Quota, "limits.max_sessions_per_identity = 3");
 }
 
 /// Calls `inspect` until the arbiter refuses one; returns how many it answered.

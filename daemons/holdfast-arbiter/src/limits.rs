@@ -12,9 +12,12 @@
 //!   sessions and holds any arbiter made, and expiries, which etcd commits
 //!   on its own. The view is a watch delivery behind etcd (milliseconds);
 //!   a check first waits for the arbiter's own latest session or grant to
-//!   arrive, so calls through one arbiter see each other, but calls in
-//!   flight on several arbiters at once can overshoot a quota by their
-//!   number. A quota is a guard against a runaway workload, not a
+//!   arrive, so calls through one arbiter see each other. Sessions being
+//!   opened through this arbiter count from the check until the watch
+//!   delivers their record (a [`SessionSlot`]), so concurrent opens through
+//!   one arbiter never overshoot; opens in flight on several arbiters at
+//!   once can overshoot by their number, as can acquires (checked once,
+//!   before any wait in the queue). A quota is a guard against a runaway workload, not a
 //!   correctness property; it is checked before any etcd read or write, so
 //!   a refusal writes nothing.
 //!
@@ -65,19 +68,25 @@ impl Limits {
         }
     }
 
-    /// Whether `who` may open one more session.
-    pub async fn session_quota(&self, who: &str) -> Result<(), Refusal> {
+    /// Whether `who` may open one more session: if so, a slot that counts
+    /// the session until the watch delivers its record (call
+    /// [`SessionSlot::opened`] once it is written; dropped unused, it frees
+    /// the slot).
+    pub async fn session_quota(&self, who: &str) -> Result<SessionSlot<'_>, Refusal> {
         self.ledger.caught_up().await;
-        let open = self.ledger.sessions_of(who);
+        let mut c = self.ledger.counts();
+        let open = c.sessions_by_identity.get(who).copied().unwrap_or(0) + c.sessions_coming(who);
         let max = self.config.max_sessions_per_identity;
         if open >= max {
+            drop(c);
             crate::metrics::inc(|m| &m.quota_refusals);
             return Err(Refusal::quota(format!(
                 "{who} has {open} sessions open, limits.max_sessions_per_identity = {max}; \
                  close sessions it no longer uses (one session can hold many keys), or ask the operator to raise the quota"
             )));
         }
-        Ok(())
+        bump(&mut c.opening, who, true);
+        Ok(SessionSlot { ledger: &self.ledger, who: who.to_string(), open: true })
     }
 
     /// Whether `who` may take one more hold, on `key`.
@@ -116,6 +125,43 @@ impl Limits {
     }
 }
 
+/// A session of `who` counted against its quota before etcd's watch
+/// delivers it: from the check to the write ([`Counts::opening`]), then
+/// until the watch reaches the write's revision ([`Counts::opened`]).
+pub struct SessionSlot<'a> {
+    ledger: &'a Ledger,
+    who: String,
+    open: bool,
+}
+
+impl SessionSlot<'_> {
+    /// The session was written at `revision`: it stays counted until the
+    /// watch has delivered that revision (then its record counts it).
+    pub fn opened(mut self, revision: i64) {
+        self.ledger.wrote(revision);
+        let mut c = self.ledger.counts();
+        bump(&mut c.opening, &self.who, false);
+        if revision > c.revision {
+            c.opened.push((self.who.clone(), revision));
+        }
+        self.open = false;
+    }
+}
+
+impl std::fmt::Debug for SessionSlot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionSlot").field("who", &self.who).field("open", &self.open).finish()
+    }
+}
+
+impl Drop for SessionSlot<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            bump(&mut self.ledger.counts().opening, &self.who, false);
+        }
+    }
+}
+
 /// Sessions and holds in etcd, by owner and namespace.
 pub struct Ledger {
     counts: Mutex<Counts>,
@@ -145,6 +191,14 @@ struct Counts {
     sessions_by_identity: HashMap<String, u64>,
     holds_by_identity: HashMap<String, u64>,
     holds_by_namespace: HashMap<String, u64>,
+    /// The revision these counts include.
+    revision: i64,
+    /// Sessions this arbiter is opening, by identity: checked, not yet
+    /// written.
+    opening: HashMap<String, u64>,
+    /// Sessions this arbiter wrote at a revision the counts do not include
+    /// yet: (identity, revision).
+    opened: Vec<(String, i64)>,
 }
 
 fn bump(map: &mut HashMap<String, u64>, key: &str, up: bool) {
@@ -178,6 +232,20 @@ impl Counts {
         }
     }
 
+    /// Sessions of `who` this arbiter is opening or opened that the counts
+    /// do not include yet.
+    fn sessions_coming(&self, who: &str) -> u64 {
+        self.opening.get(who).copied().unwrap_or(0) + self.opened.iter().filter(|(w, _)| w == who).count() as u64
+    }
+
+    /// The counts now include `revision`: sessions written up to it are
+    /// counted by their records.
+    fn reached(&mut self, revision: i64) {
+        self.revision = self.revision.max(revision);
+        let now = self.revision;
+        self.opened.retain(|(_, r)| *r > now);
+    }
+
     fn delete(&mut self, key: &str) {
         if let Some(owner) = self.sessions.remove(key) {
             bump(&mut self.sessions_by_identity, &owner, false);
@@ -207,10 +275,6 @@ impl Ledger {
         let _ = tokio::time::timeout(CATCH_UP, seen.wait_for(|r| *r >= target)).await;
     }
 
-    pub fn sessions_of(&self, who: &str) -> u64 {
-        self.counts().sessions_by_identity.get(who).copied().unwrap_or(0)
-    }
-
     /// Holds of `who`, and holds in `namespace`.
     pub fn holds_of(&self, who: &str, namespace: &str) -> (u64, u64) {
         let c = self.counts();
@@ -231,8 +295,13 @@ impl Ledger {
                 fresh.put(key, kv.value());
             }
         }
-        *self.counts() = fresh;
         let revision = resp.header().map_or(0, |h| h.revision());
+        let mut c = self.counts();
+        fresh.opening = std::mem::take(&mut c.opening);
+        fresh.opened = std::mem::take(&mut c.opened);
+        fresh.reached(revision);
+        *c = fresh;
+        drop(c);
         self.seen.send_replace(revision);
         Ok(revision + 1)
     }
@@ -249,6 +318,7 @@ impl Ledger {
                 EventType::Delete => c.delete(key),
             }
         }
+        c.reached(last);
         drop(c);
         self.seen.send_if_modified(|r| {
             let newer = last > *r;
@@ -349,6 +419,42 @@ mod tests {
         c.put("/s/0000000000000001", b"not json");
         c.put("/l/pay/x", b"{}");
         assert!(c.sessions.is_empty() && c.holds.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_session_counts_from_its_check_until_the_watch_delivers_it() {
+        let config = LimitsConfig { max_sessions_per_identity: 2, ..LimitsConfig::default() };
+        let limits = Limits::new(config);
+        limits.ledger.counts().reached(5);
+        let first = limits.session_quota("a").await.unwrap();
+        let second = limits.session_quota("a").await.unwrap();
+        let e = limits.session_quota("a").await.unwrap_err();
+        assert!(e.message.contains("a has 2 sessions open"), "two checked, unwritten opens count: {}", e.message);
+        assert!(limits.session_quota("b").await.is_ok(), "slots are per identity");
+
+        // An open that failed frees its slot.
+        drop(second);
+        let second = limits.session_quota("a").await.unwrap();
+
+        // Written at revision 7: counted until the counts include 7, then by
+        // its record (not twice).
+        first.opened(7);
+        second.opened(8);
+        assert!(limits.session_quota("a").await.is_err(), "written, not yet watched");
+        {
+            let mut c = limits.ledger.counts();
+            c.put("/s/0000000000000007", &session("a"));
+            c.reached(7);
+            assert_eq!(c.sessions_by_identity["a"] + c.sessions_coming("a"), 2);
+            c.reached(8);
+            assert_eq!(c.sessions_by_identity["a"] + c.sessions_coming("a"), 1, "the record at 8 never came (closed at once)");
+        }
+        assert!(limits.session_quota("a").await.is_ok());
+
+        // Written at a revision the watch already passed: only its record counts.
+        let late = limits.session_quota("b").await.unwrap();
+        late.opened(3);
+        assert_eq!(limits.ledger.counts().sessions_coming("b"), 0);
     }
 
     #[tokio::test]
