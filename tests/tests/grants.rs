@@ -124,15 +124,15 @@ impl GroupExt for std::process::Command {
     }
 }
 
-/// Group commit folds grants for different keys into one etcd transaction;
-/// each key's grants must stay exclusive and strictly ordered.
+/// Group commit folds grants and releases for different keys into one etcd
+/// transaction; each key's grants must stay exclusive and strictly ordered.
 #[tokio::test]
 async fn group_commit_keeps_each_key_exclusive_and_its_tokens_increasing() {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
     // One 30 s class per round's namespace.
     let classes = [("group0", 30), ("group1", 30), ("group2", 30)];
-    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter, controller: _controller } =
+    let Appliance { dir: _dir, etcd, pki, arbiter, controller: _controller } =
         Appliance::start_policy("group-commit", 1, &|c| c.grants.group_commit = true, &classes, "").await;
     // Grouping needs grants of different keys queued at the same moment; on
     // a loaded 2-core machine one round may not produce any, so up to three
@@ -187,4 +187,45 @@ async fn group_commit_keeps_each_key_exclusive_and_its_tokens_increasing() {
         }
     }
     assert!(shared > 0, "no two grants were committed together: group commit did not engage");
+
+    // Releases are grouped too: with 16 clients each taking and releasing
+    // its own key, etcd's log has revisions where a hold's delete (a
+    // release: the sessions all stay open) shares the revision with a write
+    // of another key.
+    let start = etcd.revision().await + 1;
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let client = arbiter.client(&pki, &pki.workload(&format!("d{t}"), &format!("svc/d{t}"))).await;
+        tasks.push(tokio::spawn(async move {
+            let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+            let k = key(&format!("group0/d{t}"));
+            for _ in 0..25 {
+                let hold = session.acquire(&k, Duration::from_secs(30)).await.unwrap();
+                assert!(hold.release().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let end = etcd.revision().await;
+    let mut client = etcd.client().await;
+    let options = etcd_client::WatchOptions::new().with_prefix().with_start_revision(start);
+    let mut stream = client.watch(holdfast_model::layout::HOLD_PREFIX, Some(options)).await.unwrap();
+    let mut by_revision: HashMap<i64, Vec<(bool, Vec<u8>)>> = HashMap::new();
+    let mut last = 0;
+    // Until the revision read after the workload, or 2 s without an event
+    // (its last revisions may be session closes, outside the hold prefix).
+    while last < end {
+        let Ok(Ok(Some(resp))) = tokio::time::timeout(Duration::from_secs(2), stream.message()).await else { break };
+        for e in resp.events() {
+            let Some(kv) = e.kv() else { continue };
+            last = last.max(kv.mod_revision());
+            let delete = e.event_type() == etcd_client::EventType::Delete;
+            by_revision.entry(kv.mod_revision()).or_default().push((delete, kv.key().to_vec()));
+        }
+    }
+    let grouped_releases = by_revision.values().filter(|events| events.len() > 1 && events.iter().any(|(delete, _)| *delete)).count();
+    eprintln!("{grouped_releases} of {} revisions carried a release together with another key's write", by_revision.len());
+    assert!(grouped_releases > 0, "no release was committed together with another write: releases are not grouped");
 }

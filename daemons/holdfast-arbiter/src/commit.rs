@@ -1,14 +1,17 @@
-//! Sending grant transactions to etcd, one by one or grouped.
+//! Sending grant and release transactions to etcd, one by one or grouped.
 //!
-//! **Group commit** (`[grants] group_commit = true`): concurrent grant
-//! transactions for *different* keys are folded into one etcd transaction of
-//! nested sub-transactions. Each sub-transaction keeps its own compares and
+//! **Group commit** (`[grants] group_commit = true`): concurrent grant and
+//! release transactions for *different* keys are folded into one etcd
+//! transaction of nested sub-transactions. Each sub-transaction keeps its own compares and
 //! its own success flag, so each grant is decided exactly as if it had been
 //! sent alone. Grants in one batch commit at the same revision: tokens still
 //! strictly increase per key and are never reused for a key, but two keys can
 //! carry equal tokens (tokens are unique per key, not across keys). Two
-//! grants of one key never share a batch (etcd refuses a transaction that
-//! writes a key twice); the second waits for the next batch.
+//! transactions of one key (two grants, or a grant and a release) never
+//! share a batch (etcd refuses a transaction that writes a key twice); the
+//! second waits for the next batch. A release writes only its hold key; a
+//! grant writes its hold key and, for a waiter, deletes the waiter's own
+//! queue entry, which nothing else in a batch writes.
 //!
 //! Batching is opportunistic and pipelined: up to [`MAX_IN_FLIGHT`] batches
 //! are in etcd at once, and a batch is whatever is queued when a slot frees,
@@ -36,7 +39,7 @@ pub struct Outcome {
     pub ops: Vec<TxnOpResponse>,
 }
 
-/// A grant queued for the group committer.
+/// A grant or release queued for the group committer.
 pub struct Job {
     key: String,
     txn: Txn,
@@ -67,7 +70,7 @@ impl Committer {
             Committer::Grouped(tx) => {
                 let (reply, rx) = oneshot::channel();
                 tx.send(Job { key: key.to_string(), txn, reply }).await.map_err(|_| "the group committer stopped".to_string())?;
-                rx.await.map_err(|_| "the group committer dropped the grant".to_string())?
+                rx.await.map_err(|_| "the group committer dropped the transaction".to_string())?
             }
         }
     }

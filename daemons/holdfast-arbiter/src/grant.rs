@@ -197,8 +197,16 @@ pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// Releases the hold named by `token`. Returns whether a hold was deleted.
-pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, token: Token) -> Result<bool, Refusal> {
+/// Releases the hold named by `token`, through the committer (grouped with
+/// other keys' grants and releases when group commit is on). Returns
+/// whether a hold was deleted.
+pub async fn release(
+    committer: &crate::commit::Committer,
+    guard: &Guard,
+    session: &Owned,
+    key: &LockKey,
+    token: Token,
+) -> Result<bool, Refusal> {
     let serving_epoch = match guard.state() {
         Serve::Serving(c) => Some(c.record.epoch),
         _ => None,
@@ -207,9 +215,9 @@ pub async fn release(etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey,
         // A token of another epoch names no hold that can still exist.
         return Ok(false);
     }
-    release_txn(etcd, &layout::hold_key(key), session.lease, token.revision() as i64).await.map_err(|e| {
-        guard.etcd_failed(&e.to_string());
-        Refusal::etcd(e)
+    release_txn(committer, &layout::hold_key(key), session.lease, token.revision() as i64).await.map_err(|e| {
+        guard.etcd_failed(&e);
+        Refusal::unavailable(&e)
     })
 }
 
@@ -231,9 +239,9 @@ async fn withdraw(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64,
 
 /// The release transaction, traced as a `release transaction` span (hold
 /// key, session, outcome; never the revision).
-async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
+async fn release_txn(committer: &crate::commit::Committer, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, String> {
     let span = txn_span!("release transaction", hold_key, lease);
-    let r = release_txn_traced(etcd, hold_key, lease, create_revision).instrument(span.clone()).await;
+    let r = release_txn_traced(committer, hold_key, lease, create_revision).instrument(span.clone()).await;
     span.record(
         "outcome",
         match &r {
@@ -245,12 +253,17 @@ async fn release_txn(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i
     r
 }
 
-async fn release_txn_traced(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64) -> Result<bool, etcd_client::Error> {
+async fn release_txn_traced(
+    committer: &crate::commit::Committer,
+    hold_key: &str,
+    lease: i64,
+    create_revision: i64,
+) -> Result<bool, String> {
     let txn = release_txn_for(hold_key, lease, create_revision);
-    let resp = etcd.client.clone().txn(txn).await?;
-    if resp.succeeded() {
+    let resp = committer.commit(hold_key, txn).await?;
+    if resp.succeeded {
         // Hold duration, from the deleted record's grant time.
-        for op in resp.op_responses() {
+        for op in resp.ops {
             if let TxnOpResponse::Delete(d) = op {
                 for kv in d.prev_kvs() {
                     if let Ok(h) = layout::decode::<HoldRecord>(hold_key, kv.value())
@@ -264,7 +277,7 @@ async fn release_txn_traced(etcd: &Etcd, hold_key: &str, lease: i64, create_revi
             }
         }
     }
-    Ok(resp.succeeded())
+    Ok(resp.succeeded)
 }
 
 /// The current hold of a key, if any: (record, session lease).
