@@ -11,9 +11,22 @@
 //! - **renewal**: S sessions × H holds; keepalive messages/s and Raft
 //!   proposals/s read from etcd's /metrics, for H = 1 and H = 500.
 //!
-//! Figures are reported as ratios to the baselines measured in the same run;
-//! absolute numbers depend on the machine.
+//! Every uncontended cell also reports the CPU time the arbiter, etcd and
+//! the benchmark's clients spend per acquire+release pair (`/proc/<pid>/stat`
+//! over the measured window, [`cpu`]) and the Raft proposals per pair (etcd's
+//! metrics): per-operation costs that hold on a shared machine, where
+//! throughput does not. The direct paths run as an authenticated, non-root
+//! etcd user over the same TLS endpoint as the arbiter ([`baseline`]).
+//!
+//! Figures are reported as ratios to the baselines measured in the same run
+//! and as costs per operation; absolute throughput depends on the machine.
 
+pub mod baseline;
+pub mod cpu;
+pub mod group;
+pub mod scale;
+
+use anyhow::Context;
 use holdfast_cli::conn::ConnArgs;
 use holdfast_cli::exit;
 use holdfast_client::{Client, Session};
@@ -26,15 +39,40 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 #[command(after_long_help = "\
-Example, against a dev appliance (the direct etcd paths need etcd's root,
-whose certificate env-etcd-root exports):
-  holdfastctl dev --detach --dir /tmp/hf && source /tmp/hf/env && source /tmp/hf/env-etcd-root
-  holdfast-bench --plot /tmp/bench.svg
-  holdfast-bench --only renewal --json | tail -n1")]
+Example, against a dev appliance:
+  holdfastctl dev --detach --dir /tmp/hf && source /tmp/hf/env
+  holdfast-bench --dev-dir /tmp/hf --plot /tmp/bench.svg
+  holdfast-bench --dev-dir /tmp/hf --only renewal --json | tail -n1
+
+With --dev-dir the direct etcd paths run as the etcd user holdfast-bench
+(made with the appliance's root certificate; its role reads /sys/epoch,
+/sys/seal and /sys/watermark and writes /l/, /s/ and /bench-v3lock/ only),
+over the same TLS endpoint the arbiter uses. Without it they run as the
+--etcd-* user, and the run says whether etcd checks that user's
+permissions (it does not for root, nor with auth off).
+
+CPU per pair: the arbiter and etcd are the processes given by --arbiter-pid
+and --etcd-pid, else the processes listening on the arbiter's and etcd's
+endpoint ports (found through /proc/net/tcp and /proc/<pid>/fd, so they
+must run on this machine as this user). Where a pid is unknown its CPU
+figures are left out, never estimated.")]
 pub struct BenchArgs {
     /// The arbiter's etcd cluster and credentials to reach it directly.
     #[command(flatten)]
     etcd: holdfast_cli::conn::EtcdArgs,
+    /// A `holdfastctl dev --dir` directory: run the direct etcd paths as the
+    /// etcd user holdfast-bench, made (and its certificate issued) with the
+    /// appliance's etcd CA and root certificate.
+    #[arg(long, env = "HOLDFAST_DEV_DIR")]
+    dev_dir: Option<PathBuf>,
+    /// The arbiter's pid, for its CPU time per pair; default: the process
+    /// listening on the arbiter endpoint's port.
+    #[arg(long, env = "HOLDFAST_ARBITER_PID")]
+    arbiter_pid: Option<u32>,
+    /// etcd's pid, for its CPU time per pair; default: the process
+    /// listening on the first etcd endpoint's port.
+    #[arg(long, env = "HOLDFAST_ETCD_PID")]
+    etcd_pid: Option<u32>,
     /// etcd's plain-HTTP metrics URL (`--listen-metrics-urls`); default:
     /// `/metrics` on the first endpoint, which works only for `http://`.
     #[arg(long, env = "HOLDFAST_ETCD_METRICS")]
@@ -54,12 +92,41 @@ pub struct BenchArgs {
     /// Measurement window of each renewal run.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "12s")]
     renewal_window: Duration,
-    /// Run only these parts.
+    /// Run the scale part only: for each --scale-sessions level, open that
+    /// many sessions (TTL 15 s) through the one arbiter, hold them for
+    /// --scale-hold under a small lock workload, and report the arbiter's
+    /// RSS per session, CPU, keepalive latency and false fences.
+    #[arg(long)]
+    scale: bool,
+    /// Session counts of the scale curve.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,40000")]
+    scale_sessions: Vec<usize>,
+    /// How long each scale level holds its sessions.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3m")]
+    scale_hold: Duration,
+    /// Sessions (keepalive streams) per connection to the arbiter in the
+    /// scale part: below HTTP/2's usual 200 concurrent streams.
+    #[arg(long, default_value_t = 150)]
+    scale_per_connection: usize,
+    /// Run only these parts. `group-commit` runs only when named: it pins
+    /// etcd to one CPU (--pin-etcd-cpu) and starts two arbiters from
+    /// --dev-dir's arbiter.toml, without and with `[grants] group_commit`,
+    /// and reports proposals per grant and pairs/s through each, beside the
+    /// direct transactions under the same pinning (at the most --clients,
+    /// up to 64).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Part>,
-    /// Write an SVG plot of throughput and p99 against concurrency.
+    /// The CPU etcd is pinned to in the group-commit part (`taskset`; its
+    /// affinity is restored afterwards).
+    #[arg(long, default_value_t = 0)]
+    pin_etcd_cpu: usize,
+    /// Write an SVG plot: throughput and p99 against concurrency, or with
+    /// --scale the keepalive latency and RSS per session against sessions.
+    /// `holdfast-bench --replot SAVED --plot OUT.svg` draws the scale plot
+    /// from a saved `--scale --json` output without measuring.
     #[arg(long)]
     plot: Option<PathBuf>,
+
     /// Print the summary as one JSON object on the last line.
     #[arg(long)]
     json: bool,
@@ -70,6 +137,9 @@ enum Part {
     Uncontended,
     Contended,
     Renewal,
+    /// Only when named: etcd pinned to one CPU, two more arbiters (see
+    /// `--pin-etcd-cpu`).
+    GroupCommit,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +167,17 @@ struct Cell {
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    /// CPU microseconds per acquire+release pair over the measured window,
+    /// each left out where the process is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arbiter_cpu_us_per_pair: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    etcd_cpu_us_per_pair: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bench_cpu_us_per_pair: Option<f64>,
+    /// Raft proposals committed per pair (etcd's metrics).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proposals_per_pair: Option<f64>,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -107,15 +188,58 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1000.0
 }
 
-fn summarize(variant: Variant, clients: usize, mut lat: Vec<Duration>, errors: u64, elapsed: Duration) -> Cell {
+/// What one uncontended window measured besides the latencies.
+struct Window {
+    elapsed: Duration,
+    cpu: cpu::PerPair,
+    proposals_per_pair: Option<f64>,
+}
+
+fn summarize(variant: Variant, clients: usize, mut lat: Vec<Duration>, errors: u64, w: Window) -> Cell {
     lat.sort();
+    let r = |x: Option<f64>| x.map(round);
     Cell {
         variant: variant.name(),
         clients,
-        pairs_per_sec: lat.len() as f64 / elapsed.as_secs_f64(),
+        pairs_per_sec: lat.len() as f64 / w.elapsed.as_secs_f64(),
         p50_ms: percentile(&lat, 0.5),
         p99_ms: percentile(&lat, 0.99),
         errors,
+        arbiter_cpu_us_per_pair: r(w.cpu.arbiter),
+        etcd_cpu_us_per_pair: r(w.cpu.etcd),
+        bench_cpu_us_per_pair: r(w.cpu.bench),
+        proposals_per_pair: r(w.proposals_per_pair),
+    }
+}
+
+/// `holdfast-bench --replot SAVED --plot OUT.svg`: the scale plot of a saved
+/// `--scale --json` output, drawn without measuring (no arbiter or etcd).
+#[derive(clap::Parser)]
+#[command(name = "holdfast-bench")]
+pub struct Replot {
+    /// A file whose last JSON line is a `holdfast-bench --scale --json` summary.
+    #[arg(long)]
+    pub replot: PathBuf,
+    /// Where to write the SVG.
+    #[arg(long)]
+    pub plot: PathBuf,
+}
+
+/// Draws [`Replot`]; the exit status.
+pub fn replot(r: &Replot) -> u8 {
+    let drawn = std::fs::read_to_string(&r.replot)
+        .with_context(|| format!("reading {}", r.replot.display()))
+        .and_then(|text| scale::levels_from_summary(&text))
+        .and_then(|levels| scale::plot(&r.plot, &levels));
+    match drawn {
+        Ok(()) => {
+            eprintln!("holdfast-bench: plot written to {}", r.plot.display());
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("holdfast-bench: {}: {e:#}", r.replot.display());
+            exit::INVALID
+        }
     }
 }
 
@@ -136,15 +260,27 @@ struct Ctx {
     epoch: u32,
     etcd_version: String,
     metrics_url: String,
+    pids: cpu::Pids,
 }
 
 async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
     let client = conn.connect().await.map_err(|code| anyhow::anyhow!("cannot connect to the arbiter (exit {code})"))?;
-    let cfg = holdfast_config::EtcdConfig { request_timeout: Duration::from_secs(10), ..args.etcd.config() };
+    let given = args.etcd.config();
+    let cfg = match &args.dev_dir {
+        Some(dir) => baseline::dev_user(dir, given.endpoints.clone()).await?,
+        None => given,
+    };
+    let cfg = holdfast_config::EtcdConfig { request_timeout: Duration::from_secs(10), ..cfg };
     let etcd = Etcd::connect(&cfg).await?;
+    let identity = baseline::probe(&etcd.client, &cfg).await;
     let sys = holdfast_store::epoch::read_sys(&etcd).await?;
     let (record, epoch_bytes) = sys.epoch.ok_or_else(|| anyhow::anyhow!("the epoch is not initialised"))?;
     let etcd_version = etcd.member_status().await.into_iter().find_map(Result::ok).map(|m| m.version).unwrap_or_default();
+    let port_pid = |endpoint: Option<&String>| endpoint.and_then(|e| cpu::endpoint_port(e)).and_then(cpu::listener_pid);
+    let pids = cpu::Pids {
+        arbiter: args.arbiter_pid.or_else(|| port_pid(conn.endpoint.as_ref())),
+        etcd: args.etcd_pid.or_else(|| port_pid(cfg.endpoints.first())),
+    };
     let ctx = Arc::new(Ctx {
         client,
         etcd,
@@ -152,26 +288,104 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         epoch: record.epoch,
         etcd_version,
         metrics_url: args.etcd_metrics.clone().unwrap_or_else(|| format!("{}/metrics", cfg.endpoints[0].trim_end_matches('/'))),
+        pids,
     });
-    let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
+    let want = |p: Part| if args.only.is_empty() { p != Part::GroupCommit } else { args.only.contains(&p) };
     // Progress and the table go to stderr, so `--json | tail -n1` is clean.
     let say = |m: String| eprintln!("{m}");
     say(format!("holdfast bench against etcd {} ({}), {:?} per cell", ctx.etcd_version, cfg.endpoints.join(","), args.duration));
+    say(format!(
+        "  direct etcd paths run as etcd user {} over {}: {}",
+        identity.user.as_deref().unwrap_or("(no client certificate)"),
+        identity.scheme,
+        if identity.auth_enforced {
+            "etcd authenticates it and checks its role on every request, as a workload's"
+        } else {
+            "NOT a fair baseline: etcd does not check this user's permissions (root, or auth off); use --dev-dir or a workload's user"
+        }
+    ));
+    let show = |p: Option<u32>| p.map(|p| p.to_string()).unwrap_or_else(|| "unknown: no CPU figures".into());
+    say(format!("  CPU per pair from /proc: arbiter pid {}, etcd pid {}, this bench", show(pids.arbiter), show(pids.etcd)));
 
     let mut summary = serde_json::Map::new();
     summary.insert("etcd_version".into(), ctx.etcd_version.clone().into());
+    summary.insert("baseline_etcd_user".into(), identity.user.clone().into());
+    summary.insert("baseline_etcd_scheme".into(), identity.scheme.clone().into());
+    summary.insert("baseline_auth_enforced".into(), identity.auth_enforced.into());
+    if args.scale {
+        let most = args.scale_sessions.iter().copied().max().unwrap_or(0);
+        let dev_arbiter = match &args.dev_dir {
+            Some(dir) => Some(scale::DevArbiter::start(dir, most)?),
+            None => None,
+        };
+        let mut scale_conn = conn.clone();
+        let mut pids = ctx.pids;
+        if let Some(a) = &dev_arbiter {
+            say(format!(
+                "  scale: a second arbiter at {} (pid {}) on the appliance's etcd, {most} sessions allowed",
+                a.endpoint,
+                show(a.pid())
+            ));
+            scale_conn.endpoint = Some(a.endpoint.clone());
+            pids.arbiter = a.pid();
+        }
+        let mut levels = Vec::new();
+        for &n in &args.scale_sessions {
+            say(format!("  scale: opening {n} sessions, holding them {:?}", args.scale_hold));
+            let l = scale::level(&scale_conn, pids, n, args.scale_hold, args.scale_per_connection).await;
+            let opt = |x: Option<f64>, unit: &str| x.map(|x| format!("{x:.2}{unit}")).unwrap_or_else(|| "-".into());
+            say(format!(
+                "  scale {:>6} sessions ({} opened, {} connections, {:.0} opens/s): arbiter RSS {} ({} per session), CPU arbiter {} etcd {} bench {}; keepalives {:.0}/s p50 {:.2} ms p99 {:.2} ms, {} unanswered, {} gone; false fences {}; workload {:.0} pairs/s p99 {:.2} ms ({} errors){}",
+                n,
+                l.opened,
+                l.connections,
+                l.open_per_sec,
+                opt(l.arbiter_rss_mib, " MiB"),
+                opt(l.arbiter_rss_kib_per_session, " KiB"),
+                opt(l.arbiter_cpu_cores, " cores"),
+                opt(l.etcd_cpu_cores, " cores"),
+                opt(l.bench_cpu_cores, " cores"),
+                l.keepalives_per_sec,
+                l.keepalive_p50_ms,
+                l.keepalive_p99_ms,
+                l.keepalives_unanswered,
+                l.keepalives_gone,
+                l.false_fences,
+                l.workload_pairs_per_sec,
+                l.workload_p99_ms,
+                l.workload_errors,
+                l.limit.as_ref().map(|x| format!("; limited by: {x}")).unwrap_or_default()
+            ));
+            levels.push(l);
+        }
+        let held = levels.iter().filter(|l| l.opened == l.sessions && l.false_fences == 0).map(|l| l.sessions).max().unwrap_or(0);
+        summary.insert("scale_largest_held".into(), held.into());
+        summary.insert("scale_false_fences".into(), levels.iter().map(|l| l.false_fences).sum::<u64>().into());
+        summary.insert("scale".into(), serde_json::to_value(&levels)?);
+        if let Some(path) = &args.plot {
+            scale::plot(path, &levels)?;
+            say(format!("  plot written to {}", path.display()));
+        }
+        println!("{}", serde_json::Value::Object(summary));
+        return Ok(());
+    }
     let mut cells = Vec::new();
     if want(Part::Uncontended) {
         for &c in &args.clients {
             for v in [Variant::Arbiter, Variant::EtcdTxn, Variant::LockRpc] {
                 let cell = uncontended(&ctx, v, c, args.duration).await?;
+                let us = |x: Option<f64>| x.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into());
                 say(format!(
-                    "  uncontended {:>3} clients  {:<18} {:>9.0} pairs/s  p50 {:>7.2} ms  p99 {:>7.2} ms{}",
+                    "  uncontended {:>3} clients  {:<18} {:>9.0} pairs/s  p50 {:>7.2} ms  p99 {:>7.2} ms  CPU us/pair arbiter {:>5} etcd {:>5} bench {:>5}  proposals/pair {}{}",
                     c,
                     cell.variant,
                     cell.pairs_per_sec,
                     cell.p50_ms,
                     cell.p99_ms,
+                    us(cell.arbiter_cpu_us_per_pair),
+                    us(cell.etcd_cpu_us_per_pair),
+                    us(cell.bench_cpu_us_per_pair),
+                    cell.proposals_per_pair.map(|p| format!("{p:.2}")).unwrap_or_else(|| "-".into()),
                     if cell.errors > 0 { format!("  ({} errors)", cell.errors) } else { String::new() }
                 ));
                 cells.push(cell);
@@ -192,6 +406,33 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         if let (Some(a), Some(b)) = (find(Variant::Arbiter, 1), find(Variant::EtcdTxn, 1)) {
             summary.insert("hop_p50_added_ms".into(), round(a.p50_ms - b.p50_ms).into());
         }
+        // The per-pair costs at 64 clients (else the most clients below 64
+        // that ran; `cost_clients` says which).
+        let at = top;
+        let mut put = |name: &str, x: Option<f64>| {
+            if let Some(x) = x.filter(|x| x.is_finite()) {
+                summary.insert(format!("{name}_64"), round(x).into());
+            }
+        };
+        let (a, d, l) = (find(Variant::Arbiter, at), find(Variant::EtcdTxn, at), find(Variant::LockRpc, at));
+        let pick = |c: &Option<Cell>, f: fn(&Cell) -> Option<f64>| c.as_ref().and_then(f);
+        put("arbiter_cpu_us_per_pair", pick(&a, |c| c.arbiter_cpu_us_per_pair));
+        put("etcd_cpu_us_per_pair_arbiter", pick(&a, |c| c.etcd_cpu_us_per_pair));
+        put("etcd_cpu_us_per_pair_direct", pick(&d, |c| c.etcd_cpu_us_per_pair));
+        put("etcd_cpu_us_per_pair_lock_rpc", pick(&l, |c| c.etcd_cpu_us_per_pair));
+        put("bench_cpu_us_per_pair_arbiter", pick(&a, |c| c.bench_cpu_us_per_pair));
+        put("bench_cpu_us_per_pair_direct", pick(&d, |c| c.bench_cpu_us_per_pair));
+        put("bench_cpu_us_per_pair_lock_rpc", pick(&l, |c| c.bench_cpu_us_per_pair));
+        put("proposals_per_pair", pick(&a, |c| c.proposals_per_pair));
+        put("proposals_per_pair_direct", pick(&d, |c| c.proposals_per_pair));
+        put("proposals_per_pair_lock_rpc", pick(&l, |c| c.proposals_per_pair));
+        // The target: the arbiter's CPU per pair against etcd's in the same cells.
+        if let (Some(x), Some(y)) = (pick(&a, |c| c.arbiter_cpu_us_per_pair), pick(&a, |c| c.etcd_cpu_us_per_pair))
+            && y > 0.0
+        {
+            put("arbiter_vs_etcd_cpu_per_pair", Some(x / y));
+        }
+        summary.insert("cost_clients".into(), at.into());
         summary.insert("uncontended".into(), serde_json::to_value(&cells)?);
         if let Some(path) = &args.plot {
             plot(path, &cells, &args.clients)?;
@@ -232,6 +473,10 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         summary.insert("proposals_per_sec_h1".into(), round(one.1).into());
         summary.insert("proposals_per_sec_h500".into(), round(many.1).into());
     }
+    if want(Part::GroupCommit) {
+        let clients = args.clients.iter().copied().filter(|c| *c <= 64).max().unwrap_or(64);
+        group::run(&ctx, conn, args.dev_dir.as_deref(), args.pin_etcd_cpu, clients, args.duration, &mut summary).await?;
+    }
     if args.json {
         println!("{}", serde_json::Value::Object(summary));
     } else {
@@ -257,83 +502,147 @@ async fn raw_session(etcd: &Etcd, identity: &str) -> anyhow::Result<(i64, Vec<u8
     Ok((lease, record))
 }
 
+/// One client of an uncontended cell, set up before the window opens.
+enum Worker {
+    Arbiter { session: Session, key: LockKey },
+    EtcdTxn { c: etcd_client::Client, lease: i64, hold_key: String, session_bytes: Vec<u8>, hold: Vec<u8> },
+    LockRpc { c: etcd_client::Client, lease: i64, name: String },
+}
+
+impl Worker {
+    async fn open(ctx: &Ctx, variant: Variant, key: LockKey) -> anyhow::Result<Self> {
+        Ok(match variant {
+            Variant::Arbiter => Worker::Arbiter { session: ctx.client.open_session_for(BENCH_NAMESPACE, None).await?, key },
+            Variant::EtcdTxn => {
+                let identity = "spiffe://holdfast.bench/direct";
+                let (lease, session_bytes) = raw_session(&ctx.etcd, identity).await?;
+                let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
+                Worker::EtcdTxn { c: ctx.etcd.client.clone(), lease, hold_key: layout::hold_key(&key), session_bytes, hold }
+            }
+            Variant::LockRpc => {
+                let mut c = ctx.etcd.client.clone();
+                let lease = c.lease_grant(60, None).await?.id();
+                Worker::LockRpc { c, lease, name: format!("{}{}", baseline::LOCK_RPC_PREFIX, key.key()) }
+            }
+        })
+    }
+
+    /// Acquire+release pairs until `duration` has passed: each pair's
+    /// latency, and the failed pairs.
+    async fn run(&mut self, ctx: &Ctx, duration: Duration) -> (Vec<Duration>, u64) {
+        let mut lat = Vec::new();
+        let mut errors = 0u64;
+        let end = Instant::now() + duration;
+        while Instant::now() < end {
+            let t = Instant::now();
+            let ok = match self {
+                Worker::Arbiter { session, key } => match session.acquire(key, Duration::ZERO).await {
+                    Ok(h) => h.release().await.is_ok(),
+                    Err(_) => false,
+                },
+                Worker::EtcdTxn { c, lease, hold_key, session_bytes, hold } => {
+                    let txn = holdfast_store::txn::grant_txn(hold_key, &ctx.epoch_bytes, *lease, session_bytes, hold, None);
+                    match c.txn(txn).await {
+                        Ok(r) if r.succeeded() => {
+                            let rev = r.header().map(|h| h.revision()).unwrap_or(0);
+                            matches!(c.txn(holdfast_store::txn::release_txn_for(hold_key, *lease, rev)).await, Ok(r) if r.succeeded())
+                        }
+                        _ => false,
+                    }
+                }
+                Worker::LockRpc { c, lease, name } => {
+                    match c.lock(name.as_str(), Some(etcd_client::LockOptions::new().with_lease(*lease))).await {
+                        Ok(r) => c.unlock(r.key().to_vec()).await.is_ok(),
+                        Err(_) => false,
+                    }
+                }
+            };
+            if ok {
+                lat.push(t.elapsed());
+            } else {
+                errors += 1;
+            }
+        }
+        (lat, errors)
+    }
+
+    async fn close(self) {
+        match self {
+            Worker::Arbiter { session, .. } => {
+                let _ = session.close().await;
+            }
+            Worker::EtcdTxn { mut c, lease, .. } | Worker::LockRpc { mut c, lease, .. } => {
+                let _ = c.lease_revoke(lease).await;
+            }
+        }
+    }
+}
+
+/// Raft proposals etcd has committed, or `None` (said once) if its metrics
+/// cannot be read.
+async fn proposals(ctx: &Ctx) -> Option<f64> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    match scrape(&ctx.metrics_url, "etcd_server_proposals_committed_total", "").await {
+        Ok(p) => Some(p),
+        Err(e) => {
+            WARNED.call_once(|| eprintln!("  no proposals per pair: {e:#}"));
+            None
+        }
+    }
+}
+
+/// One uncontended cell. Every client opens its session (or lease) first;
+/// the window (CPU samples, proposal counts, the clock) spans only the
+/// acquire+release loop, and the sessions close after it.
 async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration: Duration) -> anyhow::Result<Cell> {
     let run = format!("{:x}", Instant::now().elapsed().as_nanos() ^ std::process::id() as u128 ^ rand_u64() as u128);
+    // Four phases, all clients and this task: set up, run, stop, close.
+    let phase = Arc::new(tokio::sync::Barrier::new(clients + 1));
     let mut tasks = Vec::new();
-    let start_gate = Arc::new(tokio::sync::Barrier::new(clients + 1));
     for i in 0..clients {
-        let ctx = ctx.clone();
-        let gate = start_gate.clone();
+        let (ctx, phase) = (ctx.clone(), phase.clone());
         let key = LockKey::new(BENCH_NAMESPACE, &format!("u-{run}-{i}"))?;
         tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut errors = 0u64;
-            match variant {
-                Variant::Arbiter => {
-                    let session = ctx.client.open_session_for(BENCH_NAMESPACE, None).await?;
-                    gate.wait().await;
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let t = Instant::now();
-                        match session.acquire(&key, Duration::ZERO).await {
-                            Ok(h) => match h.release().await {
-                                Ok(_) => lat.push(t.elapsed()),
-                                Err(_) => errors += 1,
-                            },
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    let _ = session.close().await;
-                }
-                Variant::EtcdTxn => {
-                    let identity = "spiffe://holdfast.bench/direct";
-                    let (lease, session_bytes) = raw_session(&ctx.etcd, identity).await?;
-                    let hold_key = layout::hold_key(&key);
-                    let hold =
-                        layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
-                    let mut c = ctx.etcd.client.clone();
-                    gate.wait().await;
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let t = Instant::now();
-                        let txn = holdfast_store::txn::grant_txn(&hold_key, &ctx.epoch_bytes, lease, &session_bytes, &hold, None);
-                        match c.txn(txn).await {
-                            Ok(r) if r.succeeded() => {
-                                let rev = r.header().map(|h| h.revision()).unwrap_or(0);
-                                match c.txn(holdfast_store::txn::release_txn_for(&hold_key, lease, rev)).await {
-                                    Ok(r) if r.succeeded() => lat.push(t.elapsed()),
-                                    _ => errors += 1,
-                                }
-                            }
-                            _ => errors += 1,
-                        }
-                    }
-                    let _ = c.lease_revoke(lease).await;
-                }
-                Variant::LockRpc => {
-                    let mut c = ctx.etcd.client.clone();
-                    let lease = c.lease_grant(60, None).await?.id();
-                    let name = format!("/bench-v3lock/{}", key.key());
-                    gate.wait().await;
-                    let end = Instant::now() + duration;
-                    while Instant::now() < end {
-                        let t = Instant::now();
-                        match c.lock(name.as_str(), Some(etcd_client::LockOptions::new().with_lease(lease))).await {
-                            Ok(r) => match c.unlock(r.key().to_vec()).await {
-                                Ok(_) => lat.push(t.elapsed()),
-                                Err(_) => errors += 1,
-                            },
-                            Err(_) => errors += 1,
-                        }
-                    }
-                    let _ = c.lease_revoke(lease).await;
-                }
-            }
-            Ok::<_, anyhow::Error>((lat, errors))
+            // A client that fails to set up still passes every phase, so
+            // the others are not left waiting; its error is reported below.
+            let mut worker = Worker::open(&ctx, variant, key).await;
+            phase.wait().await;
+            phase.wait().await;
+            let ran = match &mut worker {
+                Ok(w) => w.run(&ctx, duration).await,
+                Err(_) => (Vec::new(), 0),
+            };
+            phase.wait().await;
+            phase.wait().await;
+            let worker = worker?;
+            worker.close().await;
+            Ok::<_, anyhow::Error>(ran)
         }));
     }
-    start_gate.wait().await;
+    let (all, errors, window) = measured_window(ctx, &phase, tasks).await?;
+    Ok(summarize(variant, clients, all, errors, window))
+}
+
+/// One client task of a measured window: its operations' latencies and
+/// failures.
+type ClientTask = tokio::task::JoinHandle<anyhow::Result<(Vec<Duration>, u64)>>;
+
+/// The measured window of clients that pass `phase` four times (set up,
+/// go, stopped, close) and return their operations' latencies and
+/// failures: the CPU samples and proposal counts are taken between set-up
+/// and stop only. Returns every latency, the failures, and the window's
+/// costs per operation.
+async fn measured_window(ctx: &Ctx, phase: &tokio::sync::Barrier, tasks: Vec<ClientTask>) -> anyhow::Result<(Vec<Duration>, u64, Window)> {
+    phase.wait().await; // every client is set up
+    let p0 = proposals(ctx).await;
+    let c0 = ctx.pids.sample();
     let started = Instant::now();
+    phase.wait().await; // go
+    phase.wait().await; // every client has stopped
+    let c1 = ctx.pids.sample();
+    let elapsed = started.elapsed();
+    let p1 = proposals(ctx).await;
+    phase.wait().await; // close
     let mut all = Vec::new();
     let mut errors = 0;
     for t in tasks {
@@ -341,8 +650,12 @@ async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration:
         all.extend(lat);
         errors += e;
     }
-    let elapsed = started.elapsed().max(duration);
-    Ok(summarize(variant, clients, all, errors, elapsed))
+    let n = all.len();
+    let proposals_per_pair = match (p0, p1) {
+        (Some(a), Some(b)) if n > 0 && b >= a => Some((b - a) / n as f64),
+        _ => None,
+    };
+    Ok((all, errors, Window { elapsed, cpu: cpu::PerPair::between(&c0, &c1, n), proposals_per_pair }))
 }
 
 fn rand_u64() -> u64 {
@@ -387,7 +700,7 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
 }
 
 async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64)> {
-    let name = format!("/bench-v3lock/hot-{:x}", rand_u64());
+    let name = format!("{}hot-{:x}", baseline::LOCK_RPC_PREFIX, rand_u64());
     let events: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();

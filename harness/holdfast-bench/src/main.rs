@@ -21,6 +21,11 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // `--replot SAVED --plot OUT.svg` draws a saved run and measures nothing,
+    // so it needs none of the connection flags.
+    if std::env::args().skip(1).any(|a| a == "--replot" || a.starts_with("--replot=")) {
+        return ExitCode::from(holdfast_bench::replot(&holdfast_bench::Replot::parse()));
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

@@ -1,0 +1,144 @@
+//! holdfast-bench against a real dev appliance: the direct etcd baselines
+//! run as an authenticated, non-root etcd user over the arbiter's own TLS
+//! endpoint, and every uncontended cell reports the CPU time the arbiter,
+//! etcd and the benchmark spend per acquire+release pair and etcd's Raft
+//! proposals per pair (issue 19). A short run: two concurrency levels, one
+//! second per cell. Then `--scale` at a small size: 50 sessions held through
+//! a second arbiter, none falsely fenced.
+
+use holdfast_tests::*;
+use std::process::Command;
+use std::time::Instant;
+
+/// The per-pair costs `--json` reports for the run's largest client count
+/// up to 64 (`cost_clients`).
+const COST_FIELDS: [&str; 10] = [
+    "arbiter_cpu_us_per_pair_64",
+    "etcd_cpu_us_per_pair_arbiter_64",
+    "etcd_cpu_us_per_pair_direct_64",
+    "etcd_cpu_us_per_pair_lock_rpc_64",
+    "bench_cpu_us_per_pair_arbiter_64",
+    "bench_cpu_us_per_pair_direct_64",
+    "bench_cpu_us_per_pair_lock_rpc_64",
+    "proposals_per_pair_64",
+    "proposals_per_pair_direct_64",
+    "proposals_per_pair_lock_rpc_64",
+];
+
+#[test]
+fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baseline() {
+    let started = Instant::now();
+    let dir = TestDir::new("bench");
+    let state = dir.path.join("hf");
+    let (_, _stop) = dev_detach(&state);
+
+    // The shell's environment after `source DIR/env`: the arbiter's
+    // endpoint and identity, etcd's endpoint as the read-only observer.
+    let env = env_file(&state.join("env"));
+    let bench = |args: &[&str]| {
+        Ran::of(
+            Command::new(bin("holdfast-bench"))
+                .envs(&env)
+                .env_remove("HOLDFAST_ARBITER_PID")
+                .env_remove("HOLDFAST_ETCD_PID")
+                .arg("--dev-dir")
+                .arg(&state)
+                .args(args),
+        )
+    };
+    let ran = bench(&["--json", "--duration", "1s", "--clients", "1,4", "--only", "uncontended"]);
+    assert_eq!(ran.code, 0, "{ran}");
+    let json = ran.json();
+
+    // The baselines' etcd identity: the bench's own user, not root, over
+    // TLS, and etcd refused it an administrator's request.
+    assert_eq!(json["baseline_etcd_user"], "holdfast-bench", "{ran}");
+    assert_eq!(json["baseline_etcd_scheme"], "https", "{ran}");
+    assert_eq!(json["baseline_auth_enforced"], true, "{ran}");
+    assert!(ran.stderr.contains("checks its role on every request"), "{ran}");
+
+    // Both pids were found, so every cost is there.
+    assert_eq!(json["cost_clients"], 4, "{ran}");
+    for field in COST_FIELDS {
+        let v = json[field].as_f64().unwrap_or_else(|| panic!("{field} missing:\n{ran}"));
+        assert!(v.is_finite() && v > 0.0, "{field} = {v}:\n{ran}");
+    }
+    // Each pair commits a grant and a release on every path: at least two
+    // proposals (more only from the appliance's own background writes).
+    for field in ["proposals_per_pair_64", "proposals_per_pair_direct_64", "proposals_per_pair_lock_rpc_64"] {
+        let v = json[field].as_f64().unwrap_or_default();
+        assert!((2.0..4.0).contains(&v), "{field} = {v}:\n{ran}");
+    }
+    let ratio = json["arbiter_vs_etcd_cpu_per_pair_64"].as_f64().unwrap_or_default();
+    assert!(ratio.is_finite() && ratio > 0.0, "arbiter_vs_etcd_cpu_per_pair_64 = {ratio}:\n{ran}");
+
+    // Six cells (three paths at 1 and 4 clients), each with pairs, its own
+    // costs, and no failed pair.
+    let cells = json["uncontended"].as_array().unwrap_or_else(|| panic!("no cells:\n{ran}"));
+    assert_eq!(cells.len(), 6, "{ran}");
+    for cell in cells {
+        assert_eq!(cell["errors"], 0, "{cell}");
+        assert!(cell["pairs_per_sec"].as_f64().unwrap_or_default() > 0.0, "{cell}");
+        for f in ["etcd_cpu_us_per_pair", "bench_cpu_us_per_pair", "proposals_per_pair"] {
+            let v = cell[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {cell}"));
+            assert!(v.is_finite() && v > 0.0, "{f} = {v}: {cell}");
+        }
+        // The arbiter's own CPU is measured in every cell (it may idle
+        // through a direct path's window).
+        assert!(cell["arbiter_cpu_us_per_pair"].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{cell}");
+    }
+
+    // --scale, small: every session opened, renewed and closed, none lost.
+    // The hold (6 s) spans a keepalive round (every 5 s at TTL 15 s).
+    let ran = bench(&["--json", "--scale", "--scale-sessions", "50", "--scale-hold", "6s"]);
+    assert_eq!(ran.code, 0, "{ran}");
+    let json = ran.json();
+    assert_eq!(json["scale_false_fences"], 0, "{ran}");
+    assert_eq!(json["scale_largest_held"], 50, "{ran}");
+    let level = &json["scale"][0];
+    assert_eq!(level["opened"], 50, "{ran}");
+    assert!(level.get("limit").is_none(), "{ran}");
+    assert_eq!(level["keepalives_gone"], 0, "{ran}");
+    for f in ["keepalives_per_sec", "keepalive_p50_ms", "arbiter_rss_mib", "etcd_cpu_cores", "workload_pairs_per_sec"] {
+        let v = level[f].as_f64().unwrap_or_default();
+        assert!(v.is_finite() && v > 0.0, "{f} = {v}:\n{ran}");
+    }
+    assert_eq!(level["workload_errors"], 0, "{ran}");
+    assert!(ran.stderr.contains("a second arbiter at"), "{ran}");
+
+    // Group commit with etcd pinned to one CPU: the grants-only window
+    // commits one proposal per grant without it (more only from the
+    // appliance's background writes) and fewer with it (16 clients, at
+    // most 4 batches in flight); etcd's affinity is restored afterwards.
+    let etcd_pid = holdfast_devkit::ports::listener_pid(
+        env["HOLDFAST_ETCD_ENDPOINT"].rsplit(':').next().and_then(|p| p.parse().ok()).expect("etcd's port"),
+    )
+    .expect("etcd's pid");
+    let mask =
+        |pid: u32| String::from_utf8_lossy(&Command::new("taskset").args(["-p", &pid.to_string()]).output().unwrap().stdout).into_owned();
+    let before = mask(etcd_pid);
+    let ran = bench(&["--json", "--only", "group-commit", "--clients", "16", "--duration", "1s"]);
+    assert_eq!(ran.code, 0, "{ran}");
+    assert_eq!(mask(etcd_pid), before, "etcd's CPU affinity was not restored:\n{ran}");
+    let json = ran.json();
+    let f = |k: &str| json[k].as_f64().unwrap_or_else(|| panic!("{k} missing:\n{ran}"));
+    let (off, on) = (f("proposals_per_grant_off"), f("proposals_per_grant_on"));
+    assert!((0.95..1.3).contains(&off), "proposals_per_grant_off = {off}:\n{ran}");
+    assert!(on > 0.0 && on <= 0.75 * off, "group commit did not batch: {on} vs {off} proposals per grant:\n{ran}");
+    assert!((f("group_commit_proposal_cut") - off / on).abs() < 0.01 * off / on + 0.002, "{ran}");
+    // Pairs: a grant and a release each, batched too with group commit.
+    let (off, on) = (f("pinned_proposals_per_pair_off"), f("pinned_proposals_per_pair_on"));
+    assert!((1.9..2.6).contains(&off), "pinned_proposals_per_pair_off = {off}:\n{ran}");
+    assert!(on > 0.0 && on <= 0.75 * off, "releases and grants were not batched: {on} vs {off} proposals per pair:\n{ran}");
+    for k in
+        ["grants_per_sec_off", "grants_per_sec_on", "pinned_pairs_per_sec_off", "pinned_pairs_per_sec_on", "pinned_pairs_per_sec_direct"]
+    {
+        assert!(f(k) > 0.0, "{k}:\n{ran}");
+    }
+    for cell in json["group_commit"].as_array().unwrap_or_else(|| panic!("no group_commit cells:\n{ran}")) {
+        assert_eq!(cell["errors"], 0, "{cell}");
+    }
+    assert!(ran.stderr.contains("pinned to CPU 0"), "{ran}");
+
+    eprintln!("bench test: {:.1} s", started.elapsed().as_secs_f64());
+}
