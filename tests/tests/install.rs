@@ -296,6 +296,25 @@ fn fresh_host_installs_and_runs_under_systemd() {
         must(&c, "lock after the reloads", LOCK);
     });
 
+    // The packaged arbiter is built without the gate's deliberate bugs: a
+    // config that turns one on is refused before it touches etcd or a port,
+    // and the running arbiter serves on.
+    clock.step("the packaged arbiter refuses a [mutation] table", || {
+        must(
+            &c,
+            "a config turning a mutation on",
+            "cp /etc/holdfast/arbiter.toml /root/mutation.toml && printf '\\n[mutation]\\ntoken_from_counter = true\\n' >> /root/mutation.toml",
+        );
+        let refusal = "token_from_counter but this arbiter was built without the `mutations` feature";
+        let check = c.sh("holdfast-arbiter --config /root/mutation.toml check").expect("check");
+        assert_eq!(check.code, 78, "`check` passed a [mutation] table:\n{check}");
+        assert!(check.stderr.contains(refusal), "check says which mutation and why:\n{check}");
+        let run = c.sh("holdfast-arbiter --config /root/mutation.toml").expect("run the arbiter");
+        assert_eq!(run.code, 1, "an arbiter without the mutations feature started with [mutation]:\n{run}");
+        assert!(run.stderr.contains(refusal), "the refusal says which mutation and why:\n{run}");
+        must(&c, "lock after the refused start", LOCK);
+    });
+
     // The socket stays open while the arbiter restarts: no call is refused.
     clock.step("restart the socket-activated arbiter under client loops", || {
         // Two loops for 12 s across two restarts: bare TCP connects (a

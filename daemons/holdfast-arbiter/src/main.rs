@@ -64,6 +64,12 @@ fn main() -> ExitCode {
             eprintln!("holdfast-arbiter: {}: [tls]: {e}", args.config.display());
             return ExitCode::from(78); // EX_CONFIG
         }
+        // A [mutation] table passes only in the gate's test builds (the
+        // deliberate bugs are compiled out of every other arbiter).
+        if let Err(e) = holdfast_arbiter::server::apply_mutations(&config.mutation) {
+            eprintln!("holdfast-arbiter: {}: {e}", args.config.display());
+            return ExitCode::from(78); // EX_CONFIG
+        }
         println!("{}: ok", args.config.display());
         return ExitCode::SUCCESS;
     }

@@ -205,8 +205,9 @@ mod mutation_tests {
     use super::apply_mutations;
     use holdfast_config::arbiter::MutationConfig;
 
-    /// Runs in both builds: scripts/test runs it with and without the
-    /// `mutations` feature.
+    /// The suite runs it with the `mutations` feature; a plain `cargo test
+    /// -p holdfast-arbiter` runs it without. The install test runs the
+    /// packaged arbiter (built without it) on a `[mutation]` table.
     #[test]
     fn mutations_apply_only_in_a_build_with_the_feature() {
         assert_eq!(apply_mutations(&MutationConfig::default()).unwrap(), Vec::<&str>::new());
