@@ -714,6 +714,22 @@ pub fn env_file(path: &Path) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// `holdfastctl dev --detach --dir STATE` on the etcd under test: its banner
+/// (stdout) once the appliance is up, and the guard that stops it. Fails
+/// the test, with both outputs, when the appliance does not come up.
+pub fn dev_detach(state: &Path) -> (String, DevStop) {
+    let out = std::process::Command::new(bin("holdfastctl"))
+        .args(["dev", "--detach", "--dir"])
+        .arg(state)
+        .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
+        .output()
+        .expect("run holdfastctl dev --detach");
+    let stop = DevStop(state.to_path_buf());
+    let banner = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "holdfastctl dev --detach failed:\n{banner}\n{}", String::from_utf8_lossy(&out.stderr));
+    (banner, stop)
+}
+
 /// Stops a detached `holdfastctl dev` appliance even when an assertion fails.
 pub struct DevStop(pub PathBuf);
 

@@ -16,15 +16,7 @@ fn ctl(env: &HashMap<String, String>, args: &[&str]) -> std::process::Output {
 fn the_dev_tour_works_as_the_readme_says() {
     let dir = TestDir::new("dev-tour");
     let state = dir.path.join("hf");
-    let out = Command::new(bin("holdfastctl"))
-        .args(["dev", "--detach", "--dir"])
-        .arg(&state)
-        .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
-        .output()
-        .expect("holdfastctl dev --detach");
-    let _stop = DevStop(state.clone());
-    let banner = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "dev --detach failed:\n{banner}\n{}", String::from_utf8_lossy(&out.stderr));
+    let (banner, _stop) = dev_detach(&state);
     assert!(banner.contains("source") && banner.contains("env-second") && banner.contains("holdfastctl lock exec"), "{banner}");
     let first = env_file(&state.join("env"));
     let second = env_file(&state.join("env-second"));

@@ -204,14 +204,7 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
 async fn the_dr_drill_on_the_dev_appliance() {
     let dir = TestDir::new("dr-dev");
     let state = dir.path.join("hf");
-    let out = Command::new(bin("holdfastctl"))
-        .args(["dev", "--detach", "--dir"])
-        .arg(&state)
-        .env("HOLDFAST_ETCD_BIN", etcd_binary().etcd)
-        .output()
-        .unwrap();
-    let _stop = DevStop(state.clone());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, _stop) = dev_detach(&state);
     let env = env_file(&state.join("env"));
     let root_env = env_file(&state.join("env-etcd-root"));
     let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
