@@ -24,6 +24,8 @@ pub mod affinity;
 mod connect;
 mod error;
 mod locker;
+#[cfg(feature = "mutations")]
+pub mod mutations;
 mod session;
 
 pub use connect::{Client, ClientConfig};

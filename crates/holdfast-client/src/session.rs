@@ -44,6 +44,10 @@ pub trait KeepaliveObserver: Send + Sync {
     /// The outcome of the keepalive `sent` returned `mark` for. Not called
     /// when the keepalive was abandoned because the local deadline passed.
     fn answered(&self, session: u64, mark: u64, outcome: KeepaliveOutcome);
+    /// The session's local deadline is now `until`: until then the session
+    /// treats every hold as alive (set when the session opens and after
+    /// every renewal). Recorders compare it with the lease's real end.
+    fn deadline(&self, _session: u64, _until: Instant) {}
 }
 
 struct Clock {
@@ -74,7 +78,11 @@ impl Session {
         observer: Option<Arc<dyn KeepaliveObserver>>,
     ) -> Self {
         let (tx, rx) = watch::channel(Health::Healthy);
-        let clock = Arc::new(Mutex::new(Clock { deadline: opened_at + ttl.saturating_sub(FENCE_MARGIN) }));
+        let deadline = opened_at + ttl.saturating_sub(FENCE_MARGIN);
+        if let Some(o) = &observer {
+            o.deadline(id, deadline);
+        }
+        let clock = Arc::new(Mutex::new(Clock { deadline }));
         let client = clients[0].clone();
         let task = tokio::spawn(keepalive_loop(clients, id, ttl, tx, clock.clone(), observer));
         Session { client, id, ttl, health: rx, clock, task }
@@ -285,7 +293,11 @@ async fn keepalive_loop(
         };
         match outcome {
             Round::Acked(sent_at) => {
-                clock.lock().unwrap_or_else(|e| e.into_inner()).deadline = sent_at + ttl.saturating_sub(FENCE_MARGIN);
+                let deadline = fence_anchor(sent_at) + ttl.saturating_sub(FENCE_MARGIN);
+                clock.lock().unwrap_or_else(|e| e.into_inner()).deadline = deadline;
+                if let Some(o) = &observer {
+                    o.deadline(id, deadline);
+                }
                 let _ = health.send_if_modified(|h| std::mem::replace(h, Health::Healthy) != Health::Healthy);
                 tokio::time::sleep_until(sent_at + period).await;
             }
@@ -302,6 +314,17 @@ async fn keepalive_loop(
             }
         }
     }
+}
+
+/// Where the local deadline counts from: the acknowledged keepalive's send
+/// time. (The `fence_from_receive_time` mutation counts from the answer's
+/// arrival instead: see [`crate::mutations`].)
+fn fence_anchor(sent_at: Instant) -> Instant {
+    #[cfg(feature = "mutations")]
+    if crate::mutations::fence_from_receive_time() {
+        return Instant::now();
+    }
+    sent_at
 }
 
 fn degrade(h: &mut Health) -> bool {

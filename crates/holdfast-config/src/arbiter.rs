@@ -170,6 +170,12 @@ pub struct MutationConfig {
     /// grant at a revision already seen) does not seal the arbiter.
     #[serde(default)]
     pub no_seal_check: bool,
+    /// A keepalive counts as soon as etcd answers it with a TTL, without the
+    /// quorum read that confirms the answering leader's Raft term (etcd
+    /// #15247: a leader whose disk stalls keeps renewing leases after a new
+    /// leader was elected and let them expire).
+    #[serde(default)]
+    pub no_keepalive_confirmation: bool,
 }
 
 impl MutationConfig {
@@ -187,10 +193,11 @@ impl MutationConfig {
             "token_from_counter" => &mut self.token_from_counter,
             "no_withdrawal_marker" => &mut self.no_withdrawal_marker,
             "no_seal_check" => &mut self.no_seal_check,
+            "no_keepalive_confirmation" => &mut self.no_keepalive_confirmation,
             _ => {
                 return Err(format!(
                     "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare, \
-                     token_from_counter, no_withdrawal_marker and no_seal_check"
+                     token_from_counter, no_withdrawal_marker, no_seal_check and no_keepalive_confirmation"
                 ));
             }
         };
@@ -207,6 +214,7 @@ impl MutationConfig {
             (self.token_from_counter, "token_from_counter"),
             (self.no_withdrawal_marker, "no_withdrawal_marker"),
             (self.no_seal_check, "no_seal_check"),
+            (self.no_keepalive_confirmation, "no_keepalive_confirmation"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -217,9 +225,9 @@ impl MutationConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GrantsConfig {
-    /// Fold concurrent grants for different keys into one etcd transaction
-    /// of nested sub-transactions. Tokens stay unique per key but two keys
-    /// can carry equal tokens. Off by default.
+    /// Fold concurrent grants and releases for different keys into one etcd
+    /// transaction of nested sub-transactions. Tokens stay unique per key
+    /// but two keys can carry equal tokens. Off by default.
     #[serde(default)]
     pub group_commit: bool,
 }

@@ -15,6 +15,8 @@ pub static NO_SESSION_COMPARE: AtomicBool = AtomicBool::new(false);
 pub static NO_WITHDRAWAL_MARKER: AtomicBool = AtomicBool::new(false);
 /// Restore detection off (the arbiter never seals on a rewound log).
 pub static NO_SEAL_CHECK: AtomicBool = AtomicBool::new(false);
+/// Keepalives count without confirming the answering leader's term.
+pub static NO_KEEPALIVE_CONFIRMATION: AtomicBool = AtomicBool::new(false);
 /// Tokens come from a local counter instead of the commit revision.
 pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -32,6 +34,7 @@ pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
         (config.token_from_counter, &TOKEN_FROM_COUNTER),
         (config.no_withdrawal_marker, &NO_WITHDRAWAL_MARKER),
         (config.no_seal_check, &NO_SEAL_CHECK),
+        (config.no_keepalive_confirmation, &NO_KEEPALIVE_CONFIRMATION),
     ] {
         flag.store(on, Ordering::Relaxed);
     }

@@ -160,9 +160,9 @@ impl holdfast_proto::Lock for LockService {
                 }
                 class.ttl
             };
-            self.limits.session_quota(&who).await?;
+            let slot = self.limits.session_quota(&who).await?;
             let (lease, granted, revision) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
-            self.limits.ledger.wrote(revision);
+            slot.opened(revision);
             record_session(&span, lease);
             tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
             Ok(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 })
@@ -242,7 +242,7 @@ impl holdfast_proto::Lock for LockService {
             let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
             let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
             record_session(&span, lease);
-            let released = self.seen(grant::release(&self.etcd, &self.guard, &session, &key, token).await)?;
+            let released = self.seen(grant::release(self.waiters.committer(), &self.guard, &session, &key, token).await)?;
             Ok(ReleaseResponse { released })
         }
         .instrument(span.clone())
@@ -429,7 +429,12 @@ impl LockService {
                 .map_err(Refusal::etcd)?
                 .ok_or_else(|| Refusal::unavailable("etcd closed the keepalive stream"))?;
             let acked_term = resp.header().map(|h| h.raft_term());
-            let confirmed = resp.ttl() > 0 && acked_term.is_some() && self.confirmer.term_after(sent_at).await == acked_term;
+            #[cfg(feature = "mutations")]
+            let unconfirmed_counts = holdfast_store::mutation::on(&holdfast_store::mutation::NO_KEEPALIVE_CONFIRMATION);
+            #[cfg(not(feature = "mutations"))]
+            let unconfirmed_counts = false;
+            let confirmed =
+                resp.ttl() > 0 && (unconfirmed_counts || (acked_term.is_some() && self.confirmer.term_after(sent_at).await == acked_term));
             if resp.ttl() > 0 && !confirmed {
                 crate::metrics::inc(|m| &m.unconfirmed_keepalives);
                 tracing::warn!(

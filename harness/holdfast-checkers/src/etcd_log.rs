@@ -33,6 +33,16 @@
 //!   and across keys unless etcd shows one multi-key commit.
 //! - **Real-time order** ([`Rule::RealTimeOrder`]): on one key, a grant that
 //!   completed before another was invoked has the smaller token.
+//! - **No client believes past its lease** ([`Rule::DeadlinePastSessionEnd`]):
+//!   a client's recorded local deadline ([`OpKind::Deadline`]) for a session
+//!   whose record etcd deleted by lease expiry (not by an epoch advance)
+//!   falls no later than that end. etcd's log has revisions, not times, so
+//!   the end is placed in real time from above: an ok acquire whose token
+//!   revision is at or after the end revision completed after the end, so
+//!   a deadline later than that acquire's completion is proven late. This
+//!   is what keepalive confirmation and send-time deadlines protect: a
+//!   renewal that etcd did not make, or a deadline counted from a late
+//!   answer, lets a client act after its hold may have passed to another.
 //!
 //! Not checked here: grants with unknown outcome (C3 places them), releases
 //! and expiries against clients (C3), the fence (C2), session operations.
@@ -121,7 +131,67 @@ pub fn check(history: &History) -> Report {
         check_increasing(history, key, key_grants, &creations, &mut report);
         check_real_time(history, key, key_grants, &mut report);
     }
+    check_deadlines(history, &grants, &mut report);
     report
+}
+
+/// [`Rule::DeadlinePastSessionEnd`]: every recorded local deadline against
+/// its session's end by lease expiry, placed in real time by the earliest
+/// completion of an ok grant at or after the end's revision.
+fn check_deadlines(history: &History, grants: &[Grant<'_>], report: &mut Report) {
+    // Sessions ended by expiry (or a close): the first revision the record
+    // was deleted at. A session an epoch advance ended is left out: the
+    // advance ends it without regard to its lease, which no client can see
+    // coming.
+    let mut ends: HashMap<i64, u64> = HashMap::new();
+    let mut advanced: Vec<i64> = Vec::new();
+    for e in &history.etcd.session_ends {
+        if history.etcd.is_advance(e.revision) {
+            advanced.push(e.lease);
+        }
+        let r = ends.entry(e.lease).or_insert(e.revision);
+        *r = (*r).min(e.revision);
+    }
+    for lease in advanced {
+        ends.remove(&lease);
+    }
+    if ends.is_empty() {
+        return;
+    }
+    // Ok grants by token revision, with the earliest completion at or after
+    // each (a suffix minimum).
+    let mut by_revision: Vec<(u64, u64, usize)> = grants.iter().map(|g| (token_revision(g.token), g.complete_ns, g.index)).collect();
+    by_revision.sort_unstable();
+    let mut earliest: Vec<(u64, usize)> = vec![(u64::MAX, usize::MAX); by_revision.len()];
+    let mut best = (u64::MAX, usize::MAX);
+    for (i, &(_, complete, index)) in by_revision.iter().enumerate().rev() {
+        if complete < best.0 {
+            best = (complete, index);
+        }
+        earliest[i] = best;
+    }
+    for (index, op) in history.ops.iter().enumerate() {
+        let (OpKind::Deadline { until_ns }, Some(lease)) = (&op.kind, op.session) else {
+            continue;
+        };
+        let Some(&end) = ends.get(&lease) else { continue };
+        let first = by_revision.partition_point(|(r, _, _)| *r < end);
+        let Some(&(seen_ns, grant)) = earliest.get(first) else { continue };
+        if *until_ns > seen_ns {
+            report.push(
+                Rule::DeadlinePastSessionEnd,
+                &format!("session {lease:x}"),
+                vec![client_ref(history, index), client_ref(history, grant)],
+                format!(
+                    "process {} treated session {lease:x} as alive until {until_ns} ns, but etcd deleted its record at \
+                     revision {end} (lease expiry), which a grant completed at {seen_ns} ns had already observed: \
+                     {} ms too late",
+                    op.process,
+                    (*until_ns - seen_ns) / 1_000_000
+                ),
+            );
+        }
+    }
 }
 
 /// Creation puts by (lock key, revision) → (event index, lease).

@@ -75,6 +75,13 @@ pub enum OpKind {
     Release { key: String },
     /// Renew `ClientOp::session`.
     Keepalive,
+    /// Not a request: the client moved its local deadline for
+    /// `ClientOp::session` (when the session opened, and after each
+    /// acknowledged keepalive). Until `until_ns` (the shared monotonic
+    /// clock) it treats the session, and every hold on it, as alive.
+    /// `invoke_ns` and `complete_ns` are when it decided so. C1 checks the
+    /// belief against the lease's real end in etcd's log.
+    Deadline { until_ns: u64 },
     /// Increment the counter of `record` at the fenced resource, presenting
     /// `ClientOp::token` obtained for lock `key`.
     Write { key: String, record: String },
@@ -116,7 +123,7 @@ impl ClientOp {
     pub fn key(&self) -> Option<&str> {
         match &self.kind {
             OpKind::Acquire { key } | OpKind::Release { key } | OpKind::Write { key, .. } => Some(key),
-            OpKind::OpenSession { .. } | OpKind::Keepalive => None,
+            OpKind::OpenSession { .. } | OpKind::Keepalive | OpKind::Deadline { .. } => None,
         }
     }
 }
@@ -244,8 +251,12 @@ pub struct History {
 /// passing run was not vacuous).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// All client operations.
+    /// All client operations (deadline records are not operations).
     pub ops: usize,
+    /// Local deadlines the clients recorded ([`OpKind::Deadline`]), each
+    /// checked against its lease's end.
+    #[serde(default)]
+    pub deadlines: usize,
     /// Acquires and releases, any outcome.
     pub lock_ops: usize,
     /// Acquires with outcome ok.
@@ -286,8 +297,13 @@ impl History {
 
     /// Counts operations, expiries and fence decisions.
     pub fn stats(&self) -> Stats {
-        let mut s = Stats { ops: self.ops.len(), ..Stats::default() };
+        let mut s = Stats::default();
         for op in &self.ops {
+            if matches!(op.kind, OpKind::Deadline { .. }) {
+                s.deadlines += 1;
+                continue;
+            }
+            s.ops += 1;
             match op.kind {
                 OpKind::Acquire { .. } => {
                     s.lock_ops += 1;

@@ -37,6 +37,10 @@ pub enum Rule {
     /// C1: a grant that completed before another was invoked (same key) has
     /// a token that is not smaller.
     RealTimeOrder,
+    /// C1: a client treated its session as alive past the moment etcd's log
+    /// ended it (lease expiry): its local deadline was later than an
+    /// operation that had already observed the session's end.
+    DeadlinePastSessionEnd,
     /// C1: after an etcd restore, a grant carries a token not above every
     /// token granted before the restore.
     TokenNotAboveRestore,

@@ -455,3 +455,59 @@ fn stats_count_as_expiries_only_lease_expiries_of_holds() {
     b.del("ns/a", 12, 11, 5, true);
     assert_eq!(b.h.stats().expiries, 3);
 }
+
+// ---------- C1: no client believes past its lease's end ----------
+
+/// Session 1 believes it is alive until `until`; its record is deleted at
+/// revision 10 (`at_advance`: by an epoch advance at that revision, else by
+/// lease expiry); session 2's grant at revision 11 completes at 500.
+fn deadline_around_an_end(until: u64, at_advance: bool) -> B {
+    let mut b = B::new();
+    b.deadline(1, 100, until);
+    b.h.etcd.session_ends.push(SessionEnd { lease: 1, revision: 10 });
+    if at_advance {
+        b.h.etcd.epoch_changes.push(EpochChange { revision: 10, epoch: 1 });
+    }
+    b.ok_acq("ns/a", 2, 400, 500, 11);
+    b.put("ns/a", 11, 2);
+    b
+}
+
+#[test]
+fn c1_passes_a_deadline_no_later_than_the_first_grant_that_saw_the_session_end() {
+    let r = etcd_log::check(&deadline_around_an_end(500, false).h);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
+#[test]
+fn c1_catches_a_deadline_later_than_a_grant_that_saw_the_session_end() {
+    let b = deadline_around_an_end(501, false);
+    let r = etcd_log::check(&b.h);
+    assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
+    assert_eq!(r.violations[0].ops, [client(&b.h, 0), client(&b.h, 1)]);
+}
+
+#[test]
+fn c1_does_not_hold_a_client_to_a_session_end_an_epoch_advance_caused() {
+    let r = etcd_log::check(&deadline_around_an_end(10_000, true).h);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
+#[test]
+fn c1_places_a_session_end_only_by_grants_at_or_after_its_revision() {
+    // A grant at revision 9 (before the end) completing early proves
+    // nothing about when revision 10 happened.
+    let mut b = deadline_around_an_end(450, false);
+    b.ok_acq("ns/b", 3, 200, 300, 9);
+    b.put("ns/b", 9, 3);
+    b.h.etcd.events.sort_by_key(|e| e.revision);
+    let r = etcd_log::check(&b.h);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    // The earliest of several later grants is the one that counts.
+    b.ok_acq("ns/c", 4, 410, 420, 12);
+    b.put("ns/c", 12, 4);
+    b.h.etcd.events.sort_by_key(|e| e.revision);
+    let r = etcd_log::check(&b.h);
+    assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
+    assert_eq!(r.violations[0].ops[1], client(&b.h, 3));
+}

@@ -68,6 +68,15 @@ pub struct ClientArgs {
     /// Fence mode of the resource (correct, unfenced).
     #[arg(long, default_value = "correct")]
     fence: String,
+    /// The rate libfaketime runs this process's clock at (the gate sets
+    /// it): recorded deadlines are converted from this process's clock to
+    /// the shared raw one with it.
+    #[arg(long, default_value_t = 1.0)]
+    clock_rate: f64,
+    /// Test builds only: switch on this client mutation
+    /// (`holdfast_client::mutations`).
+    #[arg(long)]
+    mutation: Option<String>,
 }
 
 /// CLOCK_MONOTONIC without libc's (and so libfaketime's) wrapper.
@@ -81,11 +90,17 @@ pub fn raw_monotonic_ns() -> u64 {
 pub struct Log {
     file: Mutex<std::fs::File>,
     process: u64,
+    /// The rate this process's clock runs at against the raw one.
+    clock_rate: f64,
 }
 
 impl Log {
     pub fn create(path: &std::path::Path, process: u64) -> std::io::Result<Self> {
-        Ok(Log { file: Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?), process })
+        Self::create_at_rate(path, process, 1.0)
+    }
+
+    pub fn create_at_rate(path: &std::path::Path, process: u64, clock_rate: f64) -> std::io::Result<Self> {
+        Ok(Log { file: Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(path)?), process, clock_rate })
     }
 
     pub fn push(&self, kind: OpKind, session: Option<u64>, token: Option<u64>, invoke_ns: u64, outcome: Outcome) {
@@ -101,7 +116,11 @@ impl Log {
             outcome,
             gave_up_ns: (outcome == Outcome::Unknown).then_some(end_ns),
         };
-        let line = serde_json::to_string(&op).expect("a ClientOp serialises");
+        self.write(&op);
+    }
+
+    fn write(&self, op: &ClientOp) {
+        let line = serde_json::to_string(op).expect("a ClientOp serialises");
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
         let _ = writeln!(f, "{line}");
     }
@@ -119,6 +138,26 @@ impl holdfast_client::KeepaliveObserver for Log {
             holdfast_client::KeepaliveOutcome::Unknown => Outcome::Unknown,
         };
         self.push(OpKind::Keepalive, Some(session), None, mark, outcome);
+    }
+    /// The deadline is on this process's clock (tokio's, which libfaketime
+    /// fakes); it is recorded on the raw one: the raw time at which this
+    /// clock, running at `clock_rate`, will reach it. Clock jumps only move
+    /// this clock forward, so a later jump can only bring the real deadline
+    /// earlier than recorded.
+    fn deadline(&self, session: u64, until: tokio::time::Instant) {
+        let now_raw = raw_monotonic_ns();
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let until_ns = now_raw + (left.as_nanos() as f64 / self.clock_rate) as u64;
+        self.write(&ClientOp {
+            process: self.process,
+            kind: OpKind::Deadline { until_ns },
+            session: Some(session as i64),
+            token: None,
+            invoke_ns: now_raw,
+            complete_ns: Some(now_raw),
+            outcome: Outcome::Ok,
+            gave_up_ns: None,
+        });
     }
 }
 
@@ -150,6 +189,10 @@ pub async fn run(args: ClientArgs) -> u8 {
 }
 
 async fn work(args: ClientArgs) -> anyhow::Result<()> {
+    if let Some(m) = &args.mutation {
+        enable_mutation(m)?;
+    }
+    anyhow::ensure!(args.clock_rate > 0.0, "--clock-rate must be positive, not {}", args.clock_rate);
     let endpoints: Vec<String> = args.arbiters.split(',').map(str::to_string).collect();
     let clients: Vec<Client> = endpoints
         .iter()
@@ -157,7 +200,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             Client::connect_lazy(&ClientConfig { endpoint: e.clone(), ca: args.ca.clone(), cert: args.cert.clone(), key: args.key.clone() })
         })
         .collect::<Result<_, _>>()?;
-    let log = Arc::new(Log::create(&args.out, args.process)?);
+    let log = Arc::new(Log::create_at_rate(&args.out, args.process, args.clock_rate)?);
     let resource: Option<Arc<dyn Resource>> = match &args.resource {
         Some(r) => Some(super::resource::open(r, &args.fence).await?),
         None => None,
@@ -227,9 +270,14 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
                         session = None;
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
+                    // The arbiter (or its way to etcd) failed: the next
+                    // acquire goes to the other one. The session stays
+                    // while its keepalives say it lives (any arbiter serves
+                    // any session), as a library's would: a client that
+                    // kept believing in a lease etcd ended is what the
+                    // deadline rule (C1) exists to catch.
                     Some(ErrorReason::Unavailable) | None => {
                         preferred = (preferred + 1) % clients.len();
-                        session = None;
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     // Waited out, or refused for a reason retrying at once
@@ -276,6 +324,31 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         let _ = z.await;
     }
     Ok(())
+}
+
+/// Whether `name` is a client mutation (the gate passes it to its clients,
+/// not to the arbiters).
+pub fn is_client_mutation(name: &str) -> bool {
+    #[cfg(feature = "mutations")]
+    return holdfast_client::mutations::NAMES.contains(&name);
+    #[cfg(not(feature = "mutations"))]
+    return name == "fence_from_receive_time";
+}
+
+#[cfg(feature = "mutations")]
+fn enable_mutation(name: &str) -> anyhow::Result<()> {
+    holdfast_client::mutations::enable(name).map_err(anyhow::Error::msg)
+}
+
+#[cfg(not(feature = "mutations"))]
+fn enable_mutation(name: &str) -> anyhow::Result<()> {
+    anyhow::bail!("--mutation {name}: this gate was built without the `mutations` feature (build with --features holdfast-gate/mutations)")
+}
+
+/// Refuses a client mutation this build cannot switch on, before anything
+/// starts.
+pub fn check_client_mutation(name: &str) -> anyhow::Result<()> {
+    if cfg!(feature = "mutations") { Ok(()) } else { enable_mutation(name) }
 }
 
 pub async fn release(log: &Log, client: &Client, key: &LockKey, sid: u64, token: u64) {

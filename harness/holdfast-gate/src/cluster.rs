@@ -53,6 +53,10 @@ pub struct Cluster {
     snapshots: u32,
     restores: u32,
     pub proxies: Vec<Arc<Controls>>,
+    /// Client 0 reaches arbiter a through `client_proxies[a]`
+    /// (gateway:24790+a), for the `client-link` fault.
+    pub client_proxies: Vec<Arc<Controls>>,
+    client_proxied: Vec<String>,
     pub ca: DevCa,
     pub client_cert: Issued,
     /// etcd's own CA: the members run client and peer TLS with
@@ -105,6 +109,8 @@ impl Cluster {
             snapshots: 0,
             restores: 0,
             proxies: Vec::new(),
+            client_proxies: Vec::new(),
+            client_proxied: Vec::new(),
             ca,
             client_cert,
             etcd_pki,
@@ -151,7 +157,13 @@ impl Cluster {
         }
         for (a, endpoints) in [(0usize, urls), (1, proxied)] {
             let host = net.hosts[3 + a].clone();
-            let server = cluster.ca.issue(&format!("arbiter{a}"), &[&host.ip], &[&format!("spiffe://holdfast.dev/holdfast/arbiter{a}")])?;
+            // The gateway's address too: client 0 reaches the arbiter
+            // through a proxy there.
+            let server = cluster.ca.issue(
+                &format!("arbiter{a}"),
+                &[&host.ip, &net.gateway],
+                &[&format!("spiffe://holdfast.dev/holdfast/arbiter{a}")],
+            )?;
             let mut config =
                 ArbiterConfig::new(cluster.ca.arbiter_tls(&server), EtcdConfig { endpoints, ..cluster.etcd_config(roles::ARBITER.name)? });
             let ip: std::net::IpAddr = host.ip.parse().with_context(|| format!("arbiter address {}", host.ip))?;
@@ -183,6 +195,14 @@ impl Cluster {
                 ]);
             }
             cluster.arbiters.push(ArbiterProc { host, launch, process: None, clock_file });
+        }
+        // Proxies for client 0: gateway:24790+a -> arbiter a.
+        for a in 0..cluster.arbiters.len() {
+            let controls = Arc::new(Controls::default());
+            let listen = format!("{}:{}", net.gateway, 24790 + a);
+            proxy::start(&listen, format!("{}:{ARBITER_PORT}", cluster.arbiters[a].host.ip), controls.clone()).await?;
+            cluster.client_proxies.push(controls);
+            cluster.client_proxied.push(listen);
         }
         for a in 0..cluster.arbiters.len() {
             cluster.start_arbiter(a, net)?;
@@ -294,6 +314,12 @@ impl Cluster {
 
     pub fn arbiter_endpoints(&self) -> Vec<String> {
         self.arbiters.iter().map(|a| format!("{}:{ARBITER_PORT}", a.host.ip)).collect()
+    }
+
+    /// The arbiters as client `process` reaches them: client 0 through the
+    /// gate's proxies, the others directly.
+    pub fn arbiter_endpoints_for(&self, process: u64) -> Vec<String> {
+        if process == 0 { self.client_proxied.clone() } else { self.arbiter_endpoints() }
     }
 
     /// The member every reachable member names as leader, if they agree.

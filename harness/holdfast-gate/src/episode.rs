@@ -296,7 +296,7 @@ pub(crate) fn spawn_clients(
         let clock_file = faked.then(|| ep.dir.join(format!("client{p}.faketime")));
         let clock_report = faked.then(|| ep.dir.join(format!("client{p}.clock")));
         let mut cmd = Command::new(&exe);
-        cmd.args(["client", "--arbiters", &cluster.arbiter_endpoints().join(",")])
+        cmd.args(["client", "--arbiters", &cluster.arbiter_endpoints_for(p).join(",")])
             .arg("--client-ca")
             .arg(cluster.ca.ca_path())
             .arg("--client-cert")
@@ -319,9 +319,12 @@ pub(crate) fn spawn_clients(
         if let Some(r) = resource {
             cmd.args(["--resource", r]);
         }
+        if let Some(m) = args.mutation.as_deref().filter(|m| super::client::is_client_mutation(m)) {
+            cmd.args(["--mutation", m]);
+        }
         if let (Some(f), Some(r)) = (&clock_file, &clock_report) {
             faults::write_clock_spec(f, 0, CLIENT_CLOCK_RATES[p as usize])?;
-            cmd.arg("--clock-report").arg(r);
+            cmd.arg("--clock-report").arg(r).args(["--clock-rate", &CLIENT_CLOCK_RATES[p as usize].to_string()]);
             cmd.env("LD_PRELOAD", cluster::LIBFAKETIME).env("FAKETIME_TIMESTAMP_FILE", f).env("FAKETIME_CACHE_DURATION", "1");
         }
         out.push(ClientChild {

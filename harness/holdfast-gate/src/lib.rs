@@ -117,7 +117,9 @@ pub struct GateArgs {
     audit: bool,
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
-    /// no_epoch_compare, no_session_compare) to show that the gate catches it.
+    /// no_epoch_compare, no_session_compare, no_seal_check,
+    /// no_withdrawal_marker), or the clients (`holdfast_client::mutations`:
+    /// fence_from_receive_time), to show that the gate catches it.
     #[arg(long, hide = true)]
     mutation: Option<String>,
 }
@@ -198,6 +200,9 @@ fn now_tag() -> u32 {
 /// set up once, the episodes, the false-seal check, the summary printed.
 async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     net::preflight()?;
+    if let Some(m) = args.mutation.as_deref().filter(|m| client::is_client_mutation(m)) {
+        client::check_client_mutation(m)?;
+    }
     let bin = holdfast_devkit::etcd::EtcdBinary::locate()?;
     let seed = args.seed.unwrap_or_else(|| rand::rng().random());
     let (dir, temp) = match &args.dir {
@@ -207,10 +212,14 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     say(&format!("seed {seed}; etcd {} ({}); state in {}", bin.version_string(), bin.etcd.display(), dir.display()));
     let net = net::Net::create(now_tag(), &["e0", "e1", "e2", "a0", "a1"])?;
-    let options = cluster::ArbiterOptions { group_commit: args.group_commit, mutation: args.mutation.clone() };
+    let arbiter_mutation = args.mutation.clone().filter(|m| !client::is_client_mutation(m));
+    let options = cluster::ArbiterOptions { group_commit: args.group_commit, mutation: arbiter_mutation };
     let mut cluster = cluster::Cluster::start(&dir, &net, bin.clone(), &options, &say).await?;
     say(&format!("cluster up: members {:?}, arbiters {:?}", cluster.spec.client_urls(), cluster.arbiter_endpoints()));
-    let kinds = if args.faults.is_empty() { FaultKind::all() } else { args.faults.clone() };
+    let (kinds, left_out) = if args.faults.is_empty() { faults::default_set(bin.version) } else { (args.faults.clone(), Vec::new()) };
+    for why in &left_out {
+        say(&format!("fault left out of the default set: {why}"));
+    }
     if args.audit && kinds.contains(&FaultKind::Restore) {
         anyhow::bail!("--audit cannot run with the restore fault (the tailer refuses a rewound etcd); pass --faults without restore");
     }
@@ -229,6 +238,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         episodes,
         resource: args.resource.as_deref().map(redact_url).unwrap_or_else(|| "none".into()),
         mutation: args.mutation.clone(),
+        faults_left_out: left_out,
         group_commit: args.group_commit,
         fence: args.fence.clone(),
         dir: dir.display().to_string(),

@@ -24,6 +24,12 @@ pub struct Summary {
     pub leader_changes: u64,
     pub faults: BTreeMap<String, usize>,
     pub faults_unconfirmed: Vec<String>,
+    /// Fault kinds the default set left out against this etcd, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults_left_out: Vec<String>,
+    /// Local deadlines the clients recorded, each checked against its
+    /// lease's end (C1 `DeadlinePastSessionEnd`).
+    pub deadlines: usize,
     pub violations: usize,
     /// Violations counted by checker/rule, e.g. "C2/LostUpdate".
     pub violations_by_rule: BTreeMap<String, usize>,
@@ -56,6 +62,7 @@ impl Summary {
     /// Adds an episode's history counts.
     pub fn count_history(&mut self, stats: &Stats) {
         self.ops += stats.ops;
+        self.deadlines += stats.deadlines;
         self.lock_ops += stats.lock_ops;
         self.ok_grants += stats.ok_grants;
         self.unknown_ops += stats.unknown_ops;
@@ -96,6 +103,10 @@ pub fn print_table(s: &Summary) {
     for u in &s.faults_unconfirmed {
         println!("  fault NOT CONFIRMED: {u}");
     }
+    for u in &s.faults_left_out {
+        println!("  fault left out: {u}");
+    }
+    println!("  client deadlines    {:>8}   (each checked against its lease's end in etcd's log)", s.deadlines);
     println!("  liveness            worst {} ms after healing, {} keys late", s.liveness_max_ms, s.liveness_failures);
     let rates: Vec<String> = s
         .clock_rates_set

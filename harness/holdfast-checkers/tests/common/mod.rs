@@ -65,6 +65,12 @@ impl B {
         i
     }
 
+    /// Session `s` (process `s`) recorded at `at` that it treats itself as
+    /// alive until `until`.
+    pub fn deadline(&mut self, s: i64, at: u64, until: u64) -> usize {
+        self.op(s as u64, OpKind::Deadline { until_ns: until }, s, None, at, at, Outcome::Ok)
+    }
+
     pub fn counter(&mut self, record: &str, value: u64) {
         self.h.final_counters.insert(record.into(), value);
     }

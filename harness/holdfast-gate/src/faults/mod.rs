@@ -6,7 +6,8 @@
 //! One file per family, each injecting its kinds: `process` (SIGSTOP and
 //! kill -9 of members, arbiters and clients), `network` (iptables:
 //! partitions, isolation, asymmetric drops, packet loss), `proxy` (delay
-//! and stall at the gate's TCP proxies), `disk` (fsync delay by strace),
+//! and stall at the gate's TCP proxies, arbiter 1 to etcd and client 0 to
+//! the arbiters), `disk` (fsync delay by strace),
 //! `clock` (libfaketime jumps), `epoch` (an epoch advance under load) and
 //! `restore` (the snapshot half of the restore fault; the restore itself
 //! runs after the episode's workload, in `crate::restore`).
@@ -60,8 +61,17 @@ pub enum FaultKind {
     ProxyDelay,
     /// Stall all traffic between arbiter 1 and etcd (TCP proxy).
     ProxyStall,
+    /// Client 0's link to the arbiters (TCP proxies): answers arrive late
+    /// (just under its keepalive timeout), then its requests are held past
+    /// its TTL while the late answers still arrive. Its session must end
+    /// with the client already treating it as lost.
+    ClientLink,
     /// Delay fdatasync on the leader (strace fault injection).
     FsyncDelay,
+    /// Stall the leader's disk (each fdatasync held for TTL + 4 s) while
+    /// its gRPC keeps serving: a new leader takes over, and the stalled one
+    /// may keep answering keepalives in its old term (etcd #15247).
+    LeaderDiskStall,
     /// Jump the clocks of arbiter 1 and the clock-faulted clients forward (libfaketime).
     ClockJump,
     /// Advance the epoch under load; the old sessions' leases are revoked
@@ -76,6 +86,27 @@ pub enum FaultKind {
     /// epoch is advanced with the advance transaction, and every token
     /// granted afterwards must be above every token granted before.
     Restore,
+}
+
+/// The fault kinds a run without `--faults` injects against etcd
+/// `version`, and the ones left out with why. `leader-disk-stall` is left
+/// out before etcd 3.6: there etcd itself breaks leases under it (seen on
+/// 3.4.23: once the stalled leader's disk comes back, its lessor, not yet
+/// demoted, revokes leases it saw expire while stalled — leases the new
+/// leader had renewed — so a client whose confirmed renewal promised it
+/// seconds more loses its hold early, C1 `DeadlinePastSessionEnd`). No
+/// arbiter can prevent that; naming the fault in `--faults` still runs it.
+pub fn default_set(version: (u32, u32, u32)) -> (Vec<FaultKind>, Vec<String>) {
+    let mut kinds = FaultKind::all();
+    let mut left_out = Vec::new();
+    if version < (3, 6, 0) {
+        kinds.retain(|k| *k != FaultKind::LeaderDiskStall);
+        left_out.push(format!(
+            "leader-disk-stall (etcd {}.{}.{}: a deposed leader revokes leases the new leader renewed; see docs/gate.md)",
+            version.0, version.1, version.2
+        ));
+    }
+    (kinds, left_out)
 }
 
 impl FaultKind {
@@ -140,7 +171,9 @@ pub async fn inject(ctx: &mut FaultCtx<'_>, kind: FaultKind, seed: u64, rng: &mu
         FaultKind::AsymmetricArbiterEtcd => network::asymmetric_arbiter_etcd(ctx, rng, hold).await?,
         FaultKind::PacketLoss => network::packet_loss(ctx, rng, hold).await?,
         FaultKind::ProxyDelay | FaultKind::ProxyStall => proxy::slow(ctx, kind, rng, hold).await?,
+        FaultKind::ClientLink => proxy::client_link(ctx, rng).await?,
         FaultKind::FsyncDelay => disk::fsync_delay(ctx, rng, hold, at_ms).await?,
+        FaultKind::LeaderDiskStall => disk::leader_disk_stall(ctx, at_ms).await?,
         FaultKind::ClockJump => clock::jump(ctx, rng, hold).await?,
         FaultKind::EpochAdvance => epoch::advance(ctx, rng).await?,
         FaultKind::Restore => restore::snapshot(ctx, rng).await?,
