@@ -38,7 +38,7 @@ Examples:
 Files in DIR: env (export lines for spiffe://holdfast.dev/dev/operator, and
 etcd's read-only observer credentials), env-second (the same for a second
 identity, dev/second), env-etcd-root (etcd's administrator: for `holdfastctl
-etcd roles` and holdfast-bench), tls/ (CA, certificates), etcd-tls/ (etcd's
+etcd roles`; `holdfast-bench --dev-dir DIR` makes its own etcd user with it), tls/ (CA, certificates), etcd-tls/ (etcd's
 own CA and a client certificate per etcd user), etcd/ (data), policy/ (the dev class set: classes.d/,
 grants.d/; edit it and the controller publishes each valid change),
 arbiter.toml, controller.toml, tailer.toml, audit/ (the tailer's store), etcd.log,
@@ -346,16 +346,28 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         }],
         token,
     };
-    let mut children = Children {
-        tailer: None,
-        controller: None,
-        arbiter: None,
-        etcd: Some(EtcdProcess::start(&bin, &cluster, 0, &dir.join("etcd.log"))?),
-    };
+    let mut children = Children { tailer: None, controller: None, arbiter: None, etcd: None };
+    // Ports are probed free, but another process may bind one before etcd
+    // does: then etcd exits at once, and other ports are tried (3 starts).
+    let etcd_log = dir.join("etcd.log");
+    for attempt in 1.. {
+        let from = std::fs::metadata(&etcd_log).map_or(0, |m| m.len());
+        let etcd = children.etcd.insert(EtcdProcess::start(&bin, &cluster, 0, &etcd_log)?);
+        match etcd_up(etcd, &etcd_pki.config_as(roles::ROOT, cluster.client_urls())?).await {
+            Ok(()) => break,
+            Err(e) if attempt < 3 && port_taken(&etcd_log, from) => {
+                say(&format!("etcd could not bind its ports ({e:#}); trying others"));
+                let m = &mut cluster.members[0];
+                let mut ports = ports.clone();
+                (ports[0], ports[1], ports[5]) = (free_port(), free_port(), free_port());
+                (m.client_port, m.peer_port, m.metrics_port) = (ports[0], ports[1], Some(ports[5]));
+                std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
+            }
+            Err(e) => return Err(e).with_context(|| format!("etcd did not start; see {}", etcd_log.display())),
+        }
+    }
+    let etcd_metrics_port = cluster.members[0].metrics_port.unwrap_or(etcd_metrics_port);
     let as_user = |user: &str| etcd_pki.config_as(user, cluster.client_urls());
-    holdfast_devkit::etcd::wait_ready_with(&as_user(roles::ROOT)?, Duration::from_secs(60))
-        .await
-        .with_context(|| format!("etcd did not start; see {}", dir.join("etcd.log").display()))?;
     let changes = roles::ensure(&mut Etcd::connect(&as_user(roles::ROOT)?).await?.client, true)
         .await
         .context("creating the etcd roles (holdfastctl etcd roles)")?;
@@ -420,7 +432,8 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
 
     // Tell the user. The shells get etcd's read-only observer credentials
     // (`holdfastctl status`); env-etcd-root has etcd's administrator, for
-    // `holdfastctl etcd roles` and the benchmark's direct etcd paths.
+    // `holdfastctl etcd roles` (and `holdfast-bench --dev-dir`, which makes
+    // its own non-root etcd user for its direct paths with it).
     let etcd_env = |user: &str| -> anyhow::Result<String> {
         let c = as_user(user)?;
         let path = |p: Option<PathBuf>| p.map(|p| p.display().to_string()).unwrap_or_default();
@@ -499,4 +512,26 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         bail!("{why}");
     }
     Ok(())
+}
+
+/// Waits for etcd to answer with a leader; fails at once if it exits.
+async fn etcd_up(etcd: &mut EtcdProcess, config: &holdfast_config::EtcdConfig) -> anyhow::Result<()> {
+    let ready = holdfast_devkit::etcd::wait_ready_with(config, Duration::from_secs(60));
+    tokio::pin!(ready);
+    loop {
+        tokio::select! {
+            r = &mut ready => return r,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                if !etcd.is_running() {
+                    bail!("etcd exited before it was ready");
+                }
+            }
+        }
+    }
+}
+
+/// Whether etcd's log, from byte `from` (this start's lines), says a port
+/// was taken.
+fn port_taken(log: &Path, from: u64) -> bool {
+    std::fs::read(log).is_ok_and(|b| String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).contains("address already in use"))
 }
