@@ -18,15 +18,46 @@ const HIGH: u16 = 32700;
 /// `HOLDFAST_TEST_PORTS=FIRST-LAST` (inclusive). The test suite gives each of
 /// the suites it runs at the same time its own part, so two processes never
 /// pick the same port between one's check and its daemon's bind.
+/// Ports in this machine's ephemeral range (`net.ipv4.ip_local_port_range`,
+/// when it differs from Linux's default) are left out.
 fn range() -> (u16, u16) {
     static RANGE: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
-    *RANGE.get_or_init(|| match std::env::var("HOLDFAST_TEST_PORTS") {
-        Ok(v) => parse_range(&v).unwrap_or_else(|e| {
-            eprintln!("holdfast: ignoring HOLDFAST_TEST_PORTS={v:?} ({e}); ports come from {LOW}-{}", HIGH - 1);
-            (LOW, HIGH)
-        }),
-        Err(_) => (LOW, HIGH),
+    *RANGE.get_or_init(|| {
+        let wanted = match std::env::var("HOLDFAST_TEST_PORTS") {
+            Ok(v) => parse_range(&v).unwrap_or_else(|e| {
+                eprintln!("holdfast: ignoring HOLDFAST_TEST_PORTS={v:?} ({e}); ports come from {LOW}-{}", HIGH - 1);
+                (LOW, HIGH)
+            }),
+            Err(_) => (LOW, HIGH),
+        };
+        let Some(ephemeral) = ephemeral_range() else { return wanted };
+        outside(wanted, ephemeral).unwrap_or_else(|| {
+            eprintln!(
+                "holdfast: fewer than 100 of ports {}-{} lie outside this machine's ephemeral range {}-{} \
+                 (net.ipv4.ip_local_port_range): a port may be taken by a connection's local end",
+                wanted.0,
+                wanted.1 - 1,
+                ephemeral.0,
+                ephemeral.1
+            );
+            wanted
+        })
     })
+}
+
+/// `net.ipv4.ip_local_port_range` (inclusive).
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(str::parse::<u16>);
+    Some((it.next()?.ok()?, it.next()?.ok()?))
+}
+
+/// The larger part of `[low, high)` outside the inclusive range `ephemeral`,
+/// if it holds at least 100 ports.
+fn outside((low, high): (u16, u16), (first, last): (u16, u16)) -> Option<(u16, u16)> {
+    let below = (low, high.min(first.max(low)));
+    let above = (low.max(last.saturating_add(1)).min(high), high);
+    [below, above].into_iter().filter(|(a, b)| b.saturating_sub(*a) >= 100).max_by_key(|(a, b)| b - a)
 }
 
 fn parse_range(v: &str) -> Result<(u16, u16), String> {
@@ -141,6 +172,17 @@ mod tests {
         for bad in ["20000", "1024-2000", "30000-40000", "20000-20050", "26349-20000", "a-b"] {
             assert!(parse_range(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn ports_in_the_ephemeral_range_are_left_out() {
+        assert_eq!(outside((20000, 32700), (32768, 60999)), Some((20000, 32700)));
+        assert_eq!(outside((20000, 32700), (28000, 60999)), Some((20000, 28000)));
+        assert_eq!(outside((20000, 32700), (10000, 21000)), Some((21001, 32700)));
+        assert_eq!(outside((20000, 32700), (22000, 23000)), Some((23001, 32700)));
+        assert_eq!(outside((20000, 32700), (1024, 65535)), None);
+        assert_eq!(outside((26350, 32700), (32650, 60999)), Some((26350, 32650)));
+        assert_eq!(outside((20000, 20100), (20050, 60999)), None);
     }
 
     #[test]

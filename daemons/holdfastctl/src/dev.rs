@@ -161,8 +161,19 @@ async fn restore_in_place(
     let kept = dir.join(format!("etcd.before-restore-{now}"));
     std::fs::rename(&data, &kept).with_context(|| format!("moving {} aside", data.display()))?;
     std::fs::rename(&restoring, &data).with_context(|| format!("moving the restored data to {}", data.display()))?;
-    children.etcd = Some(EtcdProcess::start(bin, cluster, 0, &dir.join("etcd.log"))?);
-    holdfast_devkit::etcd::wait_ready_with(root, Duration::from_secs(60)).await.context("the restored etcd did not start; see etcd.log")?;
+    // The restored member must keep its peer URL (it is in the restored
+    // membership) and its client port (the daemons know it): a port taken
+    // while etcd was down is waited for, not changed (10 starts, 1 s apart).
+    for attempt in 1.. {
+        match start_etcd(bin, cluster, &dir.join("etcd.log"), root, children).await {
+            Ok(()) => break,
+            Err(StartFailure { port_taken: true, .. }) if attempt < 10 => {
+                eprintln!("holdfastctl dev: the restored etcd could not bind its ports ({}); starting it again in 1 s", holders(cluster));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(StartFailure { error, .. }) => return Err(error.context("the restored etcd did not start")),
+        }
+    }
     Ok(format!(
         "etcd restored from {} with the same cluster token and peer URL (the old data is in {}); the arbiter seals itself: advance the epoch with two approvals (docs/runbook-dr.md)",
         snapshot.display(),
@@ -351,19 +362,17 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     // does: then etcd exits at once, and other ports are tried (3 starts).
     let etcd_log = dir.join("etcd.log");
     for attempt in 1.. {
-        let from = std::fs::metadata(&etcd_log).map_or(0, |m| m.len());
-        let etcd = children.etcd.insert(EtcdProcess::start(&bin, &cluster, 0, &etcd_log)?);
-        match etcd_up(etcd, &etcd_pki.config_as(roles::ROOT, cluster.client_urls())?).await {
+        match start_etcd(&bin, &cluster, &etcd_log, &etcd_pki.config_as(roles::ROOT, cluster.client_urls())?, &mut children).await {
             Ok(()) => break,
-            Err(e) if attempt < 3 && port_taken(&etcd_log, from) => {
-                say(&format!("etcd could not bind its ports ({e:#}); trying others"));
+            Err(StartFailure { port_taken: true, .. }) if attempt < 3 => {
+                say(&format!("etcd could not bind its ports ({}); trying others", holders(&cluster)));
                 let m = &mut cluster.members[0];
                 let mut ports = ports.clone();
                 (ports[0], ports[1], ports[5]) = (free_port(), free_port(), free_port());
                 (m.client_port, m.peer_port, m.metrics_port) = (ports[0], ports[1], Some(ports[5]));
                 std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
             }
-            Err(e) => return Err(e).with_context(|| format!("etcd did not start; see {}", etcd_log.display())),
+            Err(StartFailure { error, .. }) => return Err(error.context("etcd did not start")),
         }
     }
     let etcd_metrics_port = cluster.members[0].metrics_port.unwrap_or(etcd_metrics_port);
@@ -530,8 +539,48 @@ async fn etcd_up(etcd: &mut EtcdProcess, config: &holdfast_config::EtcdConfig) -
     }
 }
 
-/// Whether etcd's log, from byte `from` (this start's lines), says a port
-/// was taken.
-fn port_taken(log: &Path, from: u64) -> bool {
-    std::fs::read(log).is_ok_and(|b| String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).contains("address already in use"))
+/// Why etcd did not come up: the error, with the last lines this start
+/// wrote to its log, and whether those lines say a port was taken.
+struct StartFailure {
+    port_taken: bool,
+    error: anyhow::Error,
+}
+
+/// Starts member 0 of `cluster` as `children.etcd` and waits until it
+/// answers `config` with a leader.
+async fn start_etcd(
+    bin: &EtcdBinary,
+    cluster: &ClusterSpec,
+    log: &Path,
+    config: &holdfast_config::EtcdConfig,
+    children: &mut Children,
+) -> Result<(), StartFailure> {
+    let from = std::fs::metadata(log).map_or(0, |m| m.len());
+    let started = EtcdProcess::start(bin, cluster, 0, log).map_err(|error| StartFailure { port_taken: false, error })?;
+    let etcd = children.etcd.insert(started);
+    etcd_up(etcd, config).await.map_err(|error| {
+        let written = std::fs::read(log)
+            .map(|b| String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).into_owned())
+            .unwrap_or_default();
+        let last: Vec<&str> = written.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
+        StartFailure {
+            port_taken: written.contains("address already in use"),
+            error: error.context(format!("the last lines of this start in {}:\n{}", log.display(), last.join("\n"))),
+        }
+    })
+}
+
+/// Who holds etcd's client and peer ports, for a message: the process
+/// listening there, or a connection's local end.
+fn holders(cluster: &ClusterSpec) -> String {
+    let m = &cluster.members[0];
+    [("client", m.client_port), ("peer", m.peer_port)]
+        .iter()
+        .filter(|(_, port)| std::net::TcpListener::bind(("127.0.0.1", *port)).is_err())
+        .map(|(what, port)| match holdfast_devkit::ports::listener_pid(*port) {
+            Some(pid) => format!("{what} port {port}: process {pid} listens there"),
+            None => format!("{what} port {port}: in use by a connection or a bind of another process"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
