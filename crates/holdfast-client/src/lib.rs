@@ -26,6 +26,11 @@ mod error;
 mod locker;
 #[cfg(feature = "mutations")]
 pub mod mutations;
+
+/// The names of the client library's deliberate bugs (switched on with
+/// `mutations::enable` in a build with the `mutations` feature). Listed in
+/// every build, so a tool can tell a client mutation from an arbiter one.
+pub const MUTATION_NAMES: &[&str] = &["fence_from_receive_time"];
 mod session;
 
 pub use connect::{Client, ClientConfig};

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The names [`enable`] accepts.
-pub const NAMES: &[&str] = &["fence_from_receive_time"];
+pub const NAMES: &[&str] = crate::MUTATION_NAMES;
 
 static FENCE_FROM_RECEIVE_TIME: AtomicBool = AtomicBool::new(false);
 

@@ -329,10 +329,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
 /// Whether `name` is a client mutation (the gate passes it to its clients,
 /// not to the arbiters).
 pub fn is_client_mutation(name: &str) -> bool {
-    #[cfg(feature = "mutations")]
-    return holdfast_client::mutations::NAMES.contains(&name);
-    #[cfg(not(feature = "mutations"))]
-    return name == "fence_from_receive_time";
+    holdfast_client::MUTATION_NAMES.contains(&name)
 }
 
 #[cfg(feature = "mutations")]
