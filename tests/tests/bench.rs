@@ -4,7 +4,9 @@
 //! etcd and the benchmark spend per acquire+release pair and etcd's Raft
 //! proposals per pair (issue 19). A short run: two concurrency levels, one
 //! second per cell. Then `--scale` at a small size: 50 sessions held through
-//! a second arbiter, none falsely fenced.
+//! a second arbiter, none falsely fenced; group commit with etcd pinned; and
+//! `--only holds,queue` at a small size (400 holds over 40 sessions, 40
+//! waiters on one key).
 
 use holdfast_tests::*;
 use std::process::Command;
@@ -139,6 +141,24 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
         assert_eq!(cell["errors"], 0, "{cell}");
     }
     assert!(ran.stderr.contains("pinned to CPU 0"), "{ran}");
+
+    // Many holds over many sessions, and a queue on one key, at a small
+    // size: every hold granted, no session lost, memory per hold and per
+    // waiter measured, and the queue served strictly in arrival order.
+    let ran = bench(&["--json", "--only", "holds,queue", "--holds", "400", "--holds-sessions", "40", "--queue", "40"]);
+    assert_eq!(ran.code, 0, "{ran}");
+    let json = ran.json();
+    let holds = &json["holds"];
+    assert_eq!((holds["sessions"].as_u64(), holds["granted"].as_u64()), (Some(40), Some(400)), "{ran}");
+    assert_eq!((holds["errors"].as_u64(), holds["false_fences"].as_u64()), (Some(0), Some(0)), "{ran}");
+    assert!(holds["grants_per_sec"].as_f64().unwrap_or_default() > 0.0, "{ran}");
+    assert!(holds["etcd_db_bytes_per_hold"].is_number(), "no etcd bytes per hold:\n{ran}");
+    assert!(holds["arbiter_rss_bytes_per_hold"].is_number(), "{ran}");
+    let queue = &json["queue"];
+    assert_eq!((queue["queued"].as_u64(), queue["granted"].as_u64(), queue["errors"].as_u64()), (Some(40), Some(40), Some(0)), "{ran}");
+    assert_eq!(queue["out_of_order"].as_u64(), Some(0), "the queue was not served in arrival order:\n{ran}");
+    assert!(queue["handoffs_per_sec"].as_f64().unwrap_or_default() > 0.0, "{ran}");
+    assert!(queue["arbiter_rss_bytes_per_waiter"].is_number(), "{ran}");
 
     eprintln!("bench test: {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -24,6 +24,7 @@
 pub mod baseline;
 pub mod cpu;
 pub mod group;
+pub mod many;
 pub mod scale;
 
 use anyhow::Context;
@@ -43,6 +44,7 @@ Example, against a dev appliance:
   holdfastctl dev --detach --dir /tmp/hf && source /tmp/hf/env
   holdfast-bench --dev-dir /tmp/hf --plot /tmp/bench.svg
   holdfast-bench --dev-dir /tmp/hf --only renewal --json | tail -n1
+  holdfast-bench --dev-dir /tmp/hf --only holds,queue --holds 100000 --queue 1000
 
 With --dev-dir the direct etcd paths run as the etcd user holdfast-bench
 (made with the appliance's root certificate; its role reads /sys/epoch,
@@ -113,13 +115,26 @@ pub struct BenchArgs {
     /// --dev-dir's arbiter.toml, without and with `[grants] group_commit`,
     /// and reports proposals per grant and pairs/s through each, beside the
     /// direct transactions under the same pinning (at the most --clients,
-    /// up to 64).
+    /// up to 64). `holds` and `queue` also run only when named; each starts
+    /// a second arbiter from --dev-dir's arbiter.toml with its hold quotas
+    /// and request rate raised: `holds` takes --holds holds over
+    /// --holds-sessions sessions (memory per hold), `queue` puts --queue
+    /// waiters on one key (handoffs/s, memory per waiter).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Part>,
     /// The CPU etcd is pinned to in the group-commit part (`taskset`; its
     /// affinity is restored afterwards).
     #[arg(long, default_value_t = 0)]
     pin_etcd_cpu: usize,
+    /// Holds taken (on distinct keys) in the holds part.
+    #[arg(long, default_value_t = 100_000)]
+    holds: usize,
+    /// Sessions the holds part spreads its holds over.
+    #[arg(long, default_value_t = 1_000)]
+    holds_sessions: usize,
+    /// Waiters on one key in the queue part, each with its own session.
+    #[arg(long, default_value_t = 1_000)]
+    queue: usize,
     /// Write an SVG plot: throughput and p99 against concurrency, or with
     /// --scale the keepalive latency and RSS per session against sessions.
     /// `holdfast-bench --replot SAVED --plot OUT.svg` draws the scale plot
@@ -140,6 +155,12 @@ enum Part {
     /// Only when named: etcd pinned to one CPU, two more arbiters (see
     /// `--pin-etcd-cpu`).
     GroupCommit,
+    /// Only when named: --holds holds over --holds-sessions sessions
+    /// through a second arbiter (memory per hold).
+    Holds,
+    /// Only when named: --queue waiters on one key through a second
+    /// arbiter (handoff rate and memory per waiter).
+    Queue,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,7 +311,8 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         metrics_url: args.etcd_metrics.clone().unwrap_or_else(|| format!("{}/metrics", cfg.endpoints[0].trim_end_matches('/'))),
         pids,
     });
-    let want = |p: Part| if args.only.is_empty() { p != Part::GroupCommit } else { args.only.contains(&p) };
+    let named_only = [Part::GroupCommit, Part::Holds, Part::Queue];
+    let want = |p: Part| if args.only.is_empty() { !named_only.contains(&p) } else { args.only.contains(&p) };
     // Progress and the table go to stderr, so `--json | tail -n1` is clean.
     let say = |m: String| eprintln!("{m}");
     say(format!("holdfast bench against etcd {} ({}), {:?} per cell", ctx.etcd_version, cfg.endpoints.join(","), args.duration));
@@ -476,6 +498,43 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
     if want(Part::GroupCommit) {
         let clients = args.clients.iter().copied().filter(|c| *c <= 64).max().unwrap_or(64);
         group::run(&ctx, conn, args.dev_dir.as_deref(), args.pin_etcd_cpu, clients, args.duration, &mut summary).await?;
+    }
+    if want(Part::Holds) {
+        let h = many::holds(conn, args.dev_dir.as_deref(), &ctx.metrics_url, args.holds_sessions, args.holds).await?;
+        let opt = |x: Option<f64>, unit: &str| x.map(|x| format!("{x:.0}{unit}")).unwrap_or_else(|| "-".into());
+        say(format!(
+            "  holds {} over {} sessions: {} granted ({:.0}/s, {} errors{}), arbiter RSS {} ({} per session, {} per hold), etcd db {} per hold, false fences {}",
+            h.holds,
+            h.sessions,
+            h.granted,
+            h.grants_per_sec,
+            h.errors,
+            h.first_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default(),
+            h.arbiter_rss_mib.map(|x| format!("{x:.1} MiB")).unwrap_or_else(|| "-".into()),
+            opt(h.arbiter_rss_kib_per_session, " KiB"),
+            opt(h.arbiter_rss_bytes_per_hold, " B"),
+            opt(h.etcd_db_bytes_per_hold, " B"),
+            h.false_fences
+        ));
+        summary.insert("holds".into(), serde_json::to_value(&h)?);
+    }
+    if want(Part::Queue) {
+        let q = many::queue(conn, args.dev_dir.as_deref(), args.queue).await?;
+        say(format!(
+            "  queue of {} waiters on one key ({} counted waiting): {} granted, {:.0} handoffs/s, release->grant p50 {:.2} ms p99 {:.2} ms, out of arrival order {}, arbiter RSS {} ({} B per waiter), {} errors{}",
+            q.waiters,
+            q.queued,
+            q.granted,
+            q.handoffs_per_sec,
+            q.handoff_p50_ms,
+            q.handoff_p99_ms,
+            q.out_of_order.map(|n| n.to_string()).unwrap_or_else(|| "not judged".into()),
+            q.arbiter_rss_mib.map(|x| format!("{x:.1} MiB")).unwrap_or_else(|| "-".into()),
+            q.arbiter_rss_bytes_per_waiter.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
+            q.errors,
+            q.first_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+        ));
+        summary.insert("queue".into(), serde_json::to_value(&q)?);
     }
     if args.json {
         println!("{}", serde_json::Value::Object(summary));

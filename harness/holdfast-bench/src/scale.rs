@@ -100,7 +100,7 @@ pub struct Level {
 }
 
 /// The arbiter's resident set in KiB (`VmRSS` of `/proc/<pid>/status`).
-fn rss_kib(pid: Option<u32>) -> Option<f64> {
+pub(crate) fn rss_kib(pid: Option<u32>) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -270,6 +270,8 @@ pub struct DevArbiter {
     process: ArbiterProcess,
     /// Its `host:port`.
     pub endpoint: String,
+    /// Its Prometheus metrics (plain HTTP on loopback).
+    pub metrics_url: String,
 }
 
 impl DevArbiter {
@@ -290,13 +292,14 @@ impl DevArbiter {
         let mut config = holdfast_config::ArbiterConfig::load(&path).with_context(|| format!("reading {}", path.display()))?;
         let port = holdfast_devkit::ports::free_port();
         config.listen = ([127, 0, 0, 1], port).into();
-        config.metrics_listen = ([127, 0, 0, 1], holdfast_devkit::ports::free_port()).into();
+        let metrics_port = holdfast_devkit::ports::free_port();
+        config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
         tune(&mut config);
         let mut launch = Launch::new(arbiter::locate()?, config, dir, name);
         launch.written_by = "Written by `holdfast-bench`".into();
         let process = ArbiterProcess::start(&launch, Duration::from_secs(60))
             .with_context(|| format!("starting a second arbiter; see {}", dir.join(format!("{name}.log")).display()))?;
-        Ok(DevArbiter { process, endpoint: format!("127.0.0.1:{port}") })
+        Ok(DevArbiter { process, endpoint: format!("127.0.0.1:{port}"), metrics_url: format!("http://127.0.0.1:{metrics_port}/metrics") })
     }
 
     pub fn pid(&self) -> Option<u32> {
