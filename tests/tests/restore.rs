@@ -168,3 +168,32 @@ async fn a_running_arbiter_seals_when_etcd_is_restored_under_it() {
         .expect("a session of the old epoch is lost after the advance")
         .unwrap();
 }
+
+/// A restart is not a restore: etcd stops and starts on its own data under
+/// a session that keeps renewing. The arbiter's etcd keepalive stream for
+/// that session ends with the old etcd process; the next renewal opens a new
+/// one. It used to call etcd failed instead, which paused every grant until
+/// etcd was re-checked (a concurrent acquire was refused "unavailable": a
+/// CI failure of `a_running_arbiter_seals_when_etcd_is_restored_under_it`).
+#[tokio::test]
+async fn an_etcd_restart_under_a_renewing_session_pauses_no_grant() {
+    let mut app = Appliance::start("restart-keeper", 1).await;
+    let client = app.client("team/a").await;
+    // The key's class TTL, 30 s: a keepalive every 10 s, and room for etcd
+    // to be down a few seconds. The first keepalive opens the arbiter's
+    // etcd keepalive stream for the session.
+    let session = client.open_session(Duration::from_secs(30)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    app.etcd.restart_member(0).await;
+    let mark = std::fs::metadata(&app.arbiter.log).unwrap().len() as usize;
+    app.arbiter.wait_sealed(&client, false, Duration::from_secs(15)).await;
+    // At least one renewal after the restart.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let log = std::fs::read(&app.arbiter.log).unwrap();
+    let after = String::from_utf8_lossy(&log[mark.min(log.len())..]);
+    assert!(!after.contains("granting paused"), "a renewal after the etcd restart paused granting:\n{after}");
+    assert_eq!(*session.health().borrow(), holdfast_client::Health::Healthy, "the session was not renewed after the restart");
+    let hold = session.acquire(&key(), Duration::ZERO).await.unwrap();
+    hold.release().await.unwrap();
+    session.close().await.unwrap();
+}

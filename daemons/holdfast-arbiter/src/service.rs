@@ -420,14 +420,37 @@ impl LockService {
         // Known to this stream: checked as the caller's own session, now or before.
         record_session(span, lease);
         let outcome = async {
-            let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;
-            let sent_at = tokio::time::Instant::now();
-            keeper.keep_alive().await.map_err(Refusal::etcd)?;
-            let resp = tokio::time::timeout(self.etcd.timeout, stream.message())
-                .await
-                .map_err(|_| Refusal::unavailable("keepalive not acknowledged in time"))?
-                .map_err(Refusal::etcd)?
-                .ok_or_else(|| Refusal::unavailable("etcd closed the keepalive stream"))?;
+            let mut reopened = false;
+            let (sent_at, resp) = loop {
+                let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;
+                let sent_at = tokio::time::Instant::now();
+                let answer = match keeper.keep_alive().await {
+                    Ok(()) => tokio::time::timeout(self.etcd.timeout, stream.message())
+                        .await
+                        .map_err(|_| Refusal::unavailable("keepalive not acknowledged in time"))?,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(Some(resp)) => break (sent_at, resp),
+                    // This stream's etcd keepalive stream ended (etcd
+                    // restarted under it, or its connection was replaced):
+                    // open a new one, once, before calling etcd failed (which
+                    // pauses every grant until etcd is re-checked).
+                    _ if !reopened => {
+                        reopened = true;
+                        keepers.remove(&lease);
+                        match self.etcd.client.clone().lease_keep_alive(lease).await {
+                            Ok(pair) => {
+                                keepers.insert(lease, pair);
+                            }
+                            Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => return Ok((0, false)),
+                            Err(e) => return Err(Refusal::etcd(e)),
+                        }
+                    }
+                    Ok(None) => return Err(Refusal::unavailable("etcd closed the keepalive stream")),
+                    Err(e) => return Err(Refusal::etcd(e)),
+                }
+            };
             let acked_term = resp.header().map(|h| h.raft_term());
             #[cfg(feature = "mutations")]
             let unconfirmed_counts = holdfast_store::mutation::on(&holdfast_store::mutation::NO_KEEPALIVE_CONFIRMATION);
