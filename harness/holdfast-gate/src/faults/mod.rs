@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// SIGSTOP the etcd leader past the election timeout.
+    /// SIGSTOP the etcd leader past the election timeout, and wake it
+    /// before its lessor could think a lease renewed through it expired.
     LeaderPause,
     /// kill -9 an etcd member, restart it.
     MemberKill,
