@@ -878,6 +878,7 @@ fn plot(path: &std::path::Path, cells: &[Cell], clients: &[usize]) -> anyhow::Re
     let variants = [(Variant::Arbiter, RED), (Variant::EtcdTxn, BLUE), (Variant::LockRpc, GREEN)];
     // (label, colour, path, figure)
     type Line = (String, RGBColor, Variant, Pick);
+    type Points = Vec<(f64, f64)>;
     let mut cpu_lines: Vec<Line> =
         variants.iter().map(|(v, c)| (format!("etcd, {}", v.name()), *c, *v, (|x: &Cell| x.etcd_cpu_us_per_pair) as Pick)).collect();
     cpu_lines.push(("the arbiter process, arbiter".into(), MAGENTA, Variant::Arbiter, |x: &Cell| x.arbiter_cpu_us_per_pair));
@@ -889,7 +890,7 @@ fn plot(path: &std::path::Path, cells: &[Cell], clients: &[usize]) -> anyhow::Re
         ("Raft proposals per pair vs log2(clients)", each(|c| c.proposals_per_pair)),
     ];
     for (area, (title, lines)) in panels.iter().zip(specs) {
-        let series: Vec<(String, RGBColor, Vec<(f64, f64)>)> = lines
+        let series: Vec<(String, RGBColor, Points)> = lines
             .iter()
             .map(|(label, color, variant, pick)| {
                 let pts = clients
