@@ -393,6 +393,20 @@ fn count_outcome<T>(r: &Result<T, Refusal>, class: &holdfast_policy::Class) {
 type Keepers = std::collections::HashMap<i64, (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>;
 
 impl LockService {
+    /// Opens a session's etcd keepalive stream into `keepers` (creating it
+    /// renews once): false if etcd no longer knows the lease ("lease not
+    /// found" is an answer, not an etcd failure).
+    async fn open_keeper(&self, lease: i64, keepers: &mut Keepers) -> Result<bool, Refusal> {
+        match self.etcd.client.clone().lease_keep_alive(lease).await {
+            Ok(pair) => {
+                keepers.insert(lease, pair);
+                Ok(true)
+            }
+            Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => Ok(false),
+            Err(e) => Err(Refusal::etcd(e)),
+        }
+    }
+
     /// Renews one session through a per-stream etcd keepalive stream.
     async fn renew(&self, who: &str, id: u64, keepers: &mut Keepers, span: &Span) -> Result<KeepAliveResponse, Refusal> {
         let lease = session_id(id)?;
@@ -404,17 +418,9 @@ impl LockService {
                 ));
             }
             self.sessions.owned(&self.etcd, lease, who).await?;
-            // Creating the keeper renews once; a lease that is gone reports
-            // "lease not found", which is an answer, not an etcd failure.
-            match self.etcd.client.clone().lease_keep_alive(lease).await {
-                Ok(pair) => {
-                    keepers.insert(lease, pair);
-                }
-                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
-                    self.sessions.forget(lease);
-                    return Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false });
-                }
-                Err(e) => return Err(Refusal::etcd(e)),
+            if !self.open_keeper(lease, keepers).await? {
+                self.sessions.forget(lease);
+                return Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false });
             }
         }
         // Known to this stream: checked as the caller's own session, now or before.
@@ -439,12 +445,8 @@ impl LockService {
                     _ if !reopened => {
                         reopened = true;
                         keepers.remove(&lease);
-                        match self.etcd.client.clone().lease_keep_alive(lease).await {
-                            Ok(pair) => {
-                                keepers.insert(lease, pair);
-                            }
-                            Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => return Ok((0, false)),
-                            Err(e) => return Err(Refusal::etcd(e)),
+                        if !self.open_keeper(lease, keepers).await? {
+                            return Ok((0, false));
                         }
                     }
                     Ok(None) => return Err(Refusal::unavailable("etcd closed the keepalive stream")),
