@@ -135,7 +135,8 @@ pub struct BenchArgs {
     /// Waiters on one key in the queue part, each with its own session.
     #[arg(long, default_value_t = 1_000)]
     queue: usize,
-    /// Write an SVG plot: throughput and p99 against concurrency, or with
+    /// Write an SVG plot: throughput, p99, CPU per pair and Raft proposals
+    /// per pair against concurrency, or with
     /// --scale the keepalive latency and RSS per session against sessions.
     /// `holdfast-bench --replot SAVED --plot OUT.svg` draws the scale plot
     /// from a saved `--scale --json` output without measuring.
