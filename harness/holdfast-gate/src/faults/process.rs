@@ -155,3 +155,25 @@ fn stopped(pid: u32) -> bool {
         .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
         .unwrap_or(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::safe_leader_stop;
+    use crate::cluster::ELECTION_TIMEOUT;
+    use std::time::Duration;
+
+    #[test]
+    fn a_paused_leader_wakes_before_a_lease_renewed_through_it_looks_expired_and_after_an_election() {
+        for secs in [5, 15, 60] {
+            let ttl = Duration::from_secs(secs);
+            let stop = safe_leader_stop(ttl);
+            // Renewed at most one period (TTL/3) before the stop, a lease
+            // still has TTL/5 left by the stopped leader's clock when it wakes.
+            assert!(stop + ttl / 3 + ttl / 5 <= ttl, "TTL {ttl:?}: stop {stop:?}");
+            // Long enough for the others to elect a new leader (the fault's
+            // shortest hold is four election timeouts).
+            assert!(stop >= ELECTION_TIMEOUT * 4, "TTL {ttl:?}: stop {stop:?}");
+        }
+        assert_eq!(safe_leader_stop(Duration::from_secs(5)).as_millis(), 2333);
+    }
+}
