@@ -28,6 +28,7 @@ pub mod identity;
 pub mod limits;
 pub mod metrics;
 pub mod policy;
+pub mod renewal;
 pub mod seal;
 pub mod server;
 pub mod service;

@@ -90,8 +90,10 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let committer = crate::commit::Committer::new(etcd.clone(), config.grants.group_commit);
     let expiries = Arc::new(crate::expiry::Expiries::new(config.waiters.watch));
     tokio::spawn(crate::expiry::run(etcd.clone(), expiries.clone()));
+    let renewer = Arc::new(crate::renewal::Renewer::new(etcd.clone()));
     let service = LockService {
         confirmer,
+        renewer,
         etcd,
         guard: guard.clone(),
         sessions: Default::default(),

@@ -35,6 +35,8 @@ pub struct LockService {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// Confirms the leader term of keepalive acknowledgements.
     pub confirmer: crate::confirm::Confirmer,
+    /// The shared etcd keepalive streams sessions are renewed through.
+    pub renewer: Arc<crate::renewal::Renewer>,
     /// Holds this arbiter granted, for counting the ones that expire.
     pub expiries: Arc<crate::expiry::Expiries>,
     /// ValidateToken's own rate limit (see [`crate::validate`]).
@@ -187,7 +189,7 @@ impl holdfast_proto::Lock for LockService {
         let svc = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
-            let mut keepers = std::collections::HashMap::new();
+            let mut known = Known::new();
             loop {
                 let msg = tokio::select! {
                     m = incoming.next() => m,
@@ -196,7 +198,7 @@ impl holdfast_proto::Lock for LockService {
                 let Some(Ok(msg)) = msg else { break };
                 // One span per renewal: the stream itself lives as long as the session.
                 let span = rpc_span!("KeepAlive");
-                let reply = svc.renew(&who, msg.session_id, &mut keepers, &span).instrument(span.clone()).await;
+                let reply = svc.renew(&who, msg.session_id, &mut known, &span).instrument(span.clone()).await;
                 let reply = svc.seen(reply);
                 finish(&span, &reply, |r| if r.ttl_millis > 0 { "renewed" } else { "expired" });
                 drop(span);
@@ -390,68 +392,31 @@ fn count_outcome<T>(r: &Result<T, Refusal>, class: &holdfast_policy::Class) {
     }
 }
 
-type Keepers = std::collections::HashMap<i64, (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>;
+/// The sessions one client keepalive stream has renewed: each checked once
+/// as the caller's own.
+type Known = std::collections::HashSet<i64>;
 
 impl LockService {
-    /// Opens a session's etcd keepalive stream into `keepers` (creating it
-    /// renews once): false if etcd no longer knows the lease ("lease not
-    /// found" is an answer, not an etcd failure).
-    async fn open_keeper(&self, lease: i64, keepers: &mut Keepers) -> Result<bool, Refusal> {
-        match self.etcd.client.clone().lease_keep_alive(lease).await {
-            Ok(pair) => {
-                keepers.insert(lease, pair);
-                Ok(true)
-            }
-            Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => Ok(false),
-            Err(e) => Err(Refusal::etcd(e)),
-        }
-    }
-
-    /// Renews one session through a per-stream etcd keepalive stream.
-    async fn renew(&self, who: &str, id: u64, keepers: &mut Keepers, span: &Span) -> Result<KeepAliveResponse, Refusal> {
+    /// Renews one session through the arbiter's shared etcd keepalive stream
+    /// ([`crate::renewal`]).
+    async fn renew(&self, who: &str, id: u64, known: &mut Known, span: &Span) -> Result<KeepAliveResponse, Refusal> {
         let lease = session_id(id)?;
-        if !keepers.contains_key(&lease) {
-            if keepers.len() >= MAX_SESSIONS_PER_STREAM {
+        if !known.contains(&lease) {
+            if known.len() >= MAX_SESSIONS_PER_STREAM {
                 return Err(Refusal::invalid(
                     "session_id",
                     format!("one keepalive stream renews at most {MAX_SESSIONS_PER_STREAM} sessions; open another stream"),
                 ));
             }
             self.sessions.owned(&self.etcd, lease, who).await?;
-            if !self.open_keeper(lease, keepers).await? {
-                self.sessions.forget(lease);
-                return Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false });
-            }
+            known.insert(lease);
         }
         // Known to this stream: checked as the caller's own session, now or before.
         record_session(span, lease);
         let outcome = async {
-            let mut reopened = false;
-            let (sent_at, resp) = loop {
-                let (keeper, stream) = keepers.get_mut(&lease).ok_or_else(|| Refusal::session_not_found(lease))?;
-                let sent_at = tokio::time::Instant::now();
-                let answer = match keeper.keep_alive().await {
-                    Ok(()) => tokio::time::timeout(self.etcd.timeout, stream.message())
-                        .await
-                        .map_err(|_| Refusal::unavailable("keepalive not acknowledged in time"))?,
-                    Err(e) => Err(e),
-                };
-                match answer {
-                    Ok(Some(resp)) => break (sent_at, resp),
-                    // This stream's etcd keepalive stream ended (etcd
-                    // restarted under it, or its connection was replaced):
-                    // open a new one, once, before calling etcd failed (which
-                    // pauses every grant until etcd is re-checked).
-                    _ if !reopened => {
-                        reopened = true;
-                        keepers.remove(&lease);
-                        if !self.open_keeper(lease, keepers).await? {
-                            return Ok((0, false));
-                        }
-                    }
-                    Ok(None) => return Err(Refusal::unavailable("etcd closed the keepalive stream")),
-                    Err(e) => return Err(Refusal::etcd(e)),
-                }
+            let (sent_at, resp) = match self.renewer.renew(lease).await? {
+                crate::renewal::Renewal::Answered { sent_at, resp } => (sent_at, resp),
+                crate::renewal::Renewal::NotFound => return Ok((0, false)),
             };
             let acked_term = resp.header().map(|h| h.raft_term());
             #[cfg(feature = "mutations")]
@@ -473,13 +438,13 @@ impl LockService {
         match outcome {
             Ok((ttl, confirmed)) if ttl > 0 => Ok(KeepAliveResponse { session_id: id, ttl_millis: ttl as u64 * 1000, confirmed }),
             Ok(_) => {
-                keepers.remove(&lease);
+                known.remove(&lease);
                 self.sessions.forget(lease);
                 Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false })
             }
             Err(e) => {
                 crate::metrics::inc(|m| &m.renewal_failures);
-                keepers.remove(&lease);
+                known.remove(&lease);
                 Err(e)
             }
         }
