@@ -185,6 +185,15 @@ struct ReloadingTls(Arc<Reloading<rustls::ClientConfig>>);
 
 type TonicChange = tonic::transport::channel::Change<http::Uri, tonic::transport::Endpoint>;
 
+/// HTTP/2 flow-control windows of an etcd connection. The HTTP/2 library
+/// (h2) closes a connection on which more small DATA frames wait unread than
+/// a budget of half the connection window: at the default 64 KiB that is
+/// about 145 keepalive answers, 18 ms of them at 40,000 sessions, and an
+/// arbiter at that scale lost its etcd connection once to a scheduling
+/// hiccup ("too_many_data_frames", `docs/benchmarks.md`, "Scale").
+const CONNECTION_WINDOW: u32 = 8 << 20;
+const STREAM_WINDOW: u32 = 1 << 20;
+
 impl BalancedChannelBuilder for ReloadingTls {
     // Never returned: building the channel cannot fail.
     type Error = etcd_client::Error;
@@ -195,7 +204,10 @@ impl BalancedChannelBuilder for ReloadingTls {
         let discover = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |change| {
             Ok::<_, tower::BoxError>(match change {
                 TonicChange::Insert(uri, endpoint) => {
-                    let channel = endpoint.connect_with_connector_lazy(dialer.clone());
+                    let channel = endpoint
+                        .initial_connection_window_size(CONNECTION_WINDOW)
+                        .initial_stream_window_size(STREAM_WINDOW)
+                        .connect_with_connector_lazy(dialer.clone());
                     tower::discover::Change::Insert(uri, tower::load::Constant::new(channel, 0usize))
                 }
                 TonicChange::Remove(uri) => tower::discover::Change::Remove(uri),
