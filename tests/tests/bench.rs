@@ -6,7 +6,7 @@
 //! second per cell. Then `--scale` at a small size: 50 sessions held through
 //! a second arbiter, none falsely fenced; group commit with etcd pinned; and
 //! `--only holds,queue` at a small size (400 holds over 40 sessions, 40
-//! waiters on one key).
+//! waiters on one key); and `--only hop` for one second.
 
 use holdfast_tests::*;
 use std::process::Command;
@@ -159,6 +159,25 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
     assert_eq!(queue["out_of_order"].as_u64(), Some(0), "the queue was not served in arrival order:\n{ran}");
     assert!(queue["handoffs_per_sec"].as_f64().unwrap_or_default() > 0.0, "{ran}");
     assert!(queue["arbiter_rss_bytes_per_waiter"].is_number(), "{ran}");
+
+    // The one-client hop taken apart: the arbiter's own grant-transaction
+    // time is read from its metrics (found through --dev-dir's
+    // arbiter.toml), and the split adds up to the added mean.
+    let ran = bench(&["--json", "--only", "hop", "--duration", "1s"]);
+    assert_eq!(ran.code, 0, "{ran}");
+    let json: serde_json::Value = serde_json::from_str(ran.stdout.lines().last().unwrap_or_default()).expect("json");
+    let hop = &json["hop"];
+    assert!(hop["rounds"].as_u64().unwrap_or_default() > 0, "{ran}");
+    assert_eq!(hop["errors"], 0, "{ran}");
+    for call in ["arbiter_acquire", "arbiter_release", "direct_grant", "direct_release", "arbiter_empty_call", "etcd_empty_call"] {
+        let ms = hop[call]["p50_ms"].as_f64().unwrap_or_default();
+        assert!(ms > 0.0 && ms < 1000.0, "{call}: {ms} ms:\n{ran}");
+    }
+    let f = |k: &str| hop[k].as_f64().unwrap_or_else(|| panic!("no {k}:\n{ran}"));
+    assert!(f("arbiter_grant_txn_mean_ms") > 0.0, "{ran}");
+    let split = f("split_transport_ms") + f("split_etcd_from_arbiter_ms") + f("split_arbiter_work_ms");
+    assert!((split - f("added_pair_mean_ms")).abs() < 0.01, "the split {split} does not add up:\n{ran}");
+    assert!(ran.stderr.contains("the arbiter's own work"), "{ran}");
 
     eprintln!("bench test: {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -24,6 +24,7 @@
 pub mod baseline;
 pub mod cpu;
 pub mod group;
+pub mod hop;
 pub mod many;
 pub mod scale;
 
@@ -45,6 +46,7 @@ Example, against a dev appliance:
   holdfast-bench --dev-dir /tmp/hf --plot /tmp/bench.svg
   holdfast-bench --dev-dir /tmp/hf --only renewal --json | tail -n1
   holdfast-bench --dev-dir /tmp/hf --only holds,queue --holds 100000 --queue 1000
+  holdfast-bench --dev-dir /tmp/hf --only hop --duration 20s
 
 With --dev-dir the direct etcd paths run as the etcd user holdfast-bench
 (made with the appliance's root certificate; its role reads /sys/epoch,
@@ -79,6 +81,10 @@ pub struct BenchArgs {
     /// `/metrics` on the first endpoint, which works only for `http://`.
     #[arg(long, env = "HOLDFAST_ETCD_METRICS")]
     etcd_metrics: Option<String>,
+    /// The arbiter's plain-HTTP metrics URL (`metrics_listen`), for the hop
+    /// part's split; default with --dev-dir: from its arbiter.toml.
+    #[arg(long, env = "HOLDFAST_ARBITER_METRICS")]
+    arbiter_metrics: Option<String>,
     /// How long each uncontended and contended cell runs.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     duration: Duration,
@@ -119,7 +125,9 @@ pub struct BenchArgs {
     /// a second arbiter from --dev-dir's arbiter.toml with its hold quotas
     /// and request rate raised: `holds` takes --holds holds over
     /// --holds-sessions sessions (memory per hold), `queue` puts --queue
-    /// waiters on one key (handoffs/s, memory per waiter).
+    /// waiters on one key (handoffs/s, memory per waiter). `hop` also runs
+    /// only when named: one client, the pair's added time split into
+    /// transport, etcd as the arbiter sees it and the arbiter's own work.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Part>,
     /// The CPU etcd is pinned to in the group-commit part (`taskset`; its
@@ -162,6 +170,10 @@ enum Part {
     /// Only when named: --queue waiters on one key through a second
     /// arbiter (handoff rate and memory per waiter).
     Queue,
+    /// Only when named: one client for --duration; the added time of an
+    /// acquire+release pair through the arbiter, split into transport, etcd
+    /// as the arbiter sees it, and the arbiter's own work.
+    Hop,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,7 +324,7 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         metrics_url: args.etcd_metrics.clone().unwrap_or_else(|| format!("{}/metrics", cfg.endpoints[0].trim_end_matches('/'))),
         pids,
     });
-    let named_only = [Part::GroupCommit, Part::Holds, Part::Queue];
+    let named_only = [Part::GroupCommit, Part::Holds, Part::Queue, Part::Hop];
     let want = |p: Part| if args.only.is_empty() { !named_only.contains(&p) } else { args.only.contains(&p) };
     // Progress and the table go to stderr, so `--json | tail -n1` is clean.
     let say = |m: String| eprintln!("{m}");
@@ -463,12 +475,27 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         }
     }
     if want(Part::Contended) {
+        let fsync0 = histogram_totals(&ctx.metrics_url, WAL_FSYNC).await;
         let a = contended_arbiter(&ctx, args.waiters, args.duration).await?;
+        let fsync1 = histogram_totals(&ctx.metrics_url, WAL_FSYNC).await;
         let l = contended_lock_rpc(&ctx, args.waiters, args.duration).await?;
+        // The arbiter's handoff is two etcd commits one after the other
+        // (release, then the next grant), so its rate follows etcd's WAL
+        // fsync time; said beside it so runs on different disks compare.
+        let fsync_ms = mean_ms_between(fsync0, fsync1);
         say(format!(
-            "  contended {} waiters  arbiter {:>7.0} handoffs/s (p50 {:.2} ms release->grant, {:.2} txns/handoff)  Lock RPC {:>7.0} handoffs/s (p50 {:.2} ms)",
-            args.waiters, a.0, a.1, a.2, l.0, l.1
+            "  contended {} waiters  arbiter {:>7.0} handoffs/s (p50 {:.2} ms release->grant, {:.2} txns/handoff, etcd WAL fsync mean {})  Lock RPC {:>7.0} handoffs/s (p50 {:.2} ms)",
+            args.waiters,
+            a.0,
+            a.1,
+            a.2,
+            fsync_ms.map(|x| format!("{x:.2} ms")).unwrap_or_else(|| "-".into()),
+            l.0,
+            l.1
         ));
+        if let Some(x) = fsync_ms {
+            summary.insert("contended_wal_fsync_mean_ms".into(), round(x).into());
+        }
         if l.0 > 0.0 {
             summary.insert("contended_vs_lock_rpc".into(), round(a.0 / l.0).into());
         }
@@ -536,6 +563,39 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
             q.first_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
         ));
         summary.insert("queue".into(), serde_json::to_value(&q)?);
+    }
+    if want(Part::Hop) {
+        let url = args.arbiter_metrics.clone().or_else(|| {
+            let dir = args.dev_dir.as_ref()?;
+            let c = holdfast_config::ArbiterConfig::load(&dir.join("arbiter.toml")).ok()?;
+            Some(format!("http://{}/metrics", c.metrics_listen))
+        });
+        let h = hop::run(&ctx, url.as_deref(), args.duration).await?;
+        let opt = |x: Option<f64>| x.map(|x| format!("{x:.2} ms")).unwrap_or_else(|| "- (no arbiter metrics)".into());
+        say(format!(
+            "  hop, one client, {} rounds ({} errors): pair through the arbiter adds {:.2} ms p50, {:.2} ms mean = transport {:.2} (2 x empty arbiter call; empty etcd call {:.2}) + etcd from the arbiter {} + the arbiter's own work {}",
+            h.rounds,
+            h.errors,
+            h.added_pair_p50_ms,
+            h.added_pair_mean_ms,
+            h.split_transport_ms,
+            h.etcd_empty_call.mean_ms,
+            opt(h.split_etcd_from_arbiter_ms),
+            opt(h.split_arbiter_work_ms)
+        ));
+        say(format!(
+            "    p50/mean ms: acquire {:.2}/{:.2} release {:.2}/{:.2}; direct grant {:.2}/{:.2} release {:.2}/{:.2}; the arbiter's grant txn {}",
+            h.arbiter_acquire.p50_ms,
+            h.arbiter_acquire.mean_ms,
+            h.arbiter_release.p50_ms,
+            h.arbiter_release.mean_ms,
+            h.direct_grant.p50_ms,
+            h.direct_grant.mean_ms,
+            h.direct_release.p50_ms,
+            h.direct_release.mean_ms,
+            opt(h.arbiter_grant_txn_mean_ms)
+        ));
+        summary.insert("hop".into(), serde_json::to_value(&h)?);
     }
     if args.json {
         println!("{}", serde_json::Value::Object(summary));
@@ -820,6 +880,23 @@ async fn scrape(url: &str, metric: &str, filter: &str) -> anyhow::Result<f64> {
         .sum())
 }
 
+/// A Prometheus histogram's (sum, count), if the endpoint can be read.
+async fn histogram_totals(url: &str, histogram: &str) -> Option<(f64, f64)> {
+    let sum = scrape(url, &format!("{histogram}_sum"), "").await.ok()?;
+    let count = scrape(url, &format!("{histogram}_count"), "").await.ok()?;
+    Some((sum, count))
+}
+
+/// The mean of a histogram between two readings, in milliseconds.
+fn mean_ms_between(a: Option<(f64, f64)>, b: Option<(f64, f64)>) -> Option<f64> {
+    match (a, b) {
+        (Some((s0, c0)), Some((s1, c1))) if c1 > c0 => Some((s1 - s0) * 1e3 / (c1 - c0)),
+        _ => None,
+    }
+}
+
+const WAL_FSYNC: &str = "etcd_disk_wal_fsync_duration_seconds";
+
 /// A plain HTTP/1.0 GET of etcd's /metrics (loopback, no TLS).
 async fn http_get(url: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -929,6 +1006,15 @@ fn plot(path: &std::path::Path, cells: &[Cell], clients: &[usize]) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_histogram_mean_is_taken_over_the_window_only() {
+        // 10 observations summing 5 ms before; 30 more summing 90 ms in the window.
+        assert_eq!(mean_ms_between(Some((0.005, 10.0)), Some((0.095, 40.0))).map(round), Some(3.0));
+        assert_eq!(mean_ms_between(Some((0.005, 10.0)), Some((0.005, 10.0))), None, "nothing observed");
+        assert_eq!(mean_ms_between(None, Some((1.0, 1.0))), None, "unreadable before");
+        assert_eq!(mean_ms_between(Some((1.0, 5.0)), Some((0.0, 0.0))), None, "counter reset: no figure");
+    }
 
     fn cell(variant: Variant, clients: usize, arbiter_cpu: Option<f64>, etcd_cpu: f64, proposals: Option<f64>) -> Cell {
         Cell {

@@ -277,9 +277,12 @@ pub struct DevArbiter {
 impl DevArbiter {
     /// Starts `holdfast-arbiter` (next to this program, or
     /// `$HOLDFAST_ARBITER_BIN`) with `DIR/arbiter.toml` on free ports, one
-    /// identity allowed `sessions` sessions and more; files `DIR/arbiter-scale.*`.
+    /// identity allowed twice `sessions` sessions and more (a level starts
+    /// while the previous level's closed sessions may still be counted, and
+    /// a close that failed leaves its session until its TTL); files
+    /// `DIR/arbiter-scale.*`.
     pub fn start(dir: &std::path::Path, sessions: usize) -> anyhow::Result<Self> {
-        let most = sessions as u64 + WORKLOAD_CLIENTS as u64;
+        let most = 2 * sessions as u64 + WORKLOAD_CLIENTS as u64;
         Self::start_tuned(dir, "arbiter-scale", &|c| {
             c.limits.max_sessions_per_identity = c.limits.max_sessions_per_identity.max(most);
         })
