@@ -13,7 +13,7 @@
 //! the sessions sharing one.
 //!
 //! Answers are matched to callers per lease, first in first out. A caller
-//! that gives up waiting leaves its place in the queue, so the late answer
+//! that gives up waiting keeps its place in the queue, so the late answer
 //! to its request is consumed by that place and never handed to a later
 //! request of the same lease (whose caller counts its TTL from a later send).
 //! When the stream ends (etcd restarted, a member lost its leadership and
