@@ -170,23 +170,72 @@ async fn waiters_are_granted_in_arrival_order_with_one_grant_per_release() {
 
 #[tokio::test]
 async fn without_watch_events_a_waiter_is_granted_within_about_a_second() {
-    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter, controller: _controller } =
+    let Appliance { dir: _dir, etcd, pki, arbiter, controller: _controller } =
         Appliance::start_with("poll", 1, &|c| c.waiters.watch = false).await;
     let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
     let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
     let k = key("poll/key");
     let sa = a.open_session(Duration::from_secs(10)).await.unwrap();
     let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
-    let hold = sa.acquire(&k, Duration::ZERO).await.unwrap();
+    let _hold = sa.acquire(&k, Duration::ZERO).await.unwrap();
     let k2 = k.clone();
     let waiter = tokio::spawn(async move { sb.acquire(&k2, Duration::from_secs(20)).await.map(|h| (Instant::now(), h.token())) });
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The hold ends behind this arbiter's back (as a release through another
+    // arbiter would): no watch event and no in-memory hint, only the poll.
     let released = Instant::now();
-    hold.release().await.unwrap();
+    let deleted = etcd.client().await.delete(layout::hold_key(&k), None).await.unwrap();
+    assert_eq!(deleted.deleted(), 1);
     let (granted, _) = waiter.await.unwrap().unwrap();
     let took = granted - released;
     eprintln!("granted {took:?} after the release, by polling");
     assert!(took < Duration::from_millis(1600), "polling took {took:?}");
+}
+
+#[tokio::test]
+async fn a_release_through_the_arbiter_hands_the_key_to_its_waiter_without_waiting_for_a_poll() {
+    // Watches off: only the arbiter's own release hint can beat the poll
+    // (once a second, plus up to 200 ms of jitter).
+    let Appliance { dir: _dir, etcd: _etcd, pki, arbiter, controller: _controller } =
+        Appliance::start_with("hint", 1, &|c| c.waiters.watch = false).await;
+    let k = key("poll/hint");
+    let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
+    let sa = a.open_session(Duration::from_secs(10)).await.unwrap();
+    let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
+    let attempts_before = arbiter.grant_attempts(&a).await;
+    // Ten handoffs, each to a waiter that has waited past its first poll
+    // attempt; by polling alone they would take ~10 s in all.
+    let mut total = Duration::ZERO;
+    let mut hold = sa.acquire(&k, Duration::ZERO).await.unwrap();
+    let sessions = [&sa, &sb];
+    for i in 0..10 {
+        let next = sessions[(i + 1) % 2];
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let k2 = k.clone();
+        let waiting = async {
+            let h = next.acquire(&k2, Duration::from_secs(20)).await;
+            let _ = tx.send(Instant::now());
+            h
+        };
+        let releasing = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = Instant::now();
+            hold.release().await.unwrap();
+            released
+        };
+        let (h, released) = tokio::join!(waiting, releasing);
+        let granted = rx.await.unwrap();
+        total += granted.saturating_duration_since(released);
+        hold = h.unwrap();
+    }
+    hold.release().await.unwrap();
+    let attempts = arbiter.grant_attempts(&a).await - attempts_before;
+    eprintln!("ten handoffs took {total:?} after their releases, {attempts} grant transactions");
+    assert!(total < Duration::from_millis(2000), "ten handoffs took {total:?}: the waiters were granted by polling");
+    // One for the first hold, then one per handoff (a waiter's first try
+    // when it queues counts as one more each: 1 + 10 + 10).
+    assert!(attempts <= 21, "{attempts} grant transactions for 10 handoffs");
 }
 
 #[tokio::test]

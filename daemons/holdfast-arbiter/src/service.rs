@@ -245,6 +245,9 @@ impl holdfast_proto::Lock for LockService {
             let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
             record_session(&span, lease);
             let released = self.seen(grant::release(self.waiters.committer(), &self.guard, &session, &key, token).await)?;
+            if released {
+                self.waiters.released(&holdfast_model::layout::hold_key(&key));
+            }
             Ok(ReleaseResponse { released })
         }
         .instrument(span.clone())

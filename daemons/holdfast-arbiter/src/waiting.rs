@@ -9,9 +9,12 @@
 //! grant transaction. Without events it polls every second (with jitter) by
 //! *reading* the key and sends a transaction only when the key is free. When
 //! the head is granted, the next waiter becomes head and starts watching from
-//! the new grant's revision: one release causes one grant transaction. The
-//! order survives an etcd leader change and is lost when the arbiter
-//! restarts (waiters then retry).
+//! the new grant's revision: one release causes one grant transaction. A
+//! release made through this arbiter is also a hint, given in memory as soon
+//! as etcd confirms it ([`Waiters::released`]): the head need not wait for
+//! etcd's watch event, and without watches it need not wait for its next
+//! poll. The order survives an etcd leader change and is lost when the
+//! arbiter restarts (waiters then retry).
 //!
 //! **Durable fairness** (per acquire until classes exist): the waiter is
 //! recorded at `/q/<ns>/<key>/<lease>` on its own session lease; the grant
@@ -59,6 +62,9 @@ struct KeyQueue {
     order: Mutex<VecDeque<(u64, Arc<Notify>)>>,
     /// Where the next head starts watching from, and the last holder seen.
     state: Mutex<(i64, Option<String>)>,
+    /// Rung when a release of this key through this arbiter has committed:
+    /// a hint for the waiting head, like a watch event.
+    released: Notify,
 }
 
 /// A place in a key's queue; leaving it (drop) wakes the next waiter.
@@ -114,6 +120,18 @@ impl Waiters {
         lock(&self.queues).get(hold_key).map(|q| lock(&q.order).len() as u32).unwrap_or(0)
     }
 
+    /// A release of `hold_key` through this arbiter has committed: the head
+    /// waiting for it tries its grant transaction now. Only a head already
+    /// waiting hears it (no permit is kept), so a late hint never causes a
+    /// second transaction; a head that starts waiting after the release
+    /// finds the key free through its watch or its poll.
+    pub fn released(&self, hold_key: &str) {
+        let queue = lock(&self.queues).get(hold_key).cloned();
+        if let Some(q) = queue {
+            q.released.notify_waiters();
+        }
+    }
+
     fn has_queue(&self, hold_key: &str) -> bool {
         lock(&self.queues).contains_key(hold_key)
     }
@@ -165,7 +183,7 @@ impl Waiters {
         // The head: wait for a release, then send the grant transaction.
         let (mut watch_from, mut holder) = lock(&ticket.queue.state).clone();
         loop {
-            match self.wait_for_release(etcd, &hold_key, watch_from, deadline).await {
+            match self.wait_for_release(etcd, &ticket.queue, &hold_key, watch_from, deadline).await {
                 Hint::Deadline => return Err(contention_or_leak(key, session, &holder)),
                 Hint::Poll => {
                     if let Some(rev) = key_revision_if_held(etcd, &hold_key).await {
@@ -194,12 +212,14 @@ impl Waiters {
         }
     }
 
-    /// Waits for a delete of the key after `watch_from`, the poll interval,
-    /// or the deadline. With `watch_from` 0 (unknown), polls at once.
-    async fn wait_for_release(&self, etcd: &Etcd, key: &str, watch_from: i64, deadline: Instant) -> Hint {
+    /// Waits for a delete of the key after `watch_from`, a release through
+    /// this arbiter, the poll interval, or the deadline. With `watch_from` 0
+    /// (unknown), polls at once.
+    async fn wait_for_release(&self, etcd: &Etcd, queue: &KeyQueue, key: &str, watch_from: i64, deadline: Instant) -> Hint {
         if watch_from <= 0 {
             return Hint::Poll;
         }
+        let released = queue.released.notified();
         let jitter = Duration::from_millis(rand::rng().random_range(0..200));
         let poll_at = (Instant::now() + POLL + jitter).min(deadline);
         let watch = async {
@@ -211,6 +231,7 @@ impl Waiters {
         tokio::select! {
             _ = tokio::time::sleep_until(poll_at) => if Instant::now() >= deadline { Hint::Deadline } else { Hint::Poll },
             _ = watch => Hint::Event,
+            _ = released => Hint::Event,
         }
     }
 }
