@@ -119,10 +119,20 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
     let mask =
         |pid: u32| String::from_utf8_lossy(&Command::new("taskset").args(["-p", &pid.to_string()]).output().unwrap().stdout).into_owned();
     let before = mask(etcd_pid);
-    let ran = bench(&["--json", "--only", "group-commit", "--clients", "16", "--duration", "1s"]);
+    let svg = std::env::temp_dir().join(format!("hf-bench-group-{}.svg", std::process::id()));
+    let ran = bench(&["--json", "--only", "group-commit", "--clients", "16,4", "--duration", "1s", "--plot", svg.to_str().unwrap()]);
     assert_eq!(ran.code, 0, "{ran}");
     assert_eq!(mask(etcd_pid), before, "etcd's CPU affinity was not restored:\n{ran}");
     let json = ran.json();
+    // A curve over both levels, in client order; the top-level figures are
+    // the most clients'.
+    let curve = json["group_commit_curve"].as_array().unwrap_or_else(|| panic!("no group_commit_curve:\n{ran}"));
+    assert_eq!(curve.iter().map(|p| p["clients"].as_u64().unwrap()).collect::<Vec<_>>(), [4, 16], "{ran}");
+    assert_eq!(json["group_commit_clients"], 16, "{ran}");
+    assert_eq!(curve[1]["proposals_per_grant_on"], json["proposals_per_grant_on"], "{ran}");
+    let drawn = std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("no plot at {}: {e}\n{ran}", svg.display()));
+    assert!(drawn.contains("Raft proposals per grant") && drawn.contains("direct transactions"), "the plot lacks a panel");
+    std::fs::remove_file(&svg).unwrap();
     let f = |k: &str| json[k].as_f64().unwrap_or_else(|| panic!("{k} missing:\n{ran}"));
     let (off, on) = (f("proposals_per_grant_off"), f("proposals_per_grant_on"));
     assert!((0.95..1.3).contains(&off), "proposals_per_grant_off = {off}:\n{ran}");

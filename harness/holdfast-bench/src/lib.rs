@@ -144,10 +144,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1_000)]
     queue: usize,
     /// Write an SVG plot: throughput, p99, CPU per pair and Raft proposals
-    /// per pair against concurrency, or with
-    /// --scale the keepalive latency and RSS per session against sessions.
-    /// `holdfast-bench --replot SAVED --plot OUT.svg` draws the scale plot
-    /// from a saved `--scale --json` output without measuring.
+    /// per pair against concurrency; with --scale the keepalive latency and
+    /// RSS per session against sessions; with `--only group-commit` the
+    /// proposals per grant and pairs/s, off and on, against clients.
+    /// `holdfast-bench --replot SAVED --plot OUT.svg` draws the scale or
+    /// group-commit plot from a saved `--json` output without measuring.
     #[arg(long)]
     plot: Option<PathBuf>,
 
@@ -247,11 +248,13 @@ fn summarize(variant: Variant, clients: usize, mut lat: Vec<Duration>, errors: u
 }
 
 /// `holdfast-bench --replot SAVED --plot OUT.svg`: the scale plot of a saved
-/// `--scale --json` output, drawn without measuring (no arbiter or etcd).
+/// `--scale --json` output, or the group-commit plot of a saved `--only
+/// group-commit --json` output, drawn without measuring (no arbiter or etcd).
 #[derive(clap::Parser)]
 #[command(name = "holdfast-bench")]
 pub struct Replot {
-    /// A file whose last JSON line is a `holdfast-bench --scale --json` summary.
+    /// A file whose last JSON line is a `holdfast-bench --scale --json` or
+    /// `--only group-commit --json` summary.
     #[arg(long)]
     pub replot: PathBuf,
     /// Where to write the SVG.
@@ -261,10 +264,13 @@ pub struct Replot {
 
 /// Draws [`Replot`]; the exit status.
 pub fn replot(r: &Replot) -> u8 {
-    let drawn = std::fs::read_to_string(&r.replot)
-        .with_context(|| format!("reading {}", r.replot.display()))
-        .and_then(|text| scale::levels_from_summary(&text))
-        .and_then(|levels| scale::plot(&r.plot, &levels));
+    let drawn = std::fs::read_to_string(&r.replot).with_context(|| format!("reading {}", r.replot.display())).and_then(|text| {
+        if text.contains("\"group_commit_curve\"") && !text.contains("\"scale\"") {
+            group::plot(&r.plot, &group::curve_from_summary(&text)?)
+        } else {
+            scale::plot(&r.plot, &scale::levels_from_summary(&text)?)
+        }
+    });
     match drawn {
         Ok(()) => {
             eprintln!("holdfast-bench: plot written to {}", r.plot.display());
@@ -524,8 +530,18 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         summary.insert("proposals_per_sec_h500".into(), round(many.1).into());
     }
     if want(Part::GroupCommit) {
-        let clients = args.clients.iter().copied().filter(|c| *c <= 64).max().unwrap_or(64);
-        group::run(&ctx, conn, args.dev_dir.as_deref(), args.pin_etcd_cpu, clients, args.duration, &mut summary).await?;
+        let mut levels: Vec<usize> = args.clients.iter().copied().filter(|c| (1..=64).contains(c)).collect();
+        levels.sort_unstable();
+        levels.dedup();
+        if levels.is_empty() {
+            levels.push(64);
+        }
+        let curve = group::run(&ctx, conn, args.dev_dir.as_deref(), args.pin_etcd_cpu, &levels, args.duration, &mut summary).await?;
+        // The uncontended part owns --plot when it ran.
+        if let Some(path) = args.plot.as_ref().filter(|_| !want(Part::Uncontended)) {
+            group::plot(path, &curve)?;
+            say(format!("  plot written to {}", path.display()));
+        }
     }
     if want(Part::Holds) {
         let h = many::holds(conn, args.dev_dir.as_deref(), &ctx.metrics_url, args.holds_sessions, args.holds).await?;
