@@ -290,6 +290,9 @@ pub(crate) async fn run(
     Ok(curve)
 }
 
+/// A line of the group-commit plot: its legend, colour and value.
+type Line = (&'static str, plotters::style::RGBColor, fn(&Point) -> Option<f64>);
+
 /// Draws the group-commit curve: Raft proposals per grant (off, on) and
 /// acquire+release pairs/s (off, on, the direct transactions) against the
 /// number of clients (log scale), etcd pinned to one CPU.
@@ -299,45 +302,40 @@ pub fn plot(path: &std::path::Path, curve: &[Point]) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (960, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(480);
-    let xs = |p: &Point| p.clients.max(1) as f64;
-    let xmin = curve.iter().map(xs).fold(f64::INFINITY, f64::min) / 1.5;
-    let xmax = curve.iter().map(xs).fold(1.0, f64::max) * 1.5;
-    type Pick = fn(&Point) -> Option<f64>;
-
-    let proposals: [(&str, RGBColor, Pick); 2] =
-        [("off", RED, |p| p.proposals_per_grant_off), ("group commit on", BLUE, |p| p.proposals_per_grant_on)];
-    let ymax = curve.iter().flat_map(|p| proposals.iter().filter_map(move |(_, _, f)| f(p))).fold(1.0, f64::max) * 1.3;
-    let mut chart = ChartBuilder::on(&left)
-        .caption("Raft proposals per grant vs clients (etcd on one CPU)", ("sans-serif", 15))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax)?;
-    chart.configure_mesh().draw()?;
-    for (name, color, pick) in proposals {
-        let pts: Vec<(f64, f64)> = curve.iter().filter_map(|p| Some((xs(p), pick(p)?))).collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], color));
-        chart.draw_series(pts.iter().map(|q| Circle::new(*q, 3, color.filled())))?;
-    }
-    chart.configure_series_labels().background_style(WHITE).border_style(BLACK).draw()?;
-
-    let pairs: [(&str, RGBColor, Pick); 3] = [
+    let proposals: [Line; 2] = [("off", RED, |p| p.proposals_per_grant_off), ("group commit on", BLUE, |p| p.proposals_per_grant_on)];
+    panel(&left, "Raft proposals per grant vs clients (etcd on one CPU)", curve, &proposals, 1.3)?;
+    let pairs: [Line; 3] = [
         ("off", RED, |p| Some(p.pairs_per_sec_off)),
         ("group commit on", BLUE, |p| Some(p.pairs_per_sec_on)),
         ("direct transactions", GREEN, |p| Some(p.pairs_per_sec_direct)),
     ];
-    let ymax = curve.iter().flat_map(|p| pairs.iter().filter_map(move |(_, _, f)| f(p))).fold(1.0, f64::max) * 1.2;
-    let mut chart = ChartBuilder::on(&right)
-        .caption("acquire+release pairs/s vs clients (etcd on one CPU)", ("sans-serif", 15))
+    panel(&right, "acquire+release pairs/s vs clients (etcd on one CPU)", curve, &pairs, 1.2)?;
+    root.present()?;
+    Ok(())
+}
+
+/// One panel: `lines` against clients (log scale), from 0 to `headroom`
+/// times the largest value.
+fn panel(
+    area: &plotters::drawing::DrawingArea<plotters::prelude::SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    curve: &[Point],
+    lines: &[Line],
+    headroom: f64,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let xs = |p: &Point| p.clients.max(1) as f64;
+    let xmin = curve.iter().map(xs).fold(f64::INFINITY, f64::min) / 1.5;
+    let xmax = curve.iter().map(xs).fold(1.0, f64::max) * 1.5;
+    let ymax = curve.iter().flat_map(|p| lines.iter().filter_map(move |(_, _, f)| f(p))).fold(1.0, f64::max) * headroom;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
         .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax)?;
     chart.configure_mesh().draw()?;
-    for (name, color, pick) in pairs {
+    for &(name, color, pick) in lines {
         let pts: Vec<(f64, f64)> = curve.iter().filter_map(|p| Some((xs(p), pick(p)?))).collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), color))?
@@ -346,7 +344,6 @@ pub fn plot(path: &std::path::Path, curve: &[Point]) -> anyhow::Result<()> {
         chart.draw_series(pts.iter().map(|q| Circle::new(*q, 3, color.filled())))?;
     }
     chart.configure_series_labels().background_style(WHITE).border_style(BLACK).draw()?;
-    root.present()?;
     Ok(())
 }
 
