@@ -197,14 +197,14 @@ pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// Releases the hold named by `token`, through the committer (grouped with
-/// other keys' grants and releases when group commit is on). Returns
-/// whether a hold was deleted.
+/// Releases the hold of `hold_key` named by `token`, through the committer
+/// (grouped with other keys' grants and releases when group commit is on).
+/// Returns whether a hold was deleted.
 pub async fn release(
     committer: &crate::commit::Committer,
     guard: &Guard,
     session: &Owned,
-    key: &LockKey,
+    hold_key: &str,
     token: Token,
 ) -> Result<bool, Refusal> {
     let serving_epoch = match guard.state() {
@@ -215,7 +215,7 @@ pub async fn release(
         // A token of another epoch names no hold that can still exist.
         return Ok(false);
     }
-    release_txn(committer, &layout::hold_key(key), session.lease, token.revision() as i64).await.map_err(|e| {
+    release_txn(committer, hold_key, session.lease, token.revision() as i64).await.map_err(|e| {
         guard.etcd_failed(&e);
         Refusal::unavailable(&e)
     })

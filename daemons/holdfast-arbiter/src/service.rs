@@ -244,9 +244,10 @@ impl holdfast_proto::Lock for LockService {
             let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
             let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
             record_session(&span, lease);
-            let released = self.seen(grant::release(self.waiters.committer(), &self.guard, &session, &key, token).await)?;
+            let hold_key = holdfast_model::layout::hold_key(&key);
+            let released = self.seen(grant::release(self.waiters.committer(), &self.guard, &session, &hold_key, token).await)?;
             if released {
-                self.waiters.released(&holdfast_model::layout::hold_key(&key));
+                self.waiters.released(&hold_key);
             }
             Ok(ReleaseResponse { released })
         }
