@@ -90,8 +90,6 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
         assert!(cell["arbiter_cpu_us_per_pair"].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{cell}");
     }
 
-    // --scale, small: every session opened, renewed and closed, none lost.
-    // The hold (6 s) spans a keepalive round (every 5 s at TTL 15 s).
     // Contended: four waiters on one key. Each handoff is one release and
     // one grant transaction; only the waiters' first tries (no queue yet)
     // come on top, and they are over by the end of the first quarter.
@@ -103,6 +101,9 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
     let (all, steady) = (f("txns_per_handoff"), f("txns_per_handoff_after_warmup"));
     assert!((2.0..2.1).contains(&all), "txns_per_handoff = {all}:\n{ran}");
     assert!((1.99..=2.02).contains(&steady), "txns_per_handoff_after_warmup = {steady}:\n{ran}");
+
+    // --scale, small: every session opened, renewed and closed, none lost.
+    // The hold (6 s) spans a keepalive round (every 5 s at TTL 15 s).
     let ran = bench(&["--json", "--scale", "--scale-sessions", "50", "--scale-hold", "6s"]);
     assert_eq!(ran.code, 0, "{ran}");
     let json = ran.json();

@@ -211,12 +211,10 @@ async fn a_release_through_the_arbiter_hands_the_key_to_its_waiter_without_waiti
     let sessions = [&sa, &sb];
     for i in 0..10 {
         let next = sessions[(i + 1) % 2];
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let k2 = k.clone();
         let waiting = async {
             let h = next.acquire(&k2, Duration::from_secs(20)).await;
-            let _ = tx.send(Instant::now());
-            h
+            (h, Instant::now())
         };
         let releasing = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -224,8 +222,7 @@ async fn a_release_through_the_arbiter_hands_the_key_to_its_waiter_without_waiti
             hold.release().await.unwrap();
             released
         };
-        let (h, released) = tokio::join!(waiting, releasing);
-        let granted = rx.await.unwrap();
+        let ((h, granted), released) = tokio::join!(waiting, releasing);
         total += granted.saturating_duration_since(released);
         hold = h.unwrap();
     }

@@ -347,11 +347,9 @@ fn panel(
     Ok(())
 }
 
-/// The group-commit curve of a saved `--json` summary (its last line
-/// holding a JSON object).
-pub fn curve_from_summary(text: &str) -> anyhow::Result<Vec<Point>> {
-    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON summary line in the file")?;
-    let summary: serde_json::Value = serde_json::from_str(line).context("the summary line is not JSON")?;
+/// The group-commit curve of a saved `--json` summary
+/// ([`crate::last_summary`]).
+pub fn curve_from_summary(summary: &serde_json::Value) -> anyhow::Result<Vec<Point>> {
     let curve =
         summary.get("group_commit_curve").context("the summary has no \"group_commit_curve\" (was it an --only group-commit run?)")?;
     serde_json::from_value(curve.clone()).context("the \"group_commit_curve\" levels do not have the fields this bench writes")
@@ -378,7 +376,7 @@ mod tests {
         };
         let curve = vec![point(1, 1.0), point(16, 0.3), point(64, 0.1)];
         let text = serde_json::to_string(&serde_json::json!({ "group_commit_curve": curve })).unwrap();
-        let back = curve_from_summary(&format!("progress line\n{text}\n")).unwrap();
+        let back = curve_from_summary(&crate::last_summary(&format!("progress line\n{text}\n")).unwrap()).unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(back[2].proposals_per_grant_on, Some(0.1));
         let dir = std::env::temp_dir().join(format!("hf-group-plot-{}", std::process::id()));

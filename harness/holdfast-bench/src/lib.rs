@@ -262,13 +262,21 @@ pub struct Replot {
     pub plot: PathBuf,
 }
 
+/// The summary of a saved `--json` output: its last line holding a JSON
+/// object (progress lines may come before it).
+pub fn last_summary(text: &str) -> anyhow::Result<serde_json::Value> {
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON summary line in the file")?;
+    serde_json::from_str(line).context("the summary line is not JSON")
+}
+
 /// Draws [`Replot`]; the exit status.
 pub fn replot(r: &Replot) -> u8 {
     let drawn = std::fs::read_to_string(&r.replot).with_context(|| format!("reading {}", r.replot.display())).and_then(|text| {
-        if text.contains("\"group_commit_curve\"") && !text.contains("\"scale\"") {
-            group::plot(&r.plot, &group::curve_from_summary(&text)?)
+        let summary = last_summary(&text)?;
+        if summary.get("group_commit_curve").is_some() && summary.get("scale").is_none() {
+            group::plot(&r.plot, &group::curve_from_summary(&summary)?)
         } else {
-            scale::plot(&r.plot, &scale::levels_from_summary(&text)?)
+            scale::plot(&r.plot, &scale::levels_from_summary(&summary)?)
         }
     });
     match drawn {
@@ -803,7 +811,6 @@ fn rand_u64() -> u64 {
     t.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15
 }
 
-/// (handoffs/s, p50 release→next grant in ms, etcd txns per handoff)
 /// The contended cell through the arbiter: handoffs/s, the p50 from a
 /// release to the next grant, etcd transactions (grant attempts and
 /// releases) per handoff over the whole window, and the same after the

@@ -371,11 +371,8 @@ pub fn plot(path: &std::path::Path, levels: &[Level]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The scale levels of a saved `--json` summary (its last line holding a
-/// JSON object).
-pub fn levels_from_summary(text: &str) -> anyhow::Result<Vec<Level>> {
-    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON summary line in the file")?;
-    let summary: serde_json::Value = serde_json::from_str(line).context("the summary line is not JSON")?;
+/// The scale levels of a saved `--json` summary ([`crate::last_summary`]).
+pub fn levels_from_summary(summary: &serde_json::Value) -> anyhow::Result<Vec<Level>> {
     let scale = summary.get("scale").context("the summary has no \"scale\" levels (was it a --scale run?)")?;
     serde_json::from_value(scale.clone()).context("the \"scale\" levels do not have the fields this bench writes")
 }
@@ -414,7 +411,7 @@ mod tests {
         let levels = vec![level(1000, 13.0, 77.0, 47.0, 0), level(10000, 187.0, 1650.0, 42.0, 0), level(40000, 46.0, 313.0, 25.0, 34968)];
         let summary = serde_json::json!({ "scale": levels, "scale_largest_held": 10000 });
         let text = format!("progress line\n{summary}\n");
-        let back = levels_from_summary(&text).unwrap();
+        let back = levels_from_summary(&crate::last_summary(&text).unwrap()).unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(back[2].false_fences, 34968);
         assert_eq!(back[1].keepalive_p99_ms, 1650.0);
@@ -427,7 +424,7 @@ mod tests {
         for label in ["keepalive latency (ms) vs sessions", "arbiter RSS per session (KiB) vs sessions", "p99", "KiB per session"] {
             assert!(drawn.contains(label), "{label} missing from the plot");
         }
-        assert!(levels_from_summary("{\"uncontended\": []}").unwrap_err().to_string().contains("no \"scale\""));
+        assert!(levels_from_summary(&serde_json::json!({ "uncontended": [] })).unwrap_err().to_string().contains("no \"scale\""));
         assert!(plot(&svg, &[]).is_err());
     }
 }
