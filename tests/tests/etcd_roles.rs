@@ -194,3 +194,61 @@ async fn the_arbiters_etcd_certificate_rotates_without_a_restart() {
     }
     assert!(client.server_status().await.unwrap().serving);
 }
+
+/// Any change to etcd's users or roles refuses the requests in flight across
+/// it ("revision of auth store is old"; nothing of them was applied). The
+/// arbiter sends those again, as etcd's own Go client does: an operator
+/// adding a role must not fail lock calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_calls_do_not_fail_while_an_operator_changes_etcds_roles() {
+    let dir = TestDir::new("etcd-roles-churn");
+    let etcd = Etcd::start_secure(&dir.path, 1).await;
+    etcd.enable_auth().await;
+    holdfast_store::epoch::init(&holdfast_store::Etcd::connect(&etcd.config_as(EPOCH.name)).await.unwrap(), |_| {}).await.unwrap();
+    let _controller = etcd.publish_policy(&dir.path, &[("fence", 10)], "").await;
+    let pki = Pki::new(&dir.path);
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = etcd.config_as(ARBITER.name));
+    let client = arbiter.client(&pki, &pki.workload("w", "svc/w")).await;
+    let key = LockKey::parse("fence/roles-churn").unwrap();
+
+    // The operator: 150 permission grants, each a new auth revision.
+    let mut root = etcd.client().await;
+    root.role_add("churn").await.unwrap();
+    let root = root;
+    let churn = tokio::spawn(async move {
+        for i in 0..150 {
+            // The operator's own change can be refused for the same reason.
+            let grant = || {
+                let mut root = root.clone();
+                async move { root.role_grant_permission("churn", etcd_client::Permission::read(format!("/churn/{i}"))).await }
+            };
+            holdfast_store::etcd::retry_auth_race(grant).await.unwrap();
+        }
+    });
+    // Meanwhile four sessions take turns on one key.
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (client, key) = (client.clone(), key.clone());
+        workers.push(tokio::spawn(async move {
+            let session = client.open_session_for("fence", None).await.map_err(|e| format!("open: {e}"))?;
+            let mut handoffs = 0;
+            for _ in 0..40 {
+                let hold = session.acquire(&key, Duration::from_secs(20)).await.map_err(|e| format!("acquire: {e}"))?;
+                hold.release().await.map_err(|e| format!("release: {e}"))?;
+                handoffs += 1;
+            }
+            session.close().await.map_err(|e| format!("close: {e}"))?;
+            Ok::<u32, String>(handoffs)
+        }));
+    }
+    let mut handoffs = 0;
+    for w in workers {
+        handoffs += w.await.unwrap().unwrap_or_else(|e| panic!("a lock call failed while etcd's roles changed: {e}"));
+    }
+    let overlapped = !churn.is_finished();
+    churn.await.unwrap();
+    println!("{handoffs} acquire+release pairs while 150 role changes landed (still changing at the end: {overlapped})");
+    assert_eq!(handoffs, 160);
+    let status = client.server_status().await.unwrap();
+    assert!(status.serving && !status.sealed, "{status:?}");
+}

@@ -60,7 +60,7 @@ pub async fn read_sys(etcd: &Etcd) -> Result<SysState, EpochError> {
         TxnOp::get(layout::SEAL_KEY, None),
         TxnOp::get(layout::WATERMARK_KEY, None),
     ]);
-    let resp = etcd.client.clone().txn(txn).await?;
+    let resp = etcd.txn(txn).await?;
     let header = resp.header().cloned();
     let mut gets = resp.op_responses().into_iter().map(|r| match r {
         TxnOpResponse::Get(g) => g.kvs().first().cloned(),
@@ -137,7 +137,7 @@ pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRe
         layout::encode(&record),
         None,
     )]);
-    let resp = etcd.client.clone().txn(txn).await?;
+    let resp = etcd.txn(txn).await?;
     if !resp.succeeded() {
         return Err(EpochError::Raced);
     }
@@ -228,7 +228,7 @@ pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochE
 pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
     if let Some((nonce, _, _)) = &target.nonce {
         let key = layout::nonce_key(nonce);
-        if etcd.client.clone().get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+        if etcd.get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
             return Err(EpochError::NonceUsed(key));
         }
     }
@@ -250,7 +250,7 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
     }
     let record = EpochRecord { epoch: target.new_epoch, cluster_id, log_floor: floor };
     // The session leases outlive their records unless revoked: list them now.
-    let sessions = etcd.client.clone().get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only())).await?;
+    let sessions = etcd.get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only())).await?;
     let leases: Vec<i64> = sessions
         .kvs()
         .iter()
@@ -274,10 +274,10 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
         compares.push(Compare::create_revision(key.as_str(), CompareOp::Equal, 0));
         ops.push(TxnOp::put(key.as_str(), value.clone(), Some(etcd_client::PutOptions::new().with_lease(lease))));
     }
-    let resp = etcd.client.clone().txn(Txn::new().when(compares).and_then(ops)).await?;
+    let resp = etcd.txn(Txn::new().when(compares).and_then(ops)).await?;
     if !resp.succeeded() {
         if let Some(key) = nonce_key
-            && etcd.client.clone().get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0
+            && etcd.get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0
         {
             return Err(EpochError::NonceUsed(key));
         }
@@ -307,7 +307,7 @@ pub async fn write_seal(etcd: &Etcd, reason: &str) -> Result<(), EpochError> {
         layout::encode(&record),
         None,
     )]);
-    etcd.client.clone().txn(txn).await?;
+    etcd.txn(txn).await?;
     Ok(())
 }
 
@@ -320,12 +320,12 @@ pub async fn raise_watermark(etcd: &Etcd, epoch_bytes: &[u8], seen_mod_revision:
             Compare::value(layout::EPOCH_KEY, CompareOp::Equal, epoch_bytes.to_vec()),
         ])
         .and_then([TxnOp::put(layout::WATERMARK_KEY, layout::encode(&WatermarkRecord { log_floor: floor }), None)]);
-    Ok(etcd.client.clone().txn(txn).await?.succeeded())
+    Ok(etcd.txn(txn).await?.succeeded())
 }
 
 /// Counts keys under a prefix (used by status output and tests).
 pub async fn count_prefix(etcd: &Etcd, prefix: &str) -> Result<i64, EpochError> {
-    let resp = etcd.client.clone().get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await?;
+    let resp = etcd.get(prefix, Some(GetOptions::new().with_prefix().with_count_only())).await?;
     Ok(resp.count())
 }
 

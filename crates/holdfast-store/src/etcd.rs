@@ -39,7 +39,65 @@ pub struct MemberStatus {
     pub version: String,
 }
 
+/// How many times a request refused by [`auth_raced`] is sent in all; the
+/// waits between them double from 1 ms (127 ms in all at most).
+pub const AUTH_RACE_TRIES: u32 = 8;
+
+/// Whether etcd refused the request because a change to its users or roles
+/// (any `role grant-permission`, `user add`…) landed between the request's
+/// arrival and its permission check: "etcdserver: revision of auth store is
+/// old". etcd checks before it applies, so nothing of the request took
+/// effect; etcd's own Go client retries such a request.
+pub fn auth_raced(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if s.code() == tonic::Code::InvalidArgument && s.message().contains("revision of auth store is old"))
+}
+
+/// Sends a request again, up to [`AUTH_RACE_TRIES`] times in all, while etcd
+/// refuses it as [`auth_raced`]: an operator changing etcd's users or roles
+/// must not fail the lock calls in flight. Any other outcome is returned
+/// as it is.
+pub async fn retry_auth_race<T, Fut>(mut send: impl FnMut() -> Fut) -> Result<T, etcd_client::Error>
+where
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match send().await {
+            Err(e) if auth_raced(&e) && tries < AUTH_RACE_TRIES => {
+                tokio::time::sleep(Duration::from_millis(1 << (tries - 1))).await;
+                tries += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// A transaction on `client`, sent again while etcd refuses it as
+/// [`auth_raced`].
+pub async fn txn_on(client: &Client, txn: etcd_client::Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
+    retry_auth_race(|| {
+        let (mut c, t) = (client.clone(), txn.clone());
+        async move { c.txn(t).await }
+    })
+    .await
+}
+
 impl Etcd {
+    /// A transaction, sent again while etcd refuses it as [`auth_raced`].
+    pub async fn txn(&self, txn: etcd_client::Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
+        txn_on(&self.client, txn).await
+    }
+
+    /// A range read, sent again while etcd refuses it as [`auth_raced`].
+    pub async fn get(&self, key: &str, options: Option<etcd_client::GetOptions>) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+        retry_auth_race(|| {
+            let (mut c, o) = (self.client.clone(), options.clone());
+            async move { c.get(key, o).await }
+        })
+        .await
+    }
+
     pub async fn connect(cfg: &EtcdConfig) -> anyhow::Result<Self> {
         let transport = Transport::new(cfg)?;
         let client =
@@ -216,5 +274,51 @@ impl BalancedChannelBuilder for ReloadingTls {
         let balance = tower::balance::p2c::Balance::new(discover);
         let service = tower::buffer::Buffer::new(tower::util::BoxService::new(balance), buffer_size);
         Ok((etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(service)), tx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn raced() -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::invalid_argument("etcdserver: revision of auth store is old"))
+    }
+
+    /// Counts the sends; the first `refusals` are refused with `error`.
+    async fn send_with(refusals: u32, error: fn() -> etcd_client::Error) -> (Result<u32, etcd_client::Error>, u32) {
+        let sent = AtomicU32::new(0);
+        let r = retry_auth_race(|| {
+            let n = sent.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { if n <= refusals { Err(error()) } else { Ok(n) } }
+        })
+        .await;
+        (r, sent.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn an_auth_race_is_sent_again_until_it_goes_through() {
+        let (r, sent) = send_with(3, raced).await;
+        assert_eq!(r.unwrap(), 4);
+        assert_eq!(sent, 4);
+    }
+
+    #[tokio::test]
+    async fn an_auth_race_that_persists_is_returned_after_the_last_try() {
+        let (r, sent) = send_with(u32::MAX, raced).await;
+        assert!(auth_raced(&r.unwrap_err()));
+        assert_eq!(sent, AUTH_RACE_TRIES);
+    }
+
+    #[tokio::test]
+    async fn other_refusals_are_returned_at_once() {
+        let denied = || etcd_client::Error::GRpcStatus(tonic::Status::permission_denied("etcdserver: permission denied"));
+        let (r, sent) = send_with(u32::MAX, denied).await;
+        assert!(!auth_raced(&r.unwrap_err()));
+        assert_eq!(sent, 1);
+        // The same words under another code are not the race either.
+        let other = || etcd_client::Error::GRpcStatus(tonic::Status::unavailable("revision of auth store is old"));
+        assert_eq!(send_with(u32::MAX, other).await.1, 1);
     }
 }

@@ -48,7 +48,7 @@ pub struct CurrentHold {
 /// Reads the hold on `key`, if any.
 pub async fn current_hold(etcd: &Etcd, key: &LockKey) -> Result<Option<CurrentHold>, ForceError> {
     let hold_key = layout::hold_key(key);
-    let resp = etcd.client.clone().get(hold_key.as_str(), None).await?;
+    let resp = etcd.get(hold_key.as_str(), None).await?;
     let Some(kv) = resp.kvs().first() else { return Ok(None) };
     let record: HoldRecord = layout::decode(&hold_key, kv.value()).map_err(ForceError::Malformed)?;
     Ok(Some(CurrentHold { record, create_revision: kv.create_revision() }))
@@ -71,7 +71,7 @@ pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<
     let lock_key =
         LockKey::new(namespace, key).map_err(|e| ForceError::Malformed(format!("the request's key: {} {}", e.field, e.message)))?;
     let nonce_key = layout::nonce_key(&r.nonce);
-    if etcd.client.clone().get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+    if etcd.get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
         return Err(ForceError::NonceUsed(nonce_key));
     }
     let now = current_hold(etcd, &lock_key).await?.ok_or_else(|| ForceError::NotHeld(lock_key.to_string()))?;
@@ -121,8 +121,8 @@ pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<
             TxnOp::put(force_key.as_str(), layout::encode(&record), Some(PutOptions::new().with_lease(record_lease))),
             TxnOp::put(nonce_key.as_str(), layout::encode(&nonce), Some(PutOptions::new().with_lease(nonce_lease))),
         ]);
-    if !etcd.client.clone().txn(txn).await?.succeeded() {
-        if etcd.client.clone().get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+    if !etcd.txn(txn).await?.succeeded() {
+        if etcd.get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
             return Err(ForceError::NonceUsed(nonce_key));
         }
         return Err(ForceError::Raced);

@@ -173,13 +173,13 @@ pub fn decode_pause_tests(kvs: &[KeyValue]) -> (Vec<PauseTestRecord>, Vec<String
 /// Every pause-test result under `/sys/pausetest/` (what `holdfastctl class
 /// check --etcd-endpoint` reads), and the records that did not decode.
 pub async fn read_pause_tests(etcd: &Etcd) -> Result<(Vec<PauseTestRecord>, Vec<String>), etcd_client::Error> {
-    let resp = etcd.client.clone().get(PAUSETEST_PREFIX, Some(GetOptions::new().with_prefix())).await?;
+    let resp = etcd.get(PAUSETEST_PREFIX, Some(GetOptions::new().with_prefix())).await?;
     Ok(decode_pause_tests(resp.kvs()))
 }
 
 /// The published policy, for readers (standby controllers, arbiters, status).
 pub async fn read_published(etcd: &Etcd) -> Result<Stored<PublishedPolicy>, etcd_client::Error> {
-    let resp = etcd.client.clone().get(POLICY_KEY, None).await?;
+    let resp = etcd.get(POLICY_KEY, None).await?;
     Ok(stored(POLICY_KEY, resp.kvs().first()))
 }
 
@@ -191,7 +191,7 @@ pub fn decode_published(kv: Option<&KeyValue>) -> Stored<PublishedPolicy> {
 
 /// The status document.
 pub async fn read_status(etcd: &Etcd) -> Result<Stored<PolicyStatus>, etcd_client::Error> {
-    let resp = etcd.client.clone().get(POLICY_STATUS_KEY, None).await?;
+    let resp = etcd.get(POLICY_STATUS_KEY, None).await?;
     Ok(stored(POLICY_STATUS_KEY, resp.kvs().first()))
 }
 
@@ -224,7 +224,7 @@ pub async fn read_as_leader(etcd: &Etcd, leader: &Leadership) -> Result<Option<L
         TxnOp::get(POLICY_STATUS_KEY, None),
         TxnOp::get(PAUSETEST_PREFIX, Some(GetOptions::new().with_prefix())),
     ]);
-    let resp = etcd.client.clone().txn(txn).await?;
+    let resp = etcd.txn(txn).await?;
     if !resp.succeeded() {
         return Ok(None);
     }
@@ -282,7 +282,7 @@ pub async fn write_status(etcd: &Etcd, leader: &Leadership, status: &PolicyStatu
 }
 
 async fn outcome(etcd: &Etcd, txn: Txn, leader: &Leadership) -> Result<WriteOutcome, etcd_client::Error> {
-    let resp = etcd.client.clone().txn(txn).await?;
+    let resp = etcd.txn(txn).await?;
     if resp.succeeded() {
         return Ok(WriteOutcome::Written(resp.header().map(|h| h.revision()).unwrap_or(0)));
     }

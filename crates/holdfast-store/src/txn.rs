@@ -113,8 +113,14 @@ pub fn close_txn(lease: i64) -> Txn {
 /// revoke, which deletes the holds and the marker in one more revision. A
 /// lease already gone (expired, revoked) is not an error.
 pub async fn close_session(client: &mut etcd_client::Client, lease: i64) -> Result<(), etcd_client::Error> {
-    client.txn(close_txn(lease)).await?;
-    match client.lease_revoke(lease).await {
+    crate::etcd::txn_on(client, close_txn(lease)).await?;
+    // A revoke is checked against the keys on the lease: it can be refused
+    // for the same auth race as a transaction.
+    let revoke = || {
+        let mut c = client.clone();
+        async move { c.lease_revoke(lease).await }
+    };
+    match crate::etcd::retry_auth_race(revoke).await {
         Ok(_) => Ok(()),
         Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
         Err(e) => Err(e),

@@ -77,7 +77,7 @@ impl Committer {
 }
 
 async fn send_one(etcd: &Etcd, txn: Txn) -> Result<Outcome, String> {
-    let resp = etcd.client.clone().txn(txn).await.map_err(|e| e.to_string())?;
+    let resp = etcd.txn(txn).await.map_err(|e| e.to_string())?;
     Ok(Outcome { succeeded: resp.succeeded(), header: resp.header().cloned(), ops: resp.op_responses() })
 }
 
@@ -136,7 +136,7 @@ async fn send_batch(etcd: &Etcd, mut batch: Vec<Job>) {
     }
     let (txns, replies): (Vec<Txn>, Vec<_>) = batch.into_iter().map(|j| (j.txn, j.reply)).unzip();
     let parent = Txn::new().and_then(txns.into_iter().map(TxnOp::txn).collect::<Vec<_>>());
-    match etcd.client.clone().txn(parent).await {
+    match etcd.txn(parent).await {
         Ok(resp) => {
             let header = resp.header().cloned();
             let subs = resp.op_responses();

@@ -48,7 +48,7 @@ async fn run(etcd: Etcd, mut rx: mpsc::Receiver<Request>) {
         let issued = Instant::now();
         // A default (linearizable) range read: served only after a quorum
         // confirmed the leader's read index.
-        let read = tokio::time::timeout(etcd.timeout, etcd.client.clone().get(layout::EPOCH_KEY, None)).await;
+        let read = tokio::time::timeout(etcd.timeout, etcd.get(layout::EPOCH_KEY, None)).await;
         let term = match read {
             Ok(Ok(resp)) => resp.header().map(|h| h.raft_term()),
             _ => None,

@@ -185,7 +185,7 @@ pub async fn run(etcd: Etcd, expiries: std::sync::Arc<Expiries>) {
 /// deletes every hold and session record in that revision). Unknown (the
 /// revision was compacted, or etcd did not answer): assume not.
 async fn epoch_advanced_at(etcd: &Etcd, revision: i64) -> bool {
-    let at = etcd.client.clone().get(layout::EPOCH_KEY, Some(GetOptions::new().with_revision(revision))).await;
+    let at = etcd.get(layout::EPOCH_KEY, Some(GetOptions::new().with_revision(revision))).await;
     at.ok().and_then(|r| r.kvs().first().map(|kv| kv.mod_revision() == revision)).unwrap_or(false)
 }
 

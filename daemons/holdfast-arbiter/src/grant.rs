@@ -30,11 +30,13 @@ use tracing::Instrument;
 /// The outcome of one grant transaction that did not fail.
 pub enum Attempt {
     Granted(Token),
-    /// Held by another session: the revision to watch from, and the holder's
+    /// Held by another session: the revision to watch from, the hold's
+    /// create revision (0 if the key was found free), and the holder's
     /// identity (a hold of the caller's own identity under another session
     /// is a leak, if it persists).
     Held {
         watch_from: i64,
+        since: i64,
         holder: Option<String>,
     },
 }
@@ -178,7 +180,7 @@ async fn attempt_txn(
     let Some(hold_kv) = hold_kv else {
         // Free, yet the compare failed: a durable waiter record is missing
         // (expired) or the key was released in between. Try again at once.
-        return Ok(Attempt::Held { watch_from: revision, holder: None });
+        return Ok(Attempt::Held { watch_from: revision, since: 0, holder: None });
     };
     let holder: Option<HoldRecord> = layout::decode(hold_key, hold_kv.value()).ok();
     if hold_kv.lease() == session.lease {
@@ -190,7 +192,7 @@ async fn attempt_txn(
             return Ok(Attempt::Granted(token));
         }
     }
-    Ok(Attempt::Held { watch_from: revision + 1, holder: holder.map(|h| h.spiffe_id) })
+    Ok(Attempt::Held { watch_from: revision + 1, since: hold_kv.create_revision(), holder: holder.map(|h| h.spiffe_id) })
 }
 
 pub fn now_unix_ms() -> u64 {
@@ -228,7 +230,7 @@ pub async fn release(
 async fn withdraw(etcd: &Etcd, hold_key: &str, lease: i64, create_revision: i64, reason: &str) -> bool {
     let span = txn_span!("withdraw transaction", hold_key, lease);
     let txn = holdfast_store::txn::withdraw_txn(hold_key, lease, create_revision, reason);
-    let r = etcd.client.clone().txn(txn).instrument(span.clone()).await;
+    let r = etcd.txn(txn).instrument(span.clone()).await;
     let done = matches!(&r, Ok(resp) if resp.succeeded());
     span.record("outcome", if done { "withdrawn" } else { "unknown" });
     if let Err(e) = &r {
@@ -283,7 +285,7 @@ async fn release_txn_traced(
 /// The current hold of a key, if any: (record, session lease).
 pub async fn inspect(etcd: &Etcd, key: &LockKey) -> Result<Option<(HoldRecord, i64)>, Refusal> {
     let hold_key = layout::hold_key(key);
-    let resp = etcd.client.clone().get(hold_key.as_str(), None).await.map_err(Refusal::etcd)?;
+    let resp = etcd.get(hold_key.as_str(), None).await.map_err(Refusal::etcd)?;
     // Not the create revision: with the epoch it is the holder's token.
     Ok(resp.kvs().first().and_then(|kv| {
         let record: HoldRecord = layout::decode(&hold_key, kv.value()).ok()?;

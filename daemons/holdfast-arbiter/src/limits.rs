@@ -288,7 +288,7 @@ impl Ledger {
     /// Replaces the view with a fresh listing; returns the revision to watch
     /// from.
     pub async fn load(&self, etcd: &Etcd) -> Result<i64, etcd_client::Error> {
-        let resp = etcd.client.clone().get(layout::HOLD_PREFIX, Some(GetOptions::new().with_range(RANGE_END))).await?;
+        let resp = etcd.get(layout::HOLD_PREFIX, Some(GetOptions::new().with_range(RANGE_END))).await?;
         let mut fresh = Counts::default();
         for kv in resp.kvs() {
             if let Ok(key) = kv.key_str() {

@@ -247,7 +247,7 @@ impl holdfast_proto::Lock for LockService {
             let hold_key = holdfast_model::layout::hold_key(&key);
             let released = self.seen(grant::release(self.waiters.committer(), &self.guard, &session, &hold_key, token).await)?;
             if released {
-                self.waiters.released(&hold_key);
+                self.waiters.released(&hold_key, token.revision() as i64);
             }
             Ok(ReleaseResponse { released })
         }

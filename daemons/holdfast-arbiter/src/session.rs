@@ -33,7 +33,11 @@ impl Sessions {
     /// the lease, its TTL in seconds and the revision of the record.
     pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration) -> Result<(i64, i64, i64), Refusal> {
         let mut client = etcd.client.clone();
-        let lease = client.lease_grant(ttl.as_secs() as i64, None).await.map_err(Refusal::etcd)?;
+        let grant = || {
+            let mut c = client.clone();
+            async move { c.lease_grant(ttl.as_secs() as i64, None).await }
+        };
+        let lease = holdfast_store::etcd::retry_auth_race(grant).await.map_err(Refusal::etcd)?;
         let record = SessionRecord { spiffe_id: identity.to_string(), ttl_secs: ttl.as_secs() };
         let key = layout::session_key(lease.id());
         let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
@@ -41,7 +45,7 @@ impl Sessions {
             layout::encode(&record),
             Some(PutOptions::new().with_lease(lease.id())),
         )]);
-        let revision = match client.txn(txn).await {
+        let revision = match holdfast_store::etcd::txn_on(&client, txn).await {
             Ok(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
             outcome => {
                 let _ = client.lease_revoke(lease.id()).await;
@@ -74,7 +78,7 @@ impl Sessions {
         let record = match cached {
             Some(r) => r,
             None => {
-                let resp = etcd.client.clone().get(layout::session_key(lease), None).await.map_err(Refusal::etcd)?;
+                let resp = etcd.get(&layout::session_key(lease), None).await.map_err(Refusal::etcd)?;
                 let kv = resp.kvs().first().ok_or_else(|| Refusal::session_not_found(lease))?;
                 let r: SessionRecord =
                     layout::decode(&layout::session_key(lease), kv.value()).map_err(|_| Refusal::session_not_found(lease))?;

@@ -112,7 +112,7 @@ pub async fn check(etcd: &Etcd, guard: &Guard, key: &LockKey, presented: u64) ->
     let txn = Txn::new()
         .when([Compare::value(layout::EPOCH_KEY, CompareOp::Equal, current.bytes.clone())])
         .and_then([TxnOp::get(hold_key.as_str(), None)]);
-    let resp = etcd.client.clone().txn(txn).await.map_err(|e| Refusal::unavailable(&e.to_string()))?;
+    let resp = etcd.txn(txn).await.map_err(|e| Refusal::unavailable(&e.to_string()))?;
     let header = resp.header().ok_or_else(|| Refusal::unavailable("etcd answered without a header"))?;
     if header.cluster_id() != current.record.cluster_id {
         guard.etcd_failed("etcd answered a token validation with another cluster ID");

@@ -13,7 +13,9 @@
 //! release made through this arbiter is also a hint, given in memory as soon
 //! as etcd confirms it ([`Waiters::released`]): the head need not wait for
 //! etcd's watch event, and without watches it need not wait for its next
-//! poll. The order survives an etcd leader change and is lost when the
+//! poll. The hint names the hold it ended, and the head heeds it only for the
+//! hold it waits on: a hint that arrives after a watch event already handed
+//! the key on must not send the next head's transaction early. The order survives an etcd leader change and is lost when the
 //! arbiter restarts (waiters then retry).
 //!
 //! **Durable fairness** (per acquire until classes exist): the waiter is
@@ -30,7 +32,7 @@ use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrd
 use holdfast_model::{LockKey, Token, layout};
 use rand::Rng;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -60,11 +62,24 @@ struct KeyQueue {
     /// leaves: waking every waiter cost the arbiter ~4.8 ms of CPU per
     /// handoff with 1,000 waiters on one key (docs/benchmarks.md).
     order: Mutex<VecDeque<(u64, Arc<Notify>)>>,
-    /// Where the next head starts watching from, and the last holder seen.
-    state: Mutex<(i64, Option<String>)>,
+    /// What the head knows of the current hold.
+    state: Mutex<Seen>,
     /// Rung when a release of this key through this arbiter has committed:
     /// a hint for the waiting head, like a watch event.
     released: Notify,
+    /// The create revision of the latest hold released through this arbiter.
+    last_released: AtomicI64,
+}
+
+/// The hold a head waits on, as its last look at the key found it.
+#[derive(Clone, Default)]
+struct Seen {
+    /// Where to watch for its delete from.
+    watch_from: i64,
+    /// Its create revision (0: not known).
+    since: i64,
+    /// Its holder's identity.
+    holder: Option<String>,
 }
 
 /// A place in a key's queue; leaving it (drop) wakes the next waiter.
@@ -120,14 +135,15 @@ impl Waiters {
         lock(&self.queues).get(hold_key).map(|q| lock(&q.order).len() as u32).unwrap_or(0)
     }
 
-    /// A release of `hold_key` through this arbiter has committed: the head
-    /// waiting for it tries its grant transaction now. Only a head already
-    /// waiting hears it (no permit is kept), so a late hint never causes a
-    /// second transaction; a head that starts waiting after the release
-    /// finds the key free through its watch or its poll.
-    pub fn released(&self, hold_key: &str) {
+    /// The hold of `hold_key` granted at `create_revision` was released
+    /// through this arbiter: a head waiting on that hold tries its grant
+    /// transaction now. A head waiting on a later hold ignores it: the hint
+    /// can arrive after etcd's watch event has already handed the key on, and
+    /// acting on it then costs a transaction that finds the key held.
+    pub fn released(&self, hold_key: &str, create_revision: i64) {
         let queue = lock(&self.queues).get(hold_key).cloned();
         if let Some(q) = queue {
+            q.last_released.fetch_max(create_revision, Ordering::AcqRel);
             q.released.notify_waiters();
         }
     }
@@ -136,13 +152,13 @@ impl Waiters {
         lock(&self.queues).contains_key(hold_key)
     }
 
-    fn enter(&self, hold_key: &str, watch_from: i64, holder: Option<String>) -> Ticket<'_> {
+    fn enter(&self, hold_key: &str, seen: Seen) -> Ticket<'_> {
         let mut map = lock(&self.queues);
         let queue = map.entry(hold_key.to_string()).or_default().clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut order = lock(&queue.order);
         if order.is_empty() {
-            *lock(&queue.state) = (watch_from, holder);
+            *lock(&queue.state) = seen;
         }
         let turn = Arc::new(Notify::new());
         order.push_back((id, turn.clone()));
@@ -158,18 +174,18 @@ impl Waiters {
     pub async fn acquire(&self, etcd: &Etcd, guard: &Guard, session: &Owned, key: &LockKey, deadline: Instant) -> Result<Token, Refusal> {
         let hold_key = layout::hold_key(key);
         // Nobody queued here: try at once.
-        let (watch_from, holder) = if self.has_queue(&hold_key) {
-            (0, None)
+        let seen = if self.has_queue(&hold_key) {
+            Seen::default()
         } else {
             match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await? {
                 Attempt::Granted(token) => return Ok(token),
-                Attempt::Held { watch_from, holder } => (watch_from, holder),
+                Attempt::Held { watch_from, since, holder } => Seen { watch_from, since, holder },
             }
         };
         if Instant::now() >= deadline {
-            return Err(contention_or_leak(key, session, &holder));
+            return Err(contention_or_leak(key, session, &seen.holder));
         }
-        let ticket = self.enter(&hold_key, watch_from, holder);
+        let ticket = self.enter(&hold_key, seen);
         // Wait to be the head.
         loop {
             if lock(&ticket.queue.order).front().is_some_and(|(id, _)| *id == ticket.id) {
@@ -177,17 +193,19 @@ impl Waiters {
             }
             tokio::select! {
                 _ = ticket.turn.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(contention_or_leak(key, session, &lock(&ticket.queue.state).1)),
+                _ = tokio::time::sleep_until(deadline) => return Err(contention_or_leak(key, session, &lock(&ticket.queue.state).holder)),
             }
         }
         // The head: wait for a release, then send the grant transaction.
-        let (mut watch_from, mut holder) = lock(&ticket.queue.state).clone();
+        let mut seen = lock(&ticket.queue.state).clone();
         loop {
-            match self.wait_for_release(etcd, &ticket.queue, &hold_key, watch_from, deadline).await {
-                Hint::Deadline => return Err(contention_or_leak(key, session, &holder)),
+            match self.wait_for_release(etcd, &ticket.queue, &hold_key, &seen, deadline).await {
+                Hint::Deadline => return Err(contention_or_leak(key, session, &seen.holder)),
                 Hint::Poll => {
-                    if let Some(rev) = key_revision_if_held(etcd, &hold_key).await {
-                        watch_from = rev + 1;
+                    // A failed read: the grant transaction decides.
+                    if let Ok(Some((revision, since))) = held_at(etcd, &hold_key).await {
+                        seen.watch_from = revision + 1;
+                        seen.since = since;
                         continue;
                     }
                 }
@@ -196,16 +214,17 @@ impl Waiters {
             match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await {
                 Ok(Attempt::Granted(token)) => {
                     // The next head watches from this grant.
-                    *lock(&ticket.queue.state) = (token.revision() as i64 + 1, Some(session.record.spiffe_id.clone()));
+                    let revision = token.revision() as i64;
+                    *lock(&ticket.queue.state) =
+                        Seen { watch_from: revision + 1, since: revision, holder: Some(session.record.spiffe_id.clone()) };
                     return Ok(token);
                 }
-                Ok(Attempt::Held { watch_from: w, holder: h }) => {
-                    watch_from = w;
-                    holder = h;
-                    *lock(&ticket.queue.state) = (watch_from, holder.clone());
+                Ok(Attempt::Held { watch_from, since, holder }) => {
+                    seen = Seen { watch_from, since, holder };
+                    *lock(&ticket.queue.state) = seen.clone();
                 }
                 Err(e) => {
-                    *lock(&ticket.queue.state) = (watch_from, holder.clone());
+                    *lock(&ticket.queue.state) = seen;
                     return Err(e);
                 }
             }
@@ -215,11 +234,12 @@ impl Waiters {
     /// Waits for a delete of the key after `watch_from`, a release through
     /// this arbiter, the poll interval, or the deadline. With `watch_from` 0
     /// (unknown), polls at once.
-    async fn wait_for_release(&self, etcd: &Etcd, queue: &KeyQueue, key: &str, watch_from: i64, deadline: Instant) -> Hint {
+    async fn wait_for_release(&self, etcd: &Etcd, queue: &KeyQueue, key: &str, seen: &Seen, deadline: Instant) -> Hint {
+        let watch_from = seen.watch_from;
         if watch_from <= 0 {
             return Hint::Poll;
         }
-        let released = queue.released.notified();
+        let released = release_of(queue, seen.since);
         let jitter = Duration::from_millis(rand::rng().random_range(0..200));
         let poll_at = (Instant::now() + POLL + jitter).min(deadline);
         let watch = async {
@@ -254,9 +274,11 @@ async fn watch_release(etcd: &Etcd, key: &str, from: i64) {
                 if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
                     return;
                 }
-                // The read failing also means "look now": the grant
-                // transaction decides.
-                if resp.created() && resp.header().is_none_or(|h| h.revision() >= from) && key_revision_if_held(etcd, key).await.is_none() {
+                // A failed read (after its retries) waits for the event or
+                // the poll: taking it as "free" let a head whose reads
+                // failed while its transactions went through send one
+                // transaction per watch it opened, back to back.
+                if resp.created() && resp.header().is_none_or(|h| h.revision() >= from) && matches!(held_at(etcd, key).await, Ok(None)) {
                     return;
                 }
             }
@@ -288,11 +310,31 @@ async fn watch_delete(etcd: &Etcd, key: &str, from: i64, prefix: bool) {
     }
 }
 
-/// The revision to watch from if the key is held, None if it is free (or
-/// the read failed: then the grant transaction decides).
-async fn key_revision_if_held(etcd: &Etcd, key: &str) -> Option<i64> {
-    let resp = etcd.client.clone().get(key, Some(GetOptions::new().with_count_only())).await.ok()?;
-    (resp.count() > 0).then(|| resp.header().map(|h| h.revision()).unwrap_or(0))
+/// If the key is held: the revision the read saw and the hold's create
+/// revision; None if it is free.
+async fn held_at(etcd: &Etcd, key: &str) -> Result<Option<(i64, i64)>, etcd_client::Error> {
+    let resp = etcd.get(key, Some(GetOptions::new().with_keys_only())).await?;
+    Ok(resp.kvs().first().map(|hold| (resp.header().map(|h| h.revision()).unwrap_or(0), hold.create_revision())))
+}
+
+/// Resolves when a release through this arbiter has ended the hold granted
+/// at `since` (or a later one: then that hold is gone too), even one that
+/// ended before this call; with `since` 0 (not known), at the next release.
+async fn release_of(queue: &KeyQueue, since: i64) {
+    let ended = || since > 0 && queue.last_released.load(Ordering::Acquire) >= since;
+    loop {
+        // Listen before looking, so a release in between is not missed.
+        let rung = queue.released.notified();
+        tokio::pin!(rung);
+        rung.as_mut().enable();
+        if ended() {
+            return;
+        }
+        rung.await;
+        if since <= 0 || ended() {
+            return;
+        }
+    }
 }
 
 /// `/q/<ns>/<key>/<lease as 16 hex digits>`
@@ -318,13 +360,13 @@ pub async fn acquire_durable(
         layout::encode(&session.record.spiffe_id),
         Some(PutOptions::new().with_lease(session.lease)),
     )]);
-    etcd.client.clone().txn(txn).await.map_err(Refusal::etcd)?;
+    etcd.txn(txn).await.map_err(Refusal::etcd)?;
     let mut holder = None;
     let outcome = loop {
         // Who is first? Only waiter records of exactly this key count (a
         // longer key can share the prefix).
         let opts = GetOptions::new().with_prefix().with_keys_only().with_sort(SortTarget::Create, SortOrder::Ascend);
-        let resp = match etcd.client.clone().get(prefix.as_str(), Some(opts)).await {
+        let resp = match etcd.get(prefix.as_str(), Some(opts)).await {
             Ok(r) => r,
             Err(e) => break Err(Refusal::etcd(e)),
         };
@@ -336,7 +378,7 @@ pub async fn acquire_durable(
         if first == Some(me.as_str()) {
             match grant::attempt(committer, etcd, guard, session, &hold_key, Some(&me)).await {
                 Ok(Attempt::Granted(token)) => break Ok(token),
-                Ok(Attempt::Held { watch_from, holder: h }) => {
+                Ok(Attempt::Held { watch_from, holder: h, .. }) => {
                     holder = h;
                     if Instant::now() >= deadline {
                         break Err(contention_or_leak(key, session, &holder));
@@ -377,5 +419,67 @@ async fn wait_any(etcd: &Etcd, hold_key: &str, prefix: &str, from: i64, deadline
         _ = tokio::time::sleep_until((Instant::now() + POLL + jitter).min(deadline)) => {}
         _ = watch_delete(etcd, hold_key, from, false) => {}
         _ = watch_delete(etcd, prefix, from, true) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> Arc<KeyQueue> {
+        Arc::new(KeyQueue::default())
+    }
+
+    fn ring(q: &KeyQueue, create_revision: i64) {
+        q.last_released.fetch_max(create_revision, Ordering::AcqRel);
+        q.released.notify_waiters();
+    }
+
+    async fn resolves(f: impl std::future::Future<Output = ()>) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), f).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_late_hint_for_an_earlier_hold_does_not_wake_the_head_waiting_on_the_next() {
+        let q = queue();
+        // The head waits on the hold granted at 20; the release of the hold
+        // at 10 is reported only now (its watch event handed the key on).
+        let head = {
+            let q = q.clone();
+            tokio::spawn(async move { release_of(&q, 20).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ring(&q, 10);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!head.is_finished(), "a hint for the hold at 10 woke the head waiting on the hold at 20");
+        ring(&q, 20);
+        assert!(resolves(async { head.await.unwrap() }).await, "the release of the hold at 20 did not wake its head");
+    }
+
+    #[tokio::test]
+    async fn a_release_before_the_head_starts_waiting_is_not_missed() {
+        let q = queue();
+        ring(&q, 20);
+        assert!(resolves(release_of(&q, 20)).await);
+        // A later hold released also ends the earlier one.
+        assert!(resolves(release_of(&q, 15)).await);
+        // Not the next hold.
+        assert!(!resolves(release_of(&q, 21)).await);
+    }
+
+    #[tokio::test]
+    async fn with_the_hold_unknown_any_release_wakes_the_head() {
+        let q = queue();
+        ring(&q, 20);
+        // Nothing is stored for a head that does not know its hold...
+        assert!(!resolves(release_of(&q, 0)).await);
+        // ...but the next release wakes it.
+        let head = {
+            let q = q.clone();
+            tokio::spawn(async move { release_of(&q, 0).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ring(&q, 5);
+        assert!(resolves(async { head.await.unwrap() }).await);
     }
 }

@@ -48,6 +48,9 @@ pub async fn dev_user(dev_dir: &Path, endpoints: Vec<String>) -> anyhow::Result<
     pki.config_as(USER, endpoints)
 }
 
+/// Makes the role and user if absent and grants only what is missing: every
+/// grant bumps etcd's auth revision, and a request in flight across a bump is
+/// refused ("revision of auth store is old"), so a rerun changes nothing.
 async fn ensure_role(c: &mut etcd_client::Client) -> Result<(), etcd_client::Error> {
     let exists = |e: &etcd_client::Error| e.to_string().contains("already exists");
     match c.role_add(USER).await {
@@ -55,7 +58,12 @@ async fn ensure_role(c: &mut etcd_client::Client) -> Result<(), etcd_client::Err
         Err(e) if exists(&e) => {}
         Err(e) => return Err(e),
     }
+    let have: Vec<(i32, Vec<u8>, Vec<u8>)> =
+        c.role_get(USER).await?.permissions().iter().map(|p| (p.get_type(), p.key().to_vec(), p.range_end().to_vec())).collect();
     for (kind, key, end) in ROLE.permissions() {
+        if have.contains(&(kind, key.clone(), end.clone())) {
+            continue;
+        }
         let kind = if kind == etcd_client::PermissionType::Read as i32 {
             etcd_client::PermissionType::Read
         } else {
@@ -72,8 +80,9 @@ async fn ensure_role(c: &mut etcd_client::Client) -> Result<(), etcd_client::Err
         Err(e) if exists(&e) => {}
         Err(e) => return Err(e),
     }
-    // Granting a role the user already has is a no-op in etcd.
-    c.user_grant_role(USER, USER).await?;
+    if !c.user_get(USER).await?.roles().iter().any(|r| r == USER) {
+        c.user_grant_role(USER, USER).await?;
+    }
     Ok(())
 }
 
