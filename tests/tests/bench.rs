@@ -91,16 +91,27 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
     }
 
     // Contended: four waiters on one key. Each handoff is one release and
-    // one grant transaction; only the waiters' first tries (no queue yet)
-    // come on top, and they are over by the end of the first quarter.
+    // one grant transaction. On top, over the whole window, only a try per
+    // waiter that found no queue: its first, and one coming back to a queue
+    // that emptied as the others stopped at the end. In the middle half none
+    // come on top; each edge of it can be off by one transaction in flight.
+    // Counted in transactions (ratio - 2) x handoffs, so the bounds hold at
+    // any rate; the ratios are rounded to 3 decimals, hence the slack.
     let ran = bench(&["--json", "--only", "contended", "--waiters", "4", "--duration", "2s"]);
     assert_eq!(ran.code, 0, "{ran}");
     let json = ran.json();
     let f = |k: &str| json[k].as_f64().unwrap_or_else(|| panic!("{k} missing:\n{ran}"));
     assert!(f("contended_arbiter_handoffs_per_sec") > 0.0 && f("contended_lock_rpc_handoffs_per_sec") > 0.0, "{ran}");
-    let (all, steady) = (f("txns_per_handoff"), f("txns_per_handoff_after_warmup"));
-    assert!((2.0..2.1).contains(&all), "txns_per_handoff = {all}:\n{ran}");
-    assert!((1.99..=2.02).contains(&steady), "txns_per_handoff_after_warmup = {steady}:\n{ran}");
+    assert_eq!(json["contended_errors"], 0, "{ran}");
+    let extra = |ratio: &str, handoffs: &str| {
+        let n = f(handoffs);
+        assert!(n > 0.0, "{handoffs} = 0:\n{ran}");
+        ((f(ratio) - 2.0) * n, 0.0005 * n + 0.01)
+    };
+    let (all, slack) = extra("txns_per_handoff", "contended_releases");
+    assert!((-slack..=6.0 + slack).contains(&all), "{all:.2} transactions beyond two per handoff in the whole window:\n{ran}");
+    let (steady, slack) = extra("txns_per_handoff_after_warmup", "handoffs_after_warmup");
+    assert!((-2.0 - slack..=2.0 + slack).contains(&steady), "{steady:.2} transactions beyond two per handoff in the middle half:\n{ran}");
 
     // --scale, small: every session opened, renewed and closed, none lost.
     // The hold (6 s) spans a keepalive round (every 5 s at TTL 15 s).

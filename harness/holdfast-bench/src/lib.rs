@@ -31,7 +31,7 @@ pub mod scale;
 use anyhow::Context;
 use holdfast_cli::conn::ConnArgs;
 use holdfast_cli::exit;
-use holdfast_client::{Client, Session};
+use holdfast_client::{Client, ErrorReason, Session};
 use holdfast_model::LockKey;
 use holdfast_model::layout::{self, HoldRecord, SessionRecord};
 use holdfast_store::etcd::Etcd;
@@ -498,12 +498,12 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         // fsync time; said beside it so runs on different disks compare.
         let fsync_ms = mean_ms_between(fsync0, fsync1);
         say(format!(
-            "  contended {} waiters  arbiter {:>7.0} handoffs/s (p50 {:.2} ms release->grant, {:.3} txns/handoff, {} after the first quarter, etcd WAL fsync mean {})  Lock RPC {:>7.0} handoffs/s (p50 {:.2} ms)",
+            "  contended {} waiters  arbiter {:>7.0} handoffs/s (p50 {:.2} ms release->grant, {:.3} txns/handoff, {} in the middle half, etcd WAL fsync mean {})  Lock RPC {:>7.0} handoffs/s (p50 {:.2} ms)",
             args.waiters,
-            a.0,
-            a.1,
-            a.2,
-            a.3.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+            a.handoffs_per_sec,
+            a.p50_ms,
+            a.txns_per_handoff,
+            a.steady.as_ref().map(|x| format!("{:.3}", x.txns_per_handoff)).unwrap_or_else(|| "-".into()),
             fsync_ms.map(|x| format!("{x:.2} ms")).unwrap_or_else(|| "-".into()),
             l.0,
             l.1
@@ -511,16 +511,22 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         if let Some(x) = fsync_ms {
             summary.insert("contended_wal_fsync_mean_ms".into(), round(x).into());
         }
+        if let Some(first) = a.errors.first() {
+            say(format!("  contended: {} acquires or releases failed; the first: {first}", a.errors.len()));
+        }
         if l.0 > 0.0 {
-            summary.insert("contended_vs_lock_rpc".into(), round(a.0 / l.0).into());
+            summary.insert("contended_vs_lock_rpc".into(), round(a.handoffs_per_sec / l.0).into());
         }
-        summary.insert("txns_per_handoff".into(), round(a.2).into());
-        if let Some(x) = a.3 {
-            summary.insert("txns_per_handoff_after_warmup".into(), round(x).into());
+        summary.insert("txns_per_handoff".into(), round(a.txns_per_handoff).into());
+        summary.insert("contended_releases".into(), a.releases.into());
+        summary.insert("contended_errors".into(), a.errors.len().into());
+        if let Some(x) = &a.steady {
+            summary.insert("txns_per_handoff_after_warmup".into(), round(x.txns_per_handoff).into());
+            summary.insert("handoffs_after_warmup".into(), x.handoffs.into());
         }
-        summary.insert("contended_arbiter_handoffs_per_sec".into(), round(a.0).into());
+        summary.insert("contended_arbiter_handoffs_per_sec".into(), round(a.handoffs_per_sec).into());
         summary.insert("contended_lock_rpc_handoffs_per_sec".into(), round(l.0).into());
-        summary.insert("handoff_p50_ms_arbiter".into(), round(a.1).into());
+        summary.insert("handoff_p50_ms_arbiter".into(), round(a.p50_ms).into());
         summary.insert("handoff_p50_ms_lock_rpc".into(), round(l.1).into());
     }
     if want(Part::Renewal) {
@@ -811,23 +817,51 @@ fn rand_u64() -> u64 {
     t.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15
 }
 
+/// The contended cell through the arbiter.
+pub struct Contended {
+    pub handoffs_per_sec: f64,
+    /// From a release to the next grant.
+    pub p50_ms: f64,
+    /// Over the whole window.
+    pub txns_per_handoff: f64,
+    pub releases: u64,
+    pub steady: Option<Steady>,
+    /// Acquires and releases that failed for another reason than the window
+    /// ending.
+    pub errors: Vec<String>,
+}
+
+/// The steady state of a contended cell: etcd transactions per handoff
+/// between the end of the first quarter of the window and the start of the
+/// last, and the handoffs counted there.
+pub struct Steady {
+    pub txns_per_handoff: f64,
+    pub handoffs: u64,
+}
+
 /// The contended cell through the arbiter: handoffs/s, the p50 from a
 /// release to the next grant, etcd transactions (grant attempts and
-/// releases) per handoff over the whole window, and the same after the
-/// first quarter of it. Each waiter's first acquire finds no queue yet and
-/// tries at once; those tries are not handoffs, and the second figure
-/// leaves them out.
-async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64, f64, Option<f64>)> {
+/// releases) per handoff over the whole window, and the steady state. Each
+/// waiter's first acquire finds no queue yet and tries at once, and so does
+/// a waiter coming back to a queue that emptied as others stopped at the
+/// end; those tries are not handoffs, and the steady state leaves them out.
+/// Its edges can each be off by one transaction: a release the bench has
+/// seen returned whose next grant the arbiter's counter has not yet seen.
+async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<Contended> {
     let key = LockKey::new(BENCH_NAMESPACE, &format!("hot-{:x}", rand_u64()))?;
     let events: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
     let attempts_before = ctx.client.server_status().await?.grant_attempts;
     let end = Instant::now() + duration;
-    let warm = {
+    let marks = {
         let ctx = ctx.clone();
-        let at = Instant::now() + duration / 4;
+        let start = Instant::now();
         tokio::spawn(async move {
-            tokio::time::sleep_until(at.into()).await;
-            ctx.client.server_status().await.ok().map(|s| (Instant::now(), s.grant_attempts))
+            let mut marks = Vec::new();
+            for at in [start + duration / 4, start + duration * 3 / 4] {
+                tokio::time::sleep_until(at.into()).await;
+                marks.push(ctx.client.server_status().await.ok().map(|s| (Instant::now(), s.grant_attempts))?);
+            }
+            Some((marks[0], marks[1]))
         })
     };
     let mut tasks = Vec::new();
@@ -835,35 +869,54 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
         let (ctx, key, events) = (ctx.clone(), key.clone(), events.clone());
         tasks.push(tokio::spawn(async move {
             let session: Session = ctx.client.open_session_for(BENCH_NAMESPACE, None).await?;
-            let mut releases = 0u64;
+            let (mut releases, mut errors) = (0u64, Vec::new());
             while Instant::now() < end {
                 let left = end.saturating_duration_since(Instant::now());
-                let Ok(h) = session.acquire(&key, left).await else { break };
+                let h = match session.acquire(&key, left).await {
+                    Ok(h) => h,
+                    // The window ended while another waiter held the key
+                    // (all waiters are one identity: a leak, to the arbiter).
+                    Err(e) if matches!(e.reason(), Some(ErrorReason::Contention | ErrorReason::Leak)) => break,
+                    Err(e) => {
+                        errors.push(format!("acquire: {e}"));
+                        break;
+                    }
+                };
                 events.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), true));
                 let released = h.release().await;
                 events.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), false));
-                if released.is_ok() {
-                    releases += 1;
+                match released {
+                    Ok(_) => releases += 1,
+                    Err(e) => errors.push(format!("release: {e}")),
                 }
             }
             let _ = session.close().await;
-            Ok::<u64, anyhow::Error>(releases)
+            Ok::<(u64, Vec<String>), anyhow::Error>((releases, errors))
         }));
     }
-    let mut releases = 0;
+    let (mut releases, mut errors) = (0, Vec::new());
     for t in tasks {
-        releases += t.await??;
+        let (r, e) = t.await??;
+        releases += r;
+        errors.extend(e);
     }
     let attempts_after = ctx.client.server_status().await?.grant_attempts;
     let attempts = attempts_after - attempts_before;
     let events = events.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let (handoffs, p50) = handoff_stats(&events);
     let txns = (attempts + releases) as f64 / releases.max(1) as f64;
-    let steady = warm.await.ok().flatten().and_then(|(at, attempts_at)| {
-        let released = events.iter().filter(|(t, grant)| !grant && *t > at).count() as u64;
-        (released > 0).then(|| (attempts_after - attempts_at + released) as f64 / released as f64)
+    let steady = marks.await.ok().flatten().and_then(|((t1, a1), (t2, a2))| {
+        let released = events.iter().filter(|(t, grant)| !grant && *t > t1 && *t <= t2).count() as u64;
+        (released > 0).then(|| Steady { txns_per_handoff: (a2 - a1 + released) as f64 / released as f64, handoffs: released })
     });
-    Ok((handoffs as f64 / duration.as_secs_f64(), p50, txns, steady))
+    Ok(Contended {
+        handoffs_per_sec: handoffs as f64 / duration.as_secs_f64(),
+        p50_ms: p50,
+        txns_per_handoff: txns,
+        releases,
+        steady,
+        errors,
+    })
 }
 
 async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64)> {
