@@ -15,8 +15,9 @@
 //! etcd's watch event, and without watches it need not wait for its next
 //! poll. The hint names the hold it ended, and the head heeds it only for the
 //! hold it waits on: a hint that arrives after a watch event already handed
-//! the key on must not send the next head's transaction early. The order survives an etcd leader change and is lost when the
-//! arbiter restarts (waiters then retry).
+//! the key on must not send the next head's transaction early. The order
+//! survives an etcd leader change and is lost when the arbiter restarts
+//! (waiters then retry).
 //!
 //! **Durable fairness** (per acquire until classes exist): the waiter is
 //! recorded at `/q/<ns>/<key>/<lease>` on its own session lease; the grant
