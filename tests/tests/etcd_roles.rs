@@ -214,7 +214,6 @@ async fn lock_calls_do_not_fail_while_an_operator_changes_etcds_roles() {
     // The operator: 150 permission grants, each a new auth revision.
     let mut root = etcd.client().await;
     root.role_add("churn").await.unwrap();
-    let root = root;
     let churn = tokio::spawn(async move {
         for i in 0..150 {
             // The operator's own change can be refused for the same reason.

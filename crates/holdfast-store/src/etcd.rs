@@ -73,20 +73,14 @@ where
     }
 }
 
-/// A transaction on `client`, sent again while etcd refuses it as
-/// [`auth_raced`].
-pub async fn txn_on(client: &Client, txn: etcd_client::Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
-    retry_auth_race(|| {
-        let (mut c, t) = (client.clone(), txn.clone());
-        async move { c.txn(t).await }
-    })
-    .await
-}
-
 impl Etcd {
     /// A transaction, sent again while etcd refuses it as [`auth_raced`].
     pub async fn txn(&self, txn: etcd_client::Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
-        txn_on(&self.client, txn).await
+        retry_auth_race(|| {
+            let (mut c, t) = (self.client.clone(), txn.clone());
+            async move { c.txn(t).await }
+        })
+        .await
     }
 
     /// A range read, sent again while etcd refuses it as [`auth_raced`].

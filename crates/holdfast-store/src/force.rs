@@ -129,6 +129,6 @@ pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<
     }
     // Ended like a close (record and marker, then the revoke), so the audit
     // trail shows a session close, not a lapse.
-    let session_revoked = *revoke_session && crate::txn::close_session(&mut etcd.client.clone(), *session).await.is_ok();
+    let session_revoked = *revoke_session && crate::txn::close_session(etcd, *session).await.is_ok();
     Ok(Released { record, session_revoked })
 }

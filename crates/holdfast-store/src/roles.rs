@@ -226,52 +226,11 @@ fn describe(kind: i32, key: &[u8], end: &[u8]) -> String {
 pub async fn ensure(client: &mut Client, enable_auth: bool) -> Result<Vec<Change>, etcd_client::Error> {
     let mut changes = Vec::new();
     for role in ROLES {
-        match client.role_add(role.name).await {
-            Ok(_) => changes.push(Change::RoleCreated(role.name)),
-            Err(e) if already_exists(&e) => {}
-            Err(e) => return Err(e),
-        }
-        let have: Vec<(i32, Vec<u8>, Vec<u8>)> = client
-            .role_get(role.name)
-            .await?
-            .permissions()
-            .into_iter()
-            .map(|p| (p.get_type(), p.key().to_vec(), p.range_end().to_vec()))
-            .collect();
-        let want = role.permissions();
-        for (kind, key, end) in &want {
-            if !have.contains(&(*kind, key.clone(), end.clone())) {
-                let mut p = Permission::new(permission_type(*kind), key.clone());
-                if !end.is_empty() {
-                    p = p.with_range_end(end.clone());
-                }
-                client.role_grant_permission(role.name, p).await?;
-                changes.push(Change::Granted { role: role.name, range: describe(*kind, key, end) });
-            }
-        }
-        for (kind, key, end) in &have {
-            if !want.iter().any(|(_, k, e)| k == key && e == end) {
-                let options = (!end.is_empty()).then(|| etcd_client::RoleRevokePermissionOptions::new().with_range_end(end.clone()));
-                client.role_revoke_permission(role.name, key.clone(), options).await?;
-                changes.push(Change::Revoked { role: role.name, range: describe(*kind, key, end) });
-            }
-        }
+        sync_role(client, &role, &mut changes).await?;
     }
     let users = ROLES.iter().map(|r| (r.name, r.name)).chain([(ROOT, ROOT)]);
     for (user, role) in users {
-        let roles = match client.user_get(user).await {
-            Ok(u) => u.roles().to_vec(),
-            Err(e) if not_found(&e) => {
-                client.user_add(user, "", Some(UserAddOptions::new().with_no_pwd())).await?;
-                changes.push(Change::UserCreated(user.into()));
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        };
-        if !roles.iter().any(|r| r == role) {
-            client.user_grant_role(user, role).await?;
-            changes.push(Change::UserGranted { user: user.into(), role: role.into() });
-        }
+        sync_user(client, user, role, &mut changes).await?;
     }
     if enable_auth {
         // etcd ignores an enable of an enabled cluster (and 3.4 cannot say
@@ -280,6 +239,71 @@ pub async fn ensure(client: &mut Client, enable_auth: bool) -> Result<Vec<Change
         client.auth_enable().await?;
     }
     Ok(changes)
+}
+
+/// Makes one role outside [`ROLES`] (a harness's own, say) and its user of the
+/// same name, as [`ensure`] makes ours: only what is missing is granted, and
+/// a second run changes nothing (every grant is a new auth revision, which
+/// refuses the requests in flight across it).
+pub async fn ensure_one(client: &mut Client, role: &Role) -> Result<Vec<Change>, etcd_client::Error> {
+    let mut changes = Vec::new();
+    sync_role(client, role, &mut changes).await?;
+    sync_user(client, role.name, role.name, &mut changes).await?;
+    Ok(changes)
+}
+
+/// Creates `role` if absent and makes its permissions exactly its table's.
+async fn sync_role(client: &mut Client, role: &Role, changes: &mut Vec<Change>) -> Result<(), etcd_client::Error> {
+    match client.role_add(role.name).await {
+        Ok(_) => changes.push(Change::RoleCreated(role.name)),
+        Err(e) if already_exists(&e) => {}
+        Err(e) => return Err(e),
+    }
+    let have: Vec<(i32, Vec<u8>, Vec<u8>)> = client
+        .role_get(role.name)
+        .await?
+        .permissions()
+        .into_iter()
+        .map(|p| (p.get_type(), p.key().to_vec(), p.range_end().to_vec()))
+        .collect();
+    let want = role.permissions();
+    for (kind, key, end) in &want {
+        if !have.contains(&(*kind, key.clone(), end.clone())) {
+            let mut p = Permission::new(permission_type(*kind), key.clone());
+            if !end.is_empty() {
+                p = p.with_range_end(end.clone());
+            }
+            client.role_grant_permission(role.name, p).await?;
+            changes.push(Change::Granted { role: role.name, range: describe(*kind, key, end) });
+        }
+    }
+    for (kind, key, end) in &have {
+        if !want.iter().any(|(_, k, e)| k == key && e == end) {
+            let options = (!end.is_empty()).then(|| etcd_client::RoleRevokePermissionOptions::new().with_range_end(end.clone()));
+            client.role_revoke_permission(role.name, key.clone(), options).await?;
+            changes.push(Change::Revoked { role: role.name, range: describe(*kind, key, end) });
+        }
+    }
+    Ok(())
+}
+
+/// Creates `user` (no password: its certificate names it) if absent and
+/// grants it `role` if it lacks it.
+async fn sync_user(client: &mut Client, user: &str, role: &str, changes: &mut Vec<Change>) -> Result<(), etcd_client::Error> {
+    let roles = match client.user_get(user).await {
+        Ok(u) => u.roles().to_vec(),
+        Err(e) if not_found(&e) => {
+            client.user_add(user, "", Some(UserAddOptions::new().with_no_pwd())).await?;
+            changes.push(Change::UserCreated(user.into()));
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
+    if !roles.iter().any(|r| r == role) {
+        client.user_grant_role(user, role).await?;
+        changes.push(Change::UserGranted { user: user.into(), role: role.into() });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

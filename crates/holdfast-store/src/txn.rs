@@ -112,12 +112,12 @@ pub fn close_txn(lease: i64) -> Txn {
 /// Ends a session and every hold on it: [`close_txn`], then the lease
 /// revoke, which deletes the holds and the marker in one more revision. A
 /// lease already gone (expired, revoked) is not an error.
-pub async fn close_session(client: &mut etcd_client::Client, lease: i64) -> Result<(), etcd_client::Error> {
-    crate::etcd::txn_on(client, close_txn(lease)).await?;
+pub async fn close_session(etcd: &crate::Etcd, lease: i64) -> Result<(), etcd_client::Error> {
+    etcd.txn(close_txn(lease)).await?;
     // A revoke is checked against the keys on the lease: it can be refused
     // for the same auth race as a transaction.
     let revoke = || {
-        let mut c = client.clone();
+        let mut c = etcd.client.clone();
         async move { c.lease_revoke(lease).await }
     };
     match crate::etcd::retry_auth_race(revoke).await {

@@ -32,9 +32,8 @@ impl Sessions {
     /// on it. If the record cannot be written the lease is revoked. Returns
     /// the lease, its TTL in seconds and the revision of the record.
     pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration) -> Result<(i64, i64, i64), Refusal> {
-        let mut client = etcd.client.clone();
         let grant = || {
-            let mut c = client.clone();
+            let mut c = etcd.client.clone();
             async move { c.lease_grant(ttl.as_secs() as i64, None).await }
         };
         let lease = holdfast_store::etcd::retry_auth_race(grant).await.map_err(Refusal::etcd)?;
@@ -45,10 +44,10 @@ impl Sessions {
             layout::encode(&record),
             Some(PutOptions::new().with_lease(lease.id())),
         )]);
-        let revision = match holdfast_store::etcd::txn_on(&client, txn).await {
+        let revision = match etcd.txn(txn).await {
             Ok(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
             outcome => {
-                let _ = client.lease_revoke(lease.id()).await;
+                let _ = etcd.client.clone().lease_revoke(lease.id()).await;
                 return Err(match outcome {
                     Err(e) => Refusal::etcd(e),
                     Ok(_) => Refusal::unavailable("session record already existed for a new lease; retry"),
@@ -102,6 +101,6 @@ impl Sessions {
     /// ([`crate::expiry`], `holdfast_audit::classify`).
     pub async fn close(&self, etcd: &Etcd, lease: i64) -> Result<(), Refusal> {
         self.forget(lease);
-        holdfast_store::txn::close_session(&mut etcd.client.clone(), lease).await.map_err(Refusal::etcd)
+        holdfast_store::txn::close_session(etcd, lease).await.map_err(Refusal::etcd)
     }
 }

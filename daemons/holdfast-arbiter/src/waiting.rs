@@ -72,6 +72,15 @@ struct KeyQueue {
     last_released: AtomicI64,
 }
 
+impl KeyQueue {
+    /// The hold granted at `create_revision` was released through this
+    /// arbiter ([`release_of`] listens).
+    fn ring(&self, create_revision: i64) {
+        self.last_released.fetch_max(create_revision, Ordering::AcqRel);
+        self.released.notify_waiters();
+    }
+}
+
 /// The hold a head waits on, as its last look at the key found it.
 #[derive(Clone, Default)]
 struct Seen {
@@ -144,8 +153,7 @@ impl Waiters {
     pub fn released(&self, hold_key: &str, create_revision: i64) {
         let queue = lock(&self.queues).get(hold_key).cloned();
         if let Some(q) = queue {
-            q.last_released.fetch_max(create_revision, Ordering::AcqRel);
-            q.released.notify_waiters();
+            q.ring(create_revision);
         }
     }
 
@@ -431,11 +439,6 @@ mod tests {
         Arc::new(KeyQueue::default())
     }
 
-    fn ring(q: &KeyQueue, create_revision: i64) {
-        q.last_released.fetch_max(create_revision, Ordering::AcqRel);
-        q.released.notify_waiters();
-    }
-
     async fn resolves(f: impl std::future::Future<Output = ()>) -> bool {
         tokio::time::timeout(Duration::from_millis(50), f).await.is_ok()
     }
@@ -450,17 +453,17 @@ mod tests {
             tokio::spawn(async move { release_of(&q, 20).await })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
-        ring(&q, 10);
+        q.ring(10);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!head.is_finished(), "a hint for the hold at 10 woke the head waiting on the hold at 20");
-        ring(&q, 20);
+        q.ring(20);
         assert!(resolves(async { head.await.unwrap() }).await, "the release of the hold at 20 did not wake its head");
     }
 
     #[tokio::test]
     async fn a_release_before_the_head_starts_waiting_is_not_missed() {
         let q = queue();
-        ring(&q, 20);
+        q.ring(20);
         assert!(resolves(release_of(&q, 20)).await);
         // A later hold released also ends the earlier one.
         assert!(resolves(release_of(&q, 15)).await);
@@ -471,7 +474,7 @@ mod tests {
     #[tokio::test]
     async fn with_the_hold_unknown_any_release_wakes_the_head() {
         let q = queue();
-        ring(&q, 20);
+        q.ring(20);
         // Nothing is stored for a head that does not know its hold...
         assert!(!resolves(release_of(&q, 0)).await);
         // ...but the next release wakes it.
@@ -480,7 +483,7 @@ mod tests {
             tokio::spawn(async move { release_of(&q, 0).await })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
-        ring(&q, 5);
+        q.ring(5);
         assert!(resolves(async { head.await.unwrap() }).await);
     }
 }

@@ -44,46 +44,8 @@ pub async fn dev_user(dev_dir: &Path, endpoints: Vec<String>) -> anyhow::Result<
     let pki = holdfast_devkit::pki::EtcdPki::open_or_create(&tls)?;
     let root = pki.config_as(roles::ROOT, endpoints.clone())?;
     let mut c = holdfast_store::etcd::connect_client(&root).await.context("connecting to etcd as root to make the bench's user")?;
-    ensure_role(&mut c).await.with_context(|| format!("making the etcd role and user {USER}"))?;
+    roles::ensure_one(&mut c, &ROLE).await.with_context(|| format!("making the etcd role and user {USER}"))?;
     pki.config_as(USER, endpoints)
-}
-
-/// Makes the role and user if absent and grants only what is missing: every
-/// grant bumps etcd's auth revision, and a request in flight across a bump is
-/// refused ("revision of auth store is old"), so a rerun changes nothing.
-async fn ensure_role(c: &mut etcd_client::Client) -> Result<(), etcd_client::Error> {
-    let exists = |e: &etcd_client::Error| e.to_string().contains("already exists");
-    match c.role_add(USER).await {
-        Ok(_) => {}
-        Err(e) if exists(&e) => {}
-        Err(e) => return Err(e),
-    }
-    let have: Vec<(i32, Vec<u8>, Vec<u8>)> =
-        c.role_get(USER).await?.permissions().iter().map(|p| (p.get_type(), p.key().to_vec(), p.range_end().to_vec())).collect();
-    for (kind, key, end) in ROLE.permissions() {
-        if have.contains(&(kind, key.clone(), end.clone())) {
-            continue;
-        }
-        let kind = if kind == etcd_client::PermissionType::Read as i32 {
-            etcd_client::PermissionType::Read
-        } else {
-            etcd_client::PermissionType::Readwrite
-        };
-        let mut p = etcd_client::Permission::new(kind, key);
-        if !end.is_empty() {
-            p = p.with_range_end(end);
-        }
-        c.role_grant_permission(USER, p).await?;
-    }
-    match c.user_add(USER, "", Some(etcd_client::UserAddOptions::new().with_no_pwd())).await {
-        Ok(_) => {}
-        Err(e) if exists(&e) => {}
-        Err(e) => return Err(e),
-    }
-    if !c.user_get(USER).await?.roles().iter().any(|r| r == USER) {
-        c.user_grant_role(USER, USER).await?;
-    }
-    Ok(())
 }
 
 /// How the direct paths reached etcd.

@@ -902,7 +902,7 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
     }
     let attempts_after = ctx.client.server_status().await?.grant_attempts;
     let attempts = attempts_after - attempts_before;
-    let events = events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let events = std::mem::take(&mut *events.lock().unwrap_or_else(|e| e.into_inner()));
     let (handoffs, p50) = handoff_stats(&events);
     let txns = (attempts + releases) as f64 / releases.max(1) as f64;
     let steady = marks.await.ok().flatten().and_then(|((t1, a1), (t2, a2))| {
