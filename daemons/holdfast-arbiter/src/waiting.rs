@@ -29,7 +29,9 @@ use crate::etcd::Etcd;
 use crate::grant::{self, Attempt};
 use crate::seal::Guard;
 use crate::session::Owned;
-use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchFilterType, WatchOptions,
+};
 use holdfast_model::{LockKey, Token, layout};
 use rand::Rng;
 use std::collections::{HashMap, VecDeque};
@@ -274,7 +276,13 @@ impl Waiters {
 /// ~95 ms at p99 (docs/benchmarks.md). A cancelled watch also means "look
 /// now". Never resolves if the watch cannot be opened; the caller polls.
 async fn watch_release(etcd: &Etcd, key: &str, from: i64) {
-    let Ok(mut stream) = etcd.client.clone().watch(key, None).await else {
+    // Deletes only: the next grant's put is of no use to the head, and etcd
+    // would send it to a watch the head has just dropped. h2 answers a frame
+    // for a stream it has already forgotten with a reset that counts against
+    // the connection's lifetime limit of 1,024; past it the connection to
+    // etcd is closed under every call in flight.
+    let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+    let Ok(mut stream) = etcd.client.clone().watch(key, Some(opts)).await else {
         return std::future::pending().await;
     };
     loop {
@@ -300,7 +308,7 @@ async fn watch_release(etcd: &Etcd, key: &str, from: i64) {
 /// `from`, or the watch is cancelled (compaction): both mean "look now".
 /// Never resolves if the watch cannot be opened; the caller polls.
 async fn watch_delete(etcd: &Etcd, key: &str, from: i64, prefix: bool) {
-    let mut opts = WatchOptions::new().with_start_revision(from);
+    let mut opts = WatchOptions::new().with_start_revision(from).with_filters([WatchFilterType::NoPut]);
     if prefix {
         opts = opts.with_prefix();
     }
