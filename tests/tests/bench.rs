@@ -103,6 +103,8 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
     let f = |k: &str| json[k].as_f64().unwrap_or_else(|| panic!("{k} missing:\n{ran}"));
     assert!(f("contended_arbiter_handoffs_per_sec") > 0.0 && f("contended_lock_rpc_handoffs_per_sec") > 0.0, "{ran}");
     assert_eq!(json["contended_errors"], 0, "{ran}");
+    // A failed Lock RPC call stops its waiter: the baseline's rate would be understated.
+    assert_eq!(json["contended_lock_rpc_errors"], 0, "{ran}");
     let extra = |ratio: &str, handoffs: &str| {
         let n = f(handoffs);
         assert!(n > 0.0, "{handoffs} = 0:\n{ran}");

@@ -84,7 +84,7 @@ pub(crate) async fn run(ctx: &Ctx, arbiter_metrics: Option<&str>, duration: Dura
     let direct_key = LockKey::new(BENCH_NAMESPACE, &format!("hop-direct-{:x}", rand_u64()))?;
     let session = ctx.client.open_session_for(BENCH_NAMESPACE, None).await?;
     let identity = "spiffe://holdfast.bench/direct";
-    let (lease, session_bytes) = raw_session(&ctx.etcd, identity).await?;
+    let (lease, session_bytes) = raw_session(&ctx.etcd, identity, duration).await?;
     let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
     let hold_key = layout::hold_key(&direct_key);
     let mut etcd = ctx.etcd.client.clone();

@@ -514,12 +514,16 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         if let Some(first) = a.errors.first() {
             say(format!("  contended: {} acquires or releases failed; the first: {first}", a.errors.len()));
         }
+        if let Some(first) = l.2.first() {
+            say(format!("  contended: {} Lock RPC waiters stopped on a failed call; the first: {first}", l.2.len()));
+        }
         if l.0 > 0.0 {
             summary.insert("contended_vs_lock_rpc".into(), round(a.handoffs_per_sec / l.0).into());
         }
         summary.insert("txns_per_handoff".into(), round(a.txns_per_handoff).into());
         summary.insert("contended_releases".into(), a.releases.into());
         summary.insert("contended_errors".into(), a.errors.len().into());
+        summary.insert("contended_lock_rpc_errors".into(), l.2.len().into());
         if let Some(x) = &a.steady {
             summary.insert("txns_per_handoff_after_warmup".into(), round(x.txns_per_handoff).into());
             summary.insert("handoffs_after_warmup".into(), x.handoffs.into());
@@ -647,11 +651,23 @@ fn round(x: f64) -> f64 {
 /// dev set, `config/classes.d/dev.toml`, 60 s) gives every session's TTL.
 pub const BENCH_NAMESPACE: &str = "bench";
 
-/// A session plus its etcd lease, for the direct variants.
-async fn raw_session(etcd: &Etcd, identity: &str) -> anyhow::Result<(i64, Vec<u8>)> {
+/// The TTL of a lease a direct path holds through a window of `window`.
+/// The direct paths send no keepalives (that would be traffic the arbiter's
+/// sessions do not measure either: its keepalives are separate), so the
+/// lease must outlive the window: with a fixed 60 s, a longer window lost
+/// every lease in its middle, and the Lock RPC's waiters stopped (a 120 s
+/// contended run counted 63 handoffs/s instead of 125).
+pub fn direct_lease_ttl(window: Duration) -> i64 {
+    60 + window.as_secs_f64().ceil() as i64
+}
+
+/// A session plus its etcd lease, for the direct variants, held through a
+/// window of `window`.
+async fn raw_session(etcd: &Etcd, identity: &str, window: Duration) -> anyhow::Result<(i64, Vec<u8>)> {
     let mut c = etcd.client.clone();
-    let lease = c.lease_grant(60, None).await?.id();
-    let record = layout::encode(&SessionRecord { spiffe_id: identity.into(), ttl_secs: 60 });
+    let ttl = direct_lease_ttl(window);
+    let lease = c.lease_grant(ttl, None).await?.id();
+    let record = layout::encode(&SessionRecord { spiffe_id: identity.into(), ttl_secs: ttl as u64 });
     c.put(layout::session_key(lease), record.clone(), Some(etcd_client::PutOptions::new().with_lease(lease))).await?;
     Ok((lease, record))
 }
@@ -664,18 +680,18 @@ enum Worker {
 }
 
 impl Worker {
-    async fn open(ctx: &Ctx, variant: Variant, key: LockKey) -> anyhow::Result<Self> {
+    async fn open(ctx: &Ctx, variant: Variant, key: LockKey, window: Duration) -> anyhow::Result<Self> {
         Ok(match variant {
             Variant::Arbiter => Worker::Arbiter { session: ctx.client.open_session_for(BENCH_NAMESPACE, None).await?, key },
             Variant::EtcdTxn => {
                 let identity = "spiffe://holdfast.bench/direct";
-                let (lease, session_bytes) = raw_session(&ctx.etcd, identity).await?;
+                let (lease, session_bytes) = raw_session(&ctx.etcd, identity, window).await?;
                 let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
                 Worker::EtcdTxn { c: ctx.etcd.client.clone(), lease, hold_key: layout::hold_key(&key), session_bytes, hold }
             }
             Variant::LockRpc => {
                 let mut c = ctx.etcd.client.clone();
-                let lease = c.lease_grant(60, None).await?.id();
+                let lease = c.lease_grant(direct_lease_ttl(window), None).await?.id();
                 Worker::LockRpc { c, lease, name: format!("{}{}", baseline::LOCK_RPC_PREFIX, key.key()) }
             }
         })
@@ -759,7 +775,7 @@ async fn uncontended(ctx: &Arc<Ctx>, variant: Variant, clients: usize, duration:
         tasks.push(tokio::spawn(async move {
             // A client that fails to set up still passes every phase, so
             // the others are not left waiting; its error is reported below.
-            let mut worker = Worker::open(&ctx, variant, key).await;
+            let mut worker = Worker::open(&ctx, variant, key, duration).await;
             phase.wait().await;
             phase.wait().await;
             let ran = match &mut worker {
@@ -919,22 +935,38 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
     })
 }
 
-async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64)> {
+/// The contended part's baseline: handoffs/s, the p50 gap from a release
+/// to the next grant, and the failed Lock or Unlock calls (a waiter whose
+/// call fails stops, so its rate would be understated: any failure makes
+/// the ratio meaningless and is reported).
+async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64, Vec<String>)> {
     let name = format!("{}hot-{:x}", baseline::LOCK_RPC_PREFIX, rand_u64());
     let events: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
     for _ in 0..waiters {
-        let (ctx, name, events) = (ctx.clone(), name.clone(), events.clone());
+        let (ctx, name, events, errors) = (ctx.clone(), name.clone(), events.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut c = ctx.etcd.client.clone();
-            let lease = c.lease_grant(60, None).await?.id();
+            let lease = c.lease_grant(direct_lease_ttl(duration), None).await?.id();
+            let failed = |what: &str, e: etcd_client::Error| errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{what}: {e}"));
             while Instant::now() < end {
                 let left = end.saturating_duration_since(Instant::now());
                 let lock = c.lock(name.as_str(), Some(etcd_client::LockOptions::new().with_lease(lease)));
-                let Ok(Ok(r)) = tokio::time::timeout(left, lock).await else { break };
+                let r = match tokio::time::timeout(left, lock).await {
+                    Err(_) => break,
+                    Ok(Err(e)) => {
+                        failed("lock", e);
+                        break;
+                    }
+                    Ok(Ok(r)) => r,
+                };
                 events.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), true));
-                let _ = c.unlock(r.key().to_vec()).await;
+                if let Err(e) = c.unlock(r.key().to_vec()).await {
+                    failed("unlock", e);
+                    break;
+                }
                 events.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), false));
             }
             let _ = c.lease_revoke(lease).await;
@@ -945,7 +977,8 @@ async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) 
         t.await??;
     }
     let (handoffs, p50) = handoff_stats(&events.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok((handoffs as f64 / duration.as_secs_f64(), p50))
+    let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok((handoffs as f64 / duration.as_secs_f64(), p50, errors))
 }
 
 /// Grants after a release, and the p50 gap from a release to the next grant.
@@ -1106,6 +1139,17 @@ fn plot(path: &std::path::Path, cells: &[Cell], clients: &[usize]) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_direct_paths_lease_outlives_its_window() {
+        // etcd ends a lease after its TTL without keepalives: the window
+        // plus a minute for setting up and closing.
+        for secs in [1u64, 10, 59, 60, 120, 600] {
+            let ttl = direct_lease_ttl(Duration::from_secs(secs));
+            assert!(ttl >= secs as i64 + 60, "{secs} s window: TTL {ttl} s");
+        }
+        assert_eq!(direct_lease_ttl(Duration::from_millis(2500)), 63);
+    }
 
     #[test]
     fn a_histogram_mean_is_taken_over_the_window_only() {
