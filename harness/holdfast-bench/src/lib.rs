@@ -505,8 +505,8 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
             a.txns_per_handoff,
             a.steady.as_ref().map(|x| format!("{:.3}", x.txns_per_handoff)).unwrap_or_else(|| "-".into()),
             fsync_ms.map(|x| format!("{x:.2} ms")).unwrap_or_else(|| "-".into()),
-            l.0,
-            l.1
+            l.handoffs_per_sec,
+            l.p50_ms
         ));
         if let Some(x) = fsync_ms {
             summary.insert("contended_wal_fsync_mean_ms".into(), round(x).into());
@@ -514,24 +514,24 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         if let Some(first) = a.errors.first() {
             say(format!("  contended: {} acquires or releases failed; the first: {first}", a.errors.len()));
         }
-        if let Some(first) = l.2.first() {
-            say(format!("  contended: {} Lock RPC waiters stopped on a failed call; the first: {first}", l.2.len()));
+        if let Some(first) = l.errors.first() {
+            say(format!("  contended: {} Lock RPC waiters stopped on a failed call; the first: {first}", l.errors.len()));
         }
-        if l.0 > 0.0 {
-            summary.insert("contended_vs_lock_rpc".into(), round(a.handoffs_per_sec / l.0).into());
+        if l.handoffs_per_sec > 0.0 {
+            summary.insert("contended_vs_lock_rpc".into(), round(a.handoffs_per_sec / l.handoffs_per_sec).into());
         }
         summary.insert("txns_per_handoff".into(), round(a.txns_per_handoff).into());
         summary.insert("contended_releases".into(), a.releases.into());
         summary.insert("contended_errors".into(), a.errors.len().into());
-        summary.insert("contended_lock_rpc_errors".into(), l.2.len().into());
+        summary.insert("contended_lock_rpc_errors".into(), l.errors.len().into());
         if let Some(x) = &a.steady {
             summary.insert("txns_per_handoff_after_warmup".into(), round(x.txns_per_handoff).into());
             summary.insert("handoffs_after_warmup".into(), x.handoffs.into());
         }
         summary.insert("contended_arbiter_handoffs_per_sec".into(), round(a.handoffs_per_sec).into());
-        summary.insert("contended_lock_rpc_handoffs_per_sec".into(), round(l.0).into());
+        summary.insert("contended_lock_rpc_handoffs_per_sec".into(), round(l.handoffs_per_sec).into());
         summary.insert("handoff_p50_ms_arbiter".into(), round(a.p50_ms).into());
-        summary.insert("handoff_p50_ms_lock_rpc".into(), round(l.1).into());
+        summary.insert("handoff_p50_ms_lock_rpc".into(), round(l.p50_ms).into());
     }
     if want(Part::Renewal) {
         let one = renewal(&ctx, args.sessions, 1, args.renewal_window).await?;
@@ -651,12 +651,11 @@ fn round(x: f64) -> f64 {
 /// dev set, `config/classes.d/dev.toml`, 60 s) gives every session's TTL.
 pub const BENCH_NAMESPACE: &str = "bench";
 
-/// The TTL of a lease a direct path holds through a window of `window`.
-/// The direct paths send no keepalives (that would be traffic the arbiter's
-/// sessions do not measure either: its keepalives are separate), so the
-/// lease must outlive the window: with a fixed 60 s, a longer window lost
-/// every lease in its middle, and the Lock RPC's waiters stopped (a 120 s
-/// contended run counted 63 handoffs/s instead of 125).
+/// The TTL of a lease a direct path holds through a window of `window`:
+/// the window plus a minute for setting up and closing. The direct paths
+/// send no keepalives, so the lease must outlive the window (a fixed 60 s
+/// ended inside longer windows: a 120 s contended run counted the Lock RPC
+/// at 63 handoffs/s instead of 125).
 pub fn direct_lease_ttl(window: Duration) -> i64 {
     60 + window.as_secs_f64().ceil() as i64
 }
@@ -935,11 +934,17 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
     })
 }
 
-/// The contended part's baseline: handoffs/s, the p50 gap from a release
-/// to the next grant, and the failed Lock or Unlock calls (a waiter whose
-/// call fails stops, so its rate would be understated: any failure makes
-/// the ratio meaningless and is reported).
-async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<(f64, f64, Vec<String>)> {
+/// The contended part's baseline, etcd's Lock RPC.
+struct LockRpcContended {
+    handoffs_per_sec: f64,
+    /// From a release to the next grant.
+    p50_ms: f64,
+    /// Failed Lock or Unlock calls. A waiter whose call fails stops, so any
+    /// failure understates the baseline's rate; it is reported.
+    errors: Vec<String>,
+}
+
+async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<LockRpcContended> {
     let name = format!("{}hot-{:x}", baseline::LOCK_RPC_PREFIX, rand_u64());
     let events: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -976,9 +981,9 @@ async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) 
     for t in tasks {
         t.await??;
     }
-    let (handoffs, p50) = handoff_stats(&events.lock().unwrap_or_else(|e| e.into_inner()));
+    let (handoffs, p50_ms) = handoff_stats(&events.lock().unwrap_or_else(|e| e.into_inner()));
     let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok((handoffs as f64 / duration.as_secs_f64(), p50, errors))
+    Ok(LockRpcContended { handoffs_per_sec: handoffs as f64 / duration.as_secs_f64(), p50_ms, errors })
 }
 
 /// Grants after a release, and the p50 gap from a release to the next grant.
