@@ -39,9 +39,15 @@ pub struct MemberStatus {
     pub version: String,
 }
 
-/// How many times a request refused by [`auth_raced`] is sent in all; the
-/// waits between them double from 1 ms (127 ms in all at most).
-pub const AUTH_RACE_TRIES: u32 = 8;
+/// How long a request refused by [`auth_raced`] is sent again for. An
+/// operator's script may change users or roles back to back for a while;
+/// every write proposed while one of those changes is in flight is refused.
+/// Below etcd's default request timeout here (5 s).
+pub const AUTH_RACE_BUDGET: Duration = Duration::from_secs(2);
+
+/// The longest wait between two tries; the waits double from 1 ms up to
+/// it. etcd's Go client waits 25 ms between its tries too.
+pub const AUTH_RACE_MAX_WAIT: Duration = Duration::from_millis(25);
 
 /// Whether etcd refused the request because a change to its users or roles
 /// (any `role grant-permission`, `user add`…) landed between the request's
@@ -53,20 +59,34 @@ pub fn auth_raced(e: &etcd_client::Error) -> bool {
         if s.code() == tonic::Code::InvalidArgument && s.message().contains("revision of auth store is old"))
 }
 
-/// Sends a request again, up to [`AUTH_RACE_TRIES`] times in all, while etcd
+/// Called for each request sent again after [`auth_raced`] (the arbiter
+/// counts them in a metric). Set once, at start; unset, nothing is counted.
+pub static ON_AUTH_RACE_RESEND: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Counts one request sent again after [`auth_raced`] (see
+/// [`ON_AUTH_RACE_RESEND`]).
+pub fn note_auth_race_resend() {
+    if let Some(f) = ON_AUTH_RACE_RESEND.get() {
+        f()
+    }
+}
+
+/// Sends a request again, for up to [`AUTH_RACE_BUDGET`], while etcd
 /// refuses it as [`auth_raced`]: an operator changing etcd's users or roles
 /// must not fail the lock calls in flight. Any other outcome is returned
-/// as it is.
+/// as it is, and so is the last refusal once the budget is spent.
 pub async fn retry_auth_race<T, Fut>(mut send: impl FnMut() -> Fut) -> Result<T, etcd_client::Error>
 where
     Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
 {
-    let mut tries = 1;
+    let started = tokio::time::Instant::now();
+    let mut wait = Duration::from_millis(1);
     loop {
         match send().await {
-            Err(e) if auth_raced(&e) && tries < AUTH_RACE_TRIES => {
-                tokio::time::sleep(Duration::from_millis(1 << (tries - 1))).await;
-                tries += 1;
+            Err(e) if auth_raced(&e) && started.elapsed() + wait < AUTH_RACE_BUDGET => {
+                note_auth_race_resend();
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(AUTH_RACE_MAX_WAIT);
             }
             outcome => return outcome,
         }
@@ -299,10 +319,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_auth_race_that_persists_is_returned_after_the_last_try() {
+    async fn an_auth_race_that_persists_is_returned_once_the_budget_is_spent() {
+        let started = std::time::Instant::now();
         let (r, sent) = send_with(u32::MAX, raced).await;
+        let took = started.elapsed();
         assert!(auth_raced(&r.unwrap_err()));
-        assert_eq!(sent, AUTH_RACE_TRIES);
+        // 1, 2, 4, 8, 16 ms, then 25 ms apart: about 80 sends in 2 s, fewer
+        // if the machine is slow to wake the sleeper.
+        assert!(sent > 20, "{sent} sends");
+        assert!(took + AUTH_RACE_MAX_WAIT >= AUTH_RACE_BUDGET, "gave up after {took:?}");
+        assert!(took < AUTH_RACE_BUDGET + Duration::from_secs(1), "went on for {took:?}");
     }
 
     #[tokio::test]

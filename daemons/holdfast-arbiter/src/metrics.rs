@@ -69,6 +69,7 @@ pub struct Metrics {
     pub grant_attempts: Counters,
     pub renewal_failures: Counters,
     pub unconfirmed_keepalives: Counters,
+    pub auth_race_resends: Counters,
     pub expiries_without_release: Counters,
     pub waiters: Family<Labels, Gauge>,
     pub sealed: Family<Labels, Gauge>,
@@ -108,6 +109,7 @@ impl Metrics {
             grant_attempts: Default::default(),
             renewal_failures: Default::default(),
             unconfirmed_keepalives: Default::default(),
+            auth_race_resends: Default::default(),
             expiries_without_release: Default::default(),
             waiters: Default::default(),
             sealed: Default::default(),
@@ -169,6 +171,11 @@ impl Metrics {
             m.unconfirmed_keepalives.clone(),
         );
         registry.register(
+            "etcd_auth_race_resends",
+            "etcd requests sent again because etcd refused them while its users or roles changed (nothing of them was applied)",
+            m.auth_race_resends.clone(),
+        );
+        registry.register(
             "expiries_without_release",
             "Holds granted by this arbiter that ended because their session lease expired, not by Release or CloseSession \
              (counted only by the granting arbiter; stays 0 when [waiters] watch = false, which opens no watches)",
@@ -220,9 +227,15 @@ impl Metrics {
         // Cluster-wide counters exist at 0 from the start, so an alert on
         // their increase (and a dashboard panel) has a series before the
         // first event; the seal gauge starts at 1: nothing is verified yet.
-        for c in
-            [&m.sealed_refusals, &m.waited, &m.grant_attempts, &m.renewal_failures, &m.unconfirmed_keepalives, &m.expiries_without_release]
-        {
+        for c in [
+            &m.sealed_refusals,
+            &m.waited,
+            &m.grant_attempts,
+            &m.renewal_failures,
+            &m.unconfirmed_keepalives,
+            &m.auth_race_resends,
+            &m.expiries_without_release,
+        ] {
             let _ = c.get_or_create(&m.labels);
         }
         m.sealed.get_or_create(&m.labels).set(1);

@@ -19,10 +19,14 @@
 //! When the stream ends (etcd restarted, a member lost its leadership and
 //! answered with an error, the connection was replaced) or stops answering
 //! within etcd's request timeout, every waiting caller is told at once and
-//! tries once more on a new stream.
+//! tries once more on a new stream. etcd 3.6 also ends a stream when one of
+//! its renewals' permission checks straddles a change to etcd's users or
+//! roles ("revision of auth store is old"; nothing was renewed): callers
+//! then go on trying on new streams for as long as such a refused request
+//! is sent again elsewhere ([`AUTH_RACE_BUDGET`]).
 
 use crate::Refusal;
-use crate::etcd::Etcd;
+use crate::etcd::{AUTH_RACE_BUDGET, Etcd, auth_raced, note_auth_race_resend, retry_auth_race};
 use etcd_client::{LeaseKeepAliveResponse, LeaseKeepAliveStream, LeaseKeeper};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -42,9 +46,22 @@ pub enum Renewal {
     NotFound,
 }
 
+/// Why a stream ended under the callers waiting on it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ended {
+    /// etcd refused a renewal whose permission check straddled a change to
+    /// its users or roles, and closed the stream with that refusal.
+    AuthRace,
+    /// Anything else: etcd closed it, the connection went, no answer came.
+    Other,
+}
+
+/// What a waiting caller is handed: etcd's answer, or why the stream ended.
+type Answer = Result<LeaseKeepAliveResponse, Ended>;
+
 /// Callers waiting for an answer, per lease, oldest first; `None` once the
 /// stream has ended.
-type Waiting = Arc<Mutex<Option<HashMap<i64, VecDeque<oneshot::Sender<LeaseKeepAliveResponse>>>>>>;
+type Waiting = Arc<Mutex<Option<HashMap<i64, VecDeque<oneshot::Sender<Answer>>>>>>;
 
 struct Stream {
     /// Sends requests; any lease ID may be sent on it.
@@ -88,6 +105,7 @@ impl Renewer {
     /// Renews `lease` once: etcd's answer, or a refusal if etcd could not be
     /// asked or did not answer within its request timeout.
     pub async fn renew(&self, lease: i64) -> Result<Renewal, Refusal> {
+        let started = Instant::now();
         let mut retried = false;
         loop {
             let (sent_at, answer, generation) = match self.send(lease).await? {
@@ -95,11 +113,14 @@ impl Renewer {
                 Sent::Waiting { sent_at, answer, generation } => (sent_at, answer, generation),
             };
             match tokio::time::timeout(self.etcd.timeout, answer).await {
-                Ok(Ok(resp)) if resp.ttl() <= 0 => return Ok(Renewal::NotFound),
-                Ok(Ok(resp)) => return Ok(Renewal::Answered { sent_at, resp }),
+                Ok(Ok(Ok(resp))) if resp.ttl() <= 0 => return Ok(Renewal::NotFound),
+                Ok(Ok(Ok(resp))) => return Ok(Renewal::Answered { sent_at, resp }),
+                // Refused, not renewed, because an operator changed etcd's
+                // users or roles: again on a new stream, within the budget.
+                Ok(Ok(Err(Ended::AuthRace))) if started.elapsed() < AUTH_RACE_BUDGET => note_auth_race_resend(),
                 // The stream ended under this request: once more on a new one.
-                Ok(Err(_)) if !retried => retried = true,
-                Ok(Err(_)) => return Err(Refusal::unavailable("etcd closed the keepalive stream")),
+                Ok(_) if !retried => retried = true,
+                Ok(_) => return Err(Refusal::unavailable("etcd closed the keepalive stream")),
                 Err(_) => {
                     // A stream that stops answering (its member hangs) is
                     // replaced: the next renewal opens a new one, which may
@@ -118,7 +139,7 @@ impl Renewer {
         if let Slot::Open(s) = &*slot
             && s.generation == generation
         {
-            end(&s.waiting);
+            end(&s.waiting, Ended::Other);
             *slot = Slot::Closed;
         }
     }
@@ -139,7 +160,7 @@ impl Renewer {
                             return Ok(Sent::Waiting { sent_at, answer: rx, generation: s.generation });
                         }
                         // The request side is gone: the stream has ended.
-                        end(&s.waiting);
+                        end(&s.waiting, Ended::Other);
                     }
                     *slot = Slot::Closed;
                     if opened {
@@ -152,7 +173,11 @@ impl Renewer {
             // Opening renews `lease` once (etcd-client sends a first request
             // and reads its answer); the request sent after opening is the
             // one whose answer, with its own header, the caller gets.
-            match self.etcd.client.clone().lease_keep_alive(lease).await {
+            let open = || {
+                let mut c = self.etcd.client.clone();
+                async move { c.lease_keep_alive(lease).await }
+            };
+            match retry_auth_race(open).await {
                 Ok((keeper, stream)) => {
                     let generation = self.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     *slot = Slot::Open(start(keeper, stream, generation));
@@ -171,7 +196,7 @@ impl Renewer {
 
 impl Stream {
     /// A place in `lease`'s queue, or `None` if the stream has ended.
-    fn queue(&self, lease: i64) -> Option<oneshot::Receiver<LeaseKeepAliveResponse>> {
+    fn queue(&self, lease: i64) -> Option<oneshot::Receiver<Answer>> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         let (tx, rx) = oneshot::channel();
         waiting.as_mut()?.entry(lease).or_default().push_back(tx);
@@ -180,7 +205,7 @@ impl Stream {
 }
 
 enum Sent {
-    Waiting { sent_at: Instant, answer: oneshot::Receiver<LeaseKeepAliveResponse>, generation: u64 },
+    Waiting { sent_at: Instant, answer: oneshot::Receiver<Answer>, generation: u64 },
     NotFound,
 }
 
@@ -189,10 +214,15 @@ fn start(sender: LeaseKeeper, mut stream: LeaseKeepAliveStream, generation: u64)
     let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
     let w = waiting.clone();
     tokio::spawn(async move {
-        while let Ok(Some(resp)) = stream.message().await {
+        let why = loop {
+            let resp = match stream.message().await {
+                Ok(Some(resp)) => resp,
+                Err(e) if auth_raced(&e) => break Ended::AuthRace,
+                _ => break Ended::Other,
+            };
             let waiter = {
                 let mut guard = w.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(map) = guard.as_mut() else { break };
+                let Some(map) = guard.as_mut() else { break Ended::Other };
                 let id = resp.id();
                 let waiter = map.get_mut(&id).and_then(VecDeque::pop_front);
                 if map.get(&id).is_some_and(VecDeque::is_empty) {
@@ -203,15 +233,19 @@ fn start(sender: LeaseKeeper, mut stream: LeaseKeepAliveStream, generation: u64)
             // A waiter that gave up has dropped its receiver: its answer is
             // consumed here all the same.
             if let Some(tx) = waiter {
-                let _ = tx.send(resp);
+                let _ = tx.send(Ok(resp));
             }
-        }
-        end(&w);
+        };
+        end(&w, why);
     });
     Stream { sender, waiting, generation }
 }
 
-/// Marks the stream ended and tells every waiter (their senders drop).
-fn end(waiting: &Waiting) {
-    waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
+/// Marks the stream ended and tells every waiter why (once: a stream
+/// already ended keeps the first reason).
+fn end(waiting: &Waiting, why: Ended) {
+    let ended = waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
+    for tx in ended.into_iter().flat_map(HashMap::into_values).flatten() {
+        let _ = tx.send(Err(why));
+    }
 }

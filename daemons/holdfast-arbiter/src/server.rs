@@ -35,6 +35,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let tls = crate::tls::load(&config.tls).context("[tls]")?;
 
     crate::metrics::init(&config.cluster_name);
+    let _ = holdfast_store::etcd::ON_AUTH_RACE_RESEND.set(|| crate::metrics::inc(|m| &m.auth_race_resends));
     for name in apply_mutations(&config.mutation)? {
         tracing::warn!(mutation = name, "MUTATION on: this arbiter is deliberately broken (test builds only)");
     }
