@@ -93,7 +93,7 @@ async fn attempt_txn(
     let current = match guard.state() {
         Serve::Serving(c) => c,
         Serve::Sealed { reason, .. } => return Err(Refusal::sealed(&reason)),
-        Serve::Unverified(why) => return Err(Refusal::unavailable(&why)),
+        Serve::Unverified(why) => return Err(Refusal::not_serving(&why)),
     };
     let epoch = current.record.epoch;
     let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch, granted_unix_ms: now_unix_ms() };

@@ -53,11 +53,19 @@ pub struct Refusal {
     pub reason: ErrorReason,
     pub field: &'static str,
     pub message: String,
+    /// An etcd call failed: granting pauses until the cluster is re-checked
+    /// (a reconnect may have reached a restored cluster). Only
+    /// [`Refusal::unavailable`] and [`Refusal::etcd`] set it. Refusals that
+    /// follow from a pause already in force (not serving, a withdrawn grant)
+    /// must not: each would pause granting again after the re-check resumed
+    /// it, and withdraw the grants then in flight, whose refusals would pause
+    /// it once more.
+    pub pauses_granting: bool,
 }
 
 impl Refusal {
     fn new(code: Code, reason: ErrorReason, message: impl Into<String>) -> Self {
-        Refusal { code, reason, field: "", message: message.into() }
+        Refusal { code, reason, field: "", message: message.into(), pauses_granting: false }
     }
 
     /// The reason as one lower-case word, for span attributes.
@@ -145,7 +153,15 @@ impl Refusal {
         Self::new(Code::ResourceExhausted, ErrorReason::Quota, message)
     }
 
+    /// An etcd call failed (or answered what a healthy cluster would not):
+    /// pauses granting until the cluster is re-checked.
     pub fn unavailable(reason: &str) -> Self {
+        Refusal { pauses_granting: true, ..Self::not_serving(reason) }
+    }
+
+    /// The arbiter is not serving now (re-checking etcd, shutting down):
+    /// unavailable to the client, but no new etcd failure.
+    pub fn not_serving(reason: &str) -> Self {
         Self::new(Code::Unavailable, ErrorReason::Unavailable, format!("etcd is not available to this arbiter: {reason}; retry"))
     }
 
@@ -167,5 +183,32 @@ impl Refusal {
 impl From<Refusal> for tonic::Status {
     fn from(r: Refusal) -> Self {
         holdfast_proto::refusal(r.code, r.reason, r.field, r.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_etcd_failures_pause_granting() {
+        let grpc = |s| etcd_client::Error::GRpcStatus(s);
+        // etcd failed, or answered what a healthy cluster would not.
+        assert!(Refusal::unavailable("etcd answered without a header").pauses_granting);
+        assert!(Refusal::etcd(grpc(tonic::Status::unavailable("connection refused"))).pauses_granting);
+        // What follows from a pause already in force, and what is not etcd's.
+        let after_a_pause = [
+            Refusal::not_serving("re-checking etcd after an error: connection refused"),
+            Refusal::withdrawn("this arbiter lost track of etcd while the grant was in flight", true),
+            Refusal::withdrawn("the etcd cluster was rewound; this arbiter sealed", false),
+        ];
+        for r in &after_a_pause {
+            assert!(!r.pauses_granting, "{r:?}");
+            // The client sees the same code and reason as for an etcd failure.
+            assert_eq!((r.code, r.reason), (Code::Unavailable, ErrorReason::Unavailable), "{r:?}");
+        }
+        assert!(!Refusal::etcd(grpc(tonic::Status::not_found("etcdserver: requested lease not found"))).pauses_granting);
+        assert!(!crate::validate::rate_limited().pauses_granting);
+        assert!(!Refusal::sealed("restored").pauses_granting);
     }
 }

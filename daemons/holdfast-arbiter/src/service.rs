@@ -54,7 +54,7 @@ impl LockService {
     /// reconnect may have reached a restored cluster.
     fn seen<T>(&self, r: Result<T, Refusal>) -> Result<T, Refusal> {
         if let Err(e) = &r
-            && e.reason == holdfast_proto::ErrorReason::Unavailable
+            && e.pauses_granting
         {
             self.guard.etcd_failed(&e.message);
         }
@@ -372,7 +372,7 @@ impl LockService {
                 count_outcome(&r, &class);
                 r?
             }
-            _ = self.until_stopping() => return Err(Refusal::unavailable("this arbiter is shutting down; retry on another")),
+            _ = self.until_stopping() => return Err(Refusal::not_serving("this arbiter is shutting down; retry on another")),
         };
         self.expiries.granted(&holdfast_model::layout::hold_key(&key), token);
         self.limits.ledger.wrote(token.revision() as i64);

@@ -75,12 +75,13 @@ impl Default for Bucket {
 }
 
 /// The refusal past the bucket. Not an etcd failure: it must not pause
-/// granting (so it never goes through `LockService::seen`).
+/// granting.
 pub fn rate_limited() -> Refusal {
     Refusal {
         code: Code::ResourceExhausted,
         reason: holdfast_proto::ErrorReason::Unavailable,
         field: "",
+        pauses_granting: false,
         message: format!(
             "ValidateToken is rate-limited on this arbiter ({RATE_PER_SECOND}/s, burst {BURST}); retry after a short backoff or ask another arbiter"
         ),
@@ -103,7 +104,7 @@ pub async fn check(etcd: &Etcd, guard: &Guard, key: &LockKey, presented: u64) ->
     let current = match guard.state() {
         Serve::Serving(c) => c,
         Serve::Sealed { reason, .. } => return Err(Refusal::sealed(&reason)),
-        Serve::Unverified(why) => return Err(Refusal::unavailable(&why)),
+        Serve::Unverified(why) => return Err(Refusal::not_serving(&why)),
     };
     let epoch = current.record.epoch;
     let hold_key = layout::hold_key(key);
