@@ -47,7 +47,7 @@ pub enum Renewal {
 }
 
 /// Why a stream ended under the callers waiting on it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Ended {
     /// etcd refused a renewal whose permission check straddled a change to
     /// its users or roles, and closed the stream with that refusal.

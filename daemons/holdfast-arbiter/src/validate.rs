@@ -77,15 +77,13 @@ impl Default for Bucket {
 /// The refusal past the bucket. Not an etcd failure: it must not pause
 /// granting.
 pub fn rate_limited() -> Refusal {
-    Refusal {
-        code: Code::ResourceExhausted,
-        reason: holdfast_proto::ErrorReason::Unavailable,
-        field: "",
-        pauses_granting: false,
-        message: format!(
+    Refusal::new(
+        Code::ResourceExhausted,
+        holdfast_proto::ErrorReason::Unavailable,
+        format!(
             "ValidateToken is rate-limited on this arbiter ({RATE_PER_SECOND}/s, burst {BURST}); retry after a short backoff or ask another arbiter"
         ),
-    }
+    )
 }
 
 /// Counts one answered or refused call under its key's class.
