@@ -193,6 +193,68 @@ async fn without_watch_events_a_waiter_is_granted_within_about_a_second() {
 }
 
 #[tokio::test]
+async fn the_keys_watch_hands_it_on_after_each_release_made_behind_the_arbiters_back() {
+    // Watches on (the default): one watch per key with waiters, kept while
+    // the queue lasts. Three waiters queue behind a holder; each hold then
+    // ends behind this arbiter's back (as a release through another arbiter
+    // or a lease expiry would), with no in-memory hint: only the key's
+    // watch can beat the poll (once a second, plus up to 200 ms of jitter).
+    let app = Appliance::start("follow", 1).await;
+    let k = key("hot/follow");
+    let status = app.client("svc/observer").await;
+    let holder = app.client("svc/holder").await;
+    let hs = holder.open_session(Duration::from_secs(10)).await.unwrap();
+    let first = hs.acquire(&k, Duration::ZERO).await.unwrap();
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let client = app.client(&format!("svc/w{i}")).await;
+        let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+        let (granted, wk) = (granted.clone(), k.clone());
+        tasks.push(tokio::spawn(async move {
+            // Kept (not released) until the test deletes it in etcd.
+            let hold = session.acquire(&wk, Duration::from_secs(60)).await.unwrap();
+            granted.lock().unwrap().push((i, Instant::now(), hold.token()));
+            (session, hold)
+        }));
+        let end = Instant::now() + Duration::from_secs(5);
+        while status.inspect(&k).await.unwrap().waiters < i + 1 {
+            assert!(Instant::now() < end, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // Past the waiters' first poll, so a late grant would show.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let etcd = app.etcd.client().await;
+    let attempts_before = app.arbiter.grant_attempts(&status).await;
+    let mut previous = first.token();
+    for i in 0..3 {
+        let deleted_at = Instant::now();
+        assert_eq!(etcd.clone().delete(layout::hold_key(&k), None).await.unwrap().deleted(), 1);
+        let end = Instant::now() + Duration::from_secs(10);
+        let (who, at, token) = loop {
+            if let Some(g) = granted.lock().unwrap().get(i).copied() {
+                break g;
+            }
+            assert!(Instant::now() < end, "nobody was granted the key after the delete of hold {i}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let took = at - deleted_at;
+        eprintln!("waiter {who} granted {took:?} after the hold was deleted in etcd");
+        assert_eq!(who as usize, i, "granted out of arrival order");
+        assert!(token > previous);
+        assert!(took < Duration::from_millis(500), "handoff {i} took {took:?}: the waiter was granted by polling");
+        previous = token;
+    }
+    let attempts = app.arbiter.grant_attempts(&status).await - attempts_before;
+    assert_eq!(attempts, 3, "3 deletes with a waiter caused {attempts} grant transactions");
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(first);
+}
+
+#[tokio::test]
 async fn a_release_through_the_arbiter_hands_the_key_to_its_waiter_without_waiting_for_a_poll() {
     // Watches off: only the arbiter's own release hint can beat the poll
     // (once a second, plus up to 200 ms of jitter).

@@ -4,20 +4,26 @@
 //! **Best-effort fairness (default).** Waiters for a key queue in this
 //! arbiter's memory in arrival order; clients send every acquire of a key to
 //! the same arbiter (rendezvous hashing), so they meet here. Only the head of
-//! the queue tries to grant. It watches the key from the revision its last
-//! attempt saw; a delete event is only a hint that makes it send the full
-//! grant transaction. Without events it polls every second (with jitter) by
+//! the queue tries to grant. It waits for the hold it last saw (named by its
+//! create revision) to end; that is only a hint that makes it send the full
+//! grant transaction. Without a hint it polls every second (with jitter) by
 //! *reading* the key and sends a transaction only when the key is free. When
-//! the head is granted, the next waiter becomes head and starts watching from
-//! the new grant's revision: one release causes one grant transaction. A
-//! release made through this arbiter is also a hint, given in memory as soon
-//! as etcd confirms it ([`Waiters::released`]): the head need not wait for
-//! etcd's watch event, and without watches it need not wait for its next
-//! poll. The hint names the hold it ended, and the head heeds it only for the
-//! hold it waits on: a hint that arrives after a watch event already handed
-//! the key on must not send the next head's transaction early. The order
-//! survives an etcd leader change and is lost when the arbiter restarts
-//! (waiters then retry).
+//! the head is granted, the next waiter becomes head and waits on the new
+//! grant's hold: one release causes one grant transaction.
+//!
+//! The hints, each naming the hold that ended ([`KeyQueue::ended`]):
+//! - a release made through this arbiter, given in memory as soon as etcd
+//!   confirms it ([`Waiters::released`]);
+//! - a delete seen by the key's watch. One watch per key with waiters is
+//!   kept for as long as the queue exists ([`follow`]), not one per head:
+//!   opening and dropping a watch stream for every handoff cost ~9 % of the
+//!   contended handoff rate on a 2-core machine (docs/benchmarks.md).
+//!
+//! A head heeds a hint only for the hold it waits on or a later one: a
+//! release hint that arrives after the watch event already handed the key on
+//! must not send the next head's transaction early. The order survives an
+//! etcd leader change and is lost when the arbiter restarts (waiters then
+//! retry).
 //!
 //! **Durable fairness** (per acquire until classes exist): the waiter is
 //! recorded at `/q/<ns>/<key>/<lease>` on its own session lease; the grant
@@ -36,7 +42,7 @@ use holdfast_model::{LockKey, Token, layout};
 use rand::Rng;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -67,28 +73,38 @@ struct KeyQueue {
     order: Mutex<VecDeque<(u64, Arc<Notify>)>>,
     /// What the head knows of the current hold.
     state: Mutex<Seen>,
-    /// Rung when a release of this key through this arbiter has committed:
-    /// a hint for the waiting head, like a watch event.
-    released: Notify,
-    /// The create revision of the latest hold released through this arbiter.
-    last_released: AtomicI64,
+    /// Rung when [`KeyQueue::ended`] grows.
+    rung: Notify,
+    /// The create revision of the latest hold of this key known to have
+    /// ended (released through this arbiter, or deleted as the key's watch
+    /// or a read saw); every earlier hold has ended too.
+    ended: AtomicI64,
+    /// The key's watch ([`follow`]), stopped when the queue goes.
+    follow: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl KeyQueue {
-    /// The hold granted at `create_revision` was released through this
-    /// arbiter ([`release_of`] listens).
-    fn ring(&self, create_revision: i64) {
-        self.last_released.fetch_max(create_revision, Ordering::AcqRel);
-        self.released.notify_waiters();
+    /// The hold granted at `create_revision` (and every earlier one) has
+    /// ended ([`ended`] listens).
+    fn ended(&self, create_revision: i64) {
+        if self.ended.fetch_max(create_revision, Ordering::AcqRel) < create_revision {
+            self.rung.notify_waiters();
+        }
+    }
+}
+
+impl Drop for KeyQueue {
+    fn drop(&mut self) {
+        if let Some(follow) = self.follow.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            follow.abort();
+        }
     }
 }
 
 /// The hold a head waits on, as its last look at the key found it.
 #[derive(Clone, Default)]
 struct Seen {
-    /// Where to watch for its delete from.
-    watch_from: i64,
-    /// Its create revision (0: not known).
+    /// Its create revision (0: not known; the head looks at once).
     since: i64,
     /// Its holder's identity.
     holder: Option<String>,
@@ -155,7 +171,7 @@ impl Waiters {
     pub fn released(&self, hold_key: &str, create_revision: i64) {
         let queue = lock(&self.queues).get(hold_key).cloned();
         if let Some(q) = queue {
-            q.ring(create_revision);
+            q.ended(create_revision);
         }
     }
 
@@ -163,9 +179,19 @@ impl Waiters {
         lock(&self.queues).contains_key(hold_key)
     }
 
-    fn enter(&self, hold_key: &str, seen: Seen) -> Ticket<'_> {
+    fn enter(&self, etcd: &Etcd, hold_key: &str, seen: Seen) -> Ticket<'_> {
         let mut map = lock(&self.queues);
-        let queue = map.entry(hold_key.to_string()).or_default().clone();
+        let queue = map
+            .entry(hold_key.to_string())
+            .or_insert_with(|| {
+                let queue = Arc::new(KeyQueue::default());
+                if self.watch {
+                    let task = tokio::spawn(follow(etcd.clone(), hold_key.to_string(), Arc::downgrade(&queue)));
+                    *lock(&queue.follow) = Some(task.abort_handle());
+                }
+                queue
+            })
+            .clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut order = lock(&queue.order);
         if order.is_empty() {
@@ -190,13 +216,13 @@ impl Waiters {
         } else {
             match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await? {
                 Attempt::Granted(token) => return Ok(token),
-                Attempt::Held { watch_from, since, holder } => Seen { watch_from, since, holder },
+                Attempt::Held { since, holder, .. } => Seen { since, holder },
             }
         };
         if Instant::now() >= deadline {
             return Err(contention_or_leak(key, session, &seen.holder));
         }
-        let ticket = self.enter(&hold_key, seen);
+        let ticket = self.enter(etcd, &hold_key, seen);
         // Wait to be the head.
         loop {
             if lock(&ticket.queue.order).front().is_some_and(|(id, _)| *id == ticket.id) {
@@ -210,12 +236,11 @@ impl Waiters {
         // The head: wait for a release, then send the grant transaction.
         let mut seen = lock(&ticket.queue.state).clone();
         loop {
-            match self.wait_for_release(etcd, &ticket.queue, &hold_key, &seen, deadline).await {
+            match wait_for_release(&ticket.queue, &seen, deadline).await {
                 Hint::Deadline => return Err(contention_or_leak(key, session, &seen.holder)),
                 Hint::Poll => {
                     // A failed read: the grant transaction decides.
-                    if let Ok(Some((revision, since))) = held_at(etcd, &hold_key).await {
-                        seen.watch_from = revision + 1;
+                    if let Ok((_, Some(since))) = held_at(etcd, &hold_key).await {
                         seen.since = since;
                         continue;
                     }
@@ -224,14 +249,13 @@ impl Waiters {
             }
             match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await {
                 Ok(Attempt::Granted(token)) => {
-                    // The next head watches from this grant.
+                    // The next head waits on this grant's hold.
                     let revision = token.revision() as i64;
-                    *lock(&ticket.queue.state) =
-                        Seen { watch_from: revision + 1, since: revision, holder: Some(session.record.spiffe_id.clone()) };
+                    *lock(&ticket.queue.state) = Seen { since: revision, holder: Some(session.record.spiffe_id.clone()) };
                     return Ok(token);
                 }
-                Ok(Attempt::Held { watch_from, since, holder }) => {
-                    seen = Seen { watch_from, since, holder };
+                Ok(Attempt::Held { since, holder, .. }) => {
+                    seen = Seen { since, holder };
                     *lock(&ticket.queue.state) = seen.clone();
                 }
                 Err(e) => {
@@ -241,66 +265,63 @@ impl Waiters {
             }
         }
     }
+}
 
-    /// Waits for a delete of the key after `watch_from`, a release through
-    /// this arbiter, the poll interval, or the deadline. With `watch_from` 0
-    /// (unknown), polls at once.
-    async fn wait_for_release(&self, etcd: &Etcd, queue: &KeyQueue, key: &str, seen: &Seen, deadline: Instant) -> Hint {
-        let watch_from = seen.watch_from;
-        if watch_from <= 0 {
-            return Hint::Poll;
-        }
-        let released = release_of(queue, seen.since);
-        let jitter = Duration::from_millis(rand::rng().random_range(0..200));
-        let poll_at = (Instant::now() + POLL + jitter).min(deadline);
-        let watch = async {
-            if !self.watch {
-                return std::future::pending().await;
-            }
-            watch_release(etcd, key, watch_from).await
-        };
-        tokio::select! {
-            _ = tokio::time::sleep_until(poll_at) => if Instant::now() >= deadline { Hint::Deadline } else { Hint::Poll },
-            _ = watch => Hint::Event,
-            _ = released => Hint::Event,
-        }
+/// Waits until the hold the head saw has ended ([`KeyQueue::ended`]), the
+/// poll interval, or the deadline. With the hold not known, polls at once.
+async fn wait_for_release(queue: &KeyQueue, seen: &Seen, deadline: Instant) -> Hint {
+    if seen.since <= 0 {
+        return Hint::Poll;
+    }
+    let jitter = Duration::from_millis(rand::rng().random_range(0..200));
+    let poll_at = (Instant::now() + POLL + jitter).min(deadline);
+    tokio::select! {
+        _ = tokio::time::sleep_until(poll_at) => if Instant::now() >= deadline { Hint::Deadline } else { Hint::Poll },
+        _ = ended(queue, seen.since) => Hint::Event,
     }
 }
 
-/// Resolves when the key, known held before revision `from`, may be free:
-/// a delete seen by a watch opened *now*, or, if etcd had already moved past
-/// `from - 1` when that watch was created, a read that finds the key free.
-/// A watch from an older revision would do without the read, but etcd
-/// delivers such a watch's events from its catch-up loop, every 100 ms:
-/// with any other write in between, a handoff waited ~50 ms on average and
-/// ~95 ms at p99 (docs/benchmarks.md). A cancelled watch also means "look
-/// now". Never resolves if the watch cannot be opened; the caller polls.
-async fn watch_release(etcd: &Etcd, key: &str, from: i64) {
-    // Deletes only: the next grant's put is of no use to the head, and etcd
-    // would send it to a watch the head has just dropped. h2 answers a frame
-    // for a stream it has already forgotten with a reset that counts against
-    // the connection's lifetime limit of 1,024; past it the connection to
-    // etcd is closed under every call in flight.
-    let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-    let Ok(mut stream) = etcd.client.clone().watch(key, Some(opts)).await else {
-        return std::future::pending().await;
-    };
+/// The key's watch, for as long as its queue exists: each delete of the key
+/// tells the queue that every hold created before it has ended. The watch
+/// starts at etcd's current revision (a watch from a past revision is served
+/// by etcd's catch-up loop, every 100 ms) and a read right after it is
+/// created covers what happened before: a key found free, or held by a later
+/// hold, has ended the holds before. A cancelled or broken watch (a
+/// compaction, an auth-race refusal, a lost connection) is opened again the
+/// same way. While it cannot be opened, heads poll.
+async fn follow(etcd: Etcd, key: String, queue: Weak<KeyQueue>) {
+    let mut pause = Duration::from_millis(10);
     loop {
-        match stream.message().await {
-            Ok(Some(resp)) => {
-                if resp.canceled() || resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                    return;
+        // Deletes only: the grants' puts are of no use here, and etcd could
+        // send one to this stream just after the queue has dropped it. h2
+        // answers a frame for a stream it has forgotten with a reset that
+        // counts against the connection's lifetime limit of 1,024; past it
+        // the connection to etcd is closed under every call in flight.
+        let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        if let Ok(mut stream) = etcd.client.clone().watch(key.as_str(), Some(opts)).await {
+            while let Ok(Some(resp)) = stream.message().await {
+                let Some(queue) = queue.upgrade() else { return };
+                for kv in resp.events().iter().filter(|e| e.event_type() == EventType::Delete).filter_map(|e| e.kv()) {
+                    queue.ended(kv.mod_revision() - 1);
                 }
-                // A failed read (after its retries) waits for the event or
-                // the poll: taking it as "free" let a head whose reads
-                // failed while its transactions went through send one
-                // transaction per watch it opened, back to back.
-                if resp.created() && resp.header().is_none_or(|h| h.revision() >= from) && matches!(held_at(etcd, key).await, Ok(None)) {
-                    return;
+                if resp.created() || resp.canceled() {
+                    match held_at(&etcd, &key).await {
+                        Ok((revision, None)) => queue.ended(revision),
+                        Ok((_, Some(since))) => queue.ended(since - 1),
+                        Err(_) => {}
+                    }
                 }
+                if resp.canceled() {
+                    break;
+                }
+                pause = Duration::from_millis(10);
             }
-            _ => return std::future::pending().await,
         }
+        if queue.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL);
     }
 }
 
@@ -327,30 +348,25 @@ async fn watch_delete(etcd: &Etcd, key: &str, from: i64, prefix: bool) {
     }
 }
 
-/// If the key is held: the revision the read saw and the hold's create
-/// revision; None if it is free.
-async fn held_at(etcd: &Etcd, key: &str) -> Result<Option<(i64, i64)>, etcd_client::Error> {
+/// The revision a read of the key saw, and the hold's create revision if it
+/// is held.
+async fn held_at(etcd: &Etcd, key: &str) -> Result<(i64, Option<i64>), etcd_client::Error> {
     let resp = etcd.get(key, Some(GetOptions::new().with_keys_only())).await?;
-    Ok(resp.kvs().first().map(|hold| (resp.header().map(|h| h.revision()).unwrap_or(0), hold.create_revision())))
+    Ok((resp.header().map(|h| h.revision()).unwrap_or(0), resp.kvs().first().map(|hold| hold.create_revision())))
 }
 
-/// Resolves when a release through this arbiter has ended the hold granted
-/// at `since` (or a later one: then that hold is gone too), even one that
-/// ended before this call; with `since` 0 (not known), at the next release.
-async fn release_of(queue: &KeyQueue, since: i64) {
-    let ended = || since > 0 && queue.last_released.load(Ordering::Acquire) >= since;
+/// Resolves when the hold granted at `since` (> 0) has ended, even before
+/// this call.
+async fn ended(queue: &KeyQueue, since: i64) {
     loop {
-        // Listen before looking, so a release in between is not missed.
-        let rung = queue.released.notified();
+        // Listen before looking, so a hint in between is not missed.
+        let rung = queue.rung.notified();
         tokio::pin!(rung);
         rung.as_mut().enable();
-        if ended() {
+        if queue.ended.load(Ordering::Acquire) >= since {
             return;
         }
         rung.await;
-        if since <= 0 || ended() {
-            return;
-        }
     }
 }
 
@@ -455,43 +471,44 @@ mod tests {
     async fn a_late_hint_for_an_earlier_hold_does_not_wake_the_head_waiting_on_the_next() {
         let q = queue();
         // The head waits on the hold granted at 20; the release of the hold
-        // at 10 is reported only now (its watch event handed the key on).
+        // at 10 is reported only now (the key's watch handed the key on).
         let head = {
             let q = q.clone();
-            tokio::spawn(async move { release_of(&q, 20).await })
+            tokio::spawn(async move { ended(&q, 20).await })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
-        q.ring(10);
+        q.ended(10);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!head.is_finished(), "a hint for the hold at 10 woke the head waiting on the hold at 20");
-        q.ring(20);
+        q.ended(20);
         assert!(resolves(async { head.await.unwrap() }).await, "the release of the hold at 20 did not wake its head");
     }
 
     #[tokio::test]
     async fn a_release_before_the_head_starts_waiting_is_not_missed() {
         let q = queue();
-        q.ring(20);
-        assert!(resolves(release_of(&q, 20)).await);
+        q.ended(20);
+        assert!(resolves(ended(&q, 20)).await);
         // A later hold released also ends the earlier one.
-        assert!(resolves(release_of(&q, 15)).await);
+        assert!(resolves(ended(&q, 15)).await);
         // Not the next hold.
-        assert!(!resolves(release_of(&q, 21)).await);
+        assert!(!resolves(ended(&q, 21)).await);
     }
 
     #[tokio::test]
-    async fn with_the_hold_unknown_any_release_wakes_the_head() {
+    async fn a_hint_never_moves_what_is_known_back() {
         let q = queue();
-        q.ring(20);
-        // Nothing is stored for a head that does not know its hold...
-        assert!(!resolves(release_of(&q, 0)).await);
-        // ...but the next release wakes it.
-        let head = {
-            let q = q.clone();
-            tokio::spawn(async move { release_of(&q, 0).await })
-        };
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        q.ring(5);
-        assert!(resolves(async { head.await.unwrap() }).await);
+        q.ended(20);
+        // A read or a release hint about an earlier hold arrives late.
+        q.ended(12);
+        assert!(resolves(ended(&q, 20)).await);
+    }
+
+    #[tokio::test]
+    async fn a_head_that_does_not_know_its_hold_looks_at_once() {
+        let q = queue();
+        let seen = Seen { since: 0, holder: None };
+        let hint = tokio::time::timeout(Duration::from_millis(50), wait_for_release(&q, &seen, Instant::now() + POLL * 5)).await;
+        assert!(matches!(hint, Ok(Hint::Poll)));
     }
 }
