@@ -105,6 +105,15 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
     assert_eq!(json["contended_errors"], 0, "{ran}");
     // A failed Lock RPC call stops its waiter: the baseline's rate would be understated.
     assert_eq!(json["contended_lock_rpc_errors"], 0, "{ran}");
+    // CPU per handoff from /proc: every process under test did some work.
+    for k in [
+        "contended_arbiter_cpu_us_per_handoff",
+        "contended_etcd_cpu_us_per_handoff_arbiter",
+        "contended_etcd_cpu_us_per_handoff_lock_rpc",
+        "contended_bench_cpu_us_per_handoff_arbiter",
+    ] {
+        assert!(f(k) > 0.0, "{k} = 0:\n{ran}");
+    }
     let extra = |ratio: &str, handoffs: &str| {
         let n = f(handoffs);
         assert!(n > 0.0, "{handoffs} = 0:\n{ran}");

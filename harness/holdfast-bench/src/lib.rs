@@ -423,7 +423,6 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         for &c in &args.clients {
             for v in [Variant::Arbiter, Variant::EtcdTxn, Variant::LockRpc] {
                 let cell = uncontended(&ctx, v, c, args.duration).await?;
-                let us = |x: Option<f64>| x.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into());
                 say(format!(
                     "  uncontended {:>3} clients  {:<18} {:>9.0} pairs/s  p50 {:>7.2} ms  p99 {:>7.2} ms  CPU us/pair arbiter {:>5} etcd {:>5} bench {:>5}  proposals/pair {}{}",
                     c,
@@ -508,8 +507,27 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
             l.handoffs_per_sec,
             l.p50_ms
         ));
+        say(format!(
+            "    CPU us per handoff: arbiter {}, etcd {} (Lock RPC: etcd {}), bench {} (Lock RPC: {})",
+            us(a.cpu.arbiter),
+            us(a.cpu.etcd),
+            us(l.cpu.etcd),
+            us(a.cpu.bench),
+            us(l.cpu.bench)
+        ));
         if let Some(x) = fsync_ms {
             summary.insert("contended_wal_fsync_mean_ms".into(), round(x).into());
+        }
+        for (name, x) in [
+            ("contended_arbiter_cpu_us_per_handoff", a.cpu.arbiter),
+            ("contended_etcd_cpu_us_per_handoff_arbiter", a.cpu.etcd),
+            ("contended_etcd_cpu_us_per_handoff_lock_rpc", l.cpu.etcd),
+            ("contended_bench_cpu_us_per_handoff_arbiter", a.cpu.bench),
+            ("contended_bench_cpu_us_per_handoff_lock_rpc", l.cpu.bench),
+        ] {
+            if let Some(x) = x {
+                summary.insert(name.into(), round(x).into());
+            }
         }
         if let Some(first) = a.errors.first() {
             say(format!("  contended: {} acquires or releases failed; the first: {first}", a.errors.len()));
@@ -844,6 +862,9 @@ pub struct Contended {
     /// Acquires and releases that failed for another reason than the window
     /// ending.
     pub errors: Vec<String>,
+    /// CPU time per handoff (per release) of the arbiter, etcd and this
+    /// benchmark over the cell.
+    pub cpu: cpu::PerPair,
 }
 
 /// The steady state of a contended cell: etcd transactions per handoff
@@ -879,6 +900,7 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
             Some((marks[0], marks[1]))
         })
     };
+    let cpu0 = ctx.pids.sample();
     let mut tasks = Vec::new();
     for _ in 0..waiters {
         let (ctx, key, events) = (ctx.clone(), key.clone(), events.clone());
@@ -915,6 +937,7 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
         releases += r;
         errors.extend(e);
     }
+    let cpu = cpu::PerPair::between(&cpu0, &ctx.pids.sample(), releases as usize);
     let attempts_after = ctx.client.server_status().await?.grant_attempts;
     let attempts = attempts_after - attempts_before;
     let events = std::mem::take(&mut *events.lock().unwrap_or_else(|e| e.into_inner()));
@@ -931,6 +954,7 @@ async fn contended_arbiter(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -
         releases,
         steady,
         errors,
+        cpu,
     })
 }
 
@@ -942,6 +966,8 @@ struct LockRpcContended {
     /// Failed Lock or Unlock calls. A waiter whose call fails stops, so any
     /// failure understates the baseline's rate; it is reported.
     errors: Vec<String>,
+    /// CPU time per handoff (etcd's and this benchmark's; the arbiter idles).
+    cpu: cpu::PerPair,
 }
 
 async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) -> anyhow::Result<LockRpcContended> {
@@ -949,6 +975,7 @@ async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) 
     let events: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let end = Instant::now() + duration;
+    let cpu0 = ctx.pids.sample();
     let mut tasks = Vec::new();
     for _ in 0..waiters {
         let (ctx, name, events, errors) = (ctx.clone(), name.clone(), events.clone(), errors.clone());
@@ -981,9 +1008,16 @@ async fn contended_lock_rpc(ctx: &Arc<Ctx>, waiters: usize, duration: Duration) 
     for t in tasks {
         t.await??;
     }
+    let cpu1 = ctx.pids.sample();
     let (handoffs, p50_ms) = handoff_stats(&events.lock().unwrap_or_else(|e| e.into_inner()));
     let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(LockRpcContended { handoffs_per_sec: handoffs as f64 / duration.as_secs_f64(), p50_ms, errors })
+    let cpu = cpu::PerPair::between(&cpu0, &cpu1, handoffs);
+    Ok(LockRpcContended { handoffs_per_sec: handoffs as f64 / duration.as_secs_f64(), p50_ms, errors, cpu })
+}
+
+/// CPU microseconds for a printed line: whole, or "-" where not measured.
+fn us(x: Option<f64>) -> String {
+    x.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into())
 }
 
 /// Grants after a release, and the p50 gap from a release to the next grant.
