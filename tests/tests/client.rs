@@ -223,6 +223,9 @@ async fn the_keys_watch_hands_it_on_after_each_release_made_behind_the_arbiters_
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    // One watch for the key, not one per waiter.
+    let key_watches = || async { sample(&scrape(app.arbiter.metrics_port).await, "holdfast_arbiter_key_watches{cluster=\"test\"}") };
+    assert_eq!(key_watches().await, 1.0, "three waiters on one key");
     // Past the waiters' first poll, so a late grant would show.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let etcd = app.etcd.client().await;
@@ -252,6 +255,12 @@ async fn the_keys_watch_hands_it_on_after_each_release_made_behind_the_arbiters_
         t.await.unwrap();
     }
     drop(first);
+    // Nobody waits any more: the key's watch is gone with its queue.
+    let end = Instant::now() + Duration::from_secs(5);
+    while key_watches().await != 0.0 {
+        assert!(Instant::now() < end, "the key's watch outlived its queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
@@ -280,6 +289,10 @@ async fn a_release_through_the_arbiter_hands_the_key_to_its_waiter_without_waiti
         };
         let releasing = async {
             tokio::time::sleep(Duration::from_millis(300)).await;
+            // Watches off: none for the waiting key.
+            let text = scrape(arbiter.metrics_port).await;
+            assert_eq!(sample(&text, "holdfast_arbiter_waiters{cluster=\"test\"}"), 1.0, "{text}");
+            assert_eq!(sample(&text, "holdfast_arbiter_key_watches{cluster=\"test\"}"), 0.0, "{text}");
             let released = Instant::now();
             hold.release().await.unwrap();
             released

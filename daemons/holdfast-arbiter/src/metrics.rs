@@ -72,6 +72,7 @@ pub struct Metrics {
     pub auth_race_resends: Counters,
     pub expiries_without_release: Counters,
     pub waiters: Family<Labels, Gauge>,
+    pub key_watches: Family<Labels, Gauge>,
     pub sealed: Family<Labels, Gauge>,
     pub policy_version: Family<Labels, Gauge>,
     pub validate_valid: ClassCounters,
@@ -112,6 +113,7 @@ impl Metrics {
             auth_race_resends: Default::default(),
             expiries_without_release: Default::default(),
             waiters: Default::default(),
+            key_watches: Default::default(),
             sealed: Default::default(),
             policy_version: Default::default(),
             validate_valid: Default::default(),
@@ -185,6 +187,11 @@ impl Metrics {
         // rate can be taken before the first expiry.
         let _ = m.expiries_without_release.get_or_create(&m.labels);
         registry.register("waiters", "Waiters queued in this arbiter", m.waiters.clone());
+        registry.register(
+            "key_watches",
+            "Keys with waiters here whose releases this arbiter follows with an etcd watch (one per key; 0 with [waiters] watch = false)",
+            m.key_watches.clone(),
+        );
         registry.register("sealed", "1 while the arbiter grants nothing (sealed or not yet verified)", m.sealed.clone());
         registry.register(
             "policy_version",
@@ -240,6 +247,7 @@ impl Metrics {
         }
         m.sealed.get_or_create(&m.labels).set(1);
         let _ = m.waiters.get_or_create(&m.labels);
+        let _ = m.key_watches.get_or_create(&m.labels);
         registry.register("holds", "Holds in the class's namespace in the cluster, as this arbiter's watch sees them", m.holds.clone());
         registry.register(
             "holds_quota",

@@ -58,7 +58,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Waiters {
     queues: Mutex<HashMap<String, Arc<KeyQueue>>>,
     next_id: AtomicU64,
-    /// Watch the key while waiting (off: poll only).
+    /// Watch each key with waiters (off: poll, and heed the releases made
+    /// through this arbiter).
     watch: bool,
     /// Sends grant transactions (alone, or grouped with others).
     committer: crate::commit::Committer,
@@ -75,19 +76,23 @@ struct KeyQueue {
     state: Mutex<Seen>,
     /// Rung when [`KeyQueue::ended`] grows.
     rung: Notify,
-    /// The create revision of the latest hold of this key known to have
-    /// ended (released through this arbiter, or deleted as the key's watch
-    /// or a read saw); every earlier hold has ended too.
+    /// Every hold of this key created at or before this revision is known to
+    /// have ended: released through this arbiter, deleted as the key's watch
+    /// saw, or gone as a read found.
     ended: AtomicI64,
+    /// Tells the key's watch to open again: a head's poll found that the
+    /// hold it waited on had ended without the watch saying so (a watch
+    /// stuck on a member cut off from the others sends nothing).
+    reopen: Arc<Notify>,
     /// The key's watch ([`follow`]), stopped when the queue goes.
     follow: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl KeyQueue {
-    /// The hold granted at `create_revision` (and every earlier one) has
-    /// ended ([`ended`] listens).
-    fn ended(&self, create_revision: i64) {
-        if self.ended.fetch_max(create_revision, Ordering::AcqRel) < create_revision {
+    /// Every hold created at or before `revision` has ended ([`ended`]
+    /// listens).
+    fn ended(&self, revision: i64) {
+        if self.ended.fetch_max(revision, Ordering::AcqRel) < revision {
             self.rung.notify_waiters();
         }
     }
@@ -142,7 +147,8 @@ impl Drop for Ticket<'_> {
 }
 
 enum Hint {
-    /// A delete (or a compaction cancel): try now.
+    /// The hold the head waits on (or a later one) is known to have ended:
+    /// try now.
     Event,
     /// The poll interval passed without an event.
     Poll,
@@ -186,7 +192,7 @@ impl Waiters {
             .or_insert_with(|| {
                 let queue = Arc::new(KeyQueue::default());
                 if self.watch {
-                    let task = tokio::spawn(follow(etcd.clone(), hold_key.to_string(), Arc::downgrade(&queue)));
+                    let task = tokio::spawn(follow(etcd.clone(), hold_key.to_string(), Arc::downgrade(&queue), queue.reopen.clone()));
                     *lock(&queue.follow) = Some(task.abort_handle());
                 }
                 queue
@@ -235,16 +241,32 @@ impl Waiters {
         }
         // The head: wait for a release, then send the grant transaction.
         let mut seen = lock(&ticket.queue.state).clone();
+        // A hold a hint said had ended that the grant transaction then found
+        // still there. Only an etcd whose revisions went back (restored from a
+        // snapshot; this arbiter seals when it sees that) can do this; the
+        // head then polls that hold instead of trying again at once, forever.
+        let mut disproved = 0;
         loop {
-            match wait_for_release(&ticket.queue, &seen, deadline).await {
+            let hint = wait_for_release(&ticket.queue, &seen, seen.since != disproved, deadline).await;
+            match hint {
                 Hint::Deadline => return Err(contention_or_leak(key, session, &seen.holder)),
-                Hint::Poll => {
-                    // A failed read: the grant transaction decides.
-                    if let Ok((_, Some(since))) = held_at(etcd, &hold_key).await {
-                        seen.since = since;
-                        continue;
+                Hint::Poll => match held_at(etcd, &hold_key).await {
+                    Ok((_, Some(since))) if since == seen.since => continue,
+                    Ok((revision, now)) => {
+                        // The hold waited on has ended and nothing said so:
+                        // record it, and have the key's watch open again.
+                        if seen.since > 0 {
+                            ticket.queue.ended(now.map_or(revision, |c| c - 1));
+                            ticket.queue.reopen.notify_one();
+                        }
+                        if let Some(since) = now {
+                            seen.since = since;
+                            continue;
+                        }
                     }
-                }
+                    // A failed read: the grant transaction decides.
+                    Err(_) => {}
+                },
                 Hint::Event => {}
             }
             match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await {
@@ -255,6 +277,13 @@ impl Waiters {
                     return Ok(token);
                 }
                 Ok(Attempt::Held { since, holder, .. }) => {
+                    if matches!(hint, Hint::Event) && since == seen.since {
+                        tracing::warn!(
+                            hold_key,
+                            "etcd still shows a hold a hint said had ended: its revisions went back (restored?); this waiter polls"
+                        );
+                        disproved = since;
+                    }
                     seen = Seen { since, holder };
                     *lock(&ticket.queue.state) = seen.clone();
                 }
@@ -267,17 +296,24 @@ impl Waiters {
     }
 }
 
-/// Waits until the hold the head saw has ended ([`KeyQueue::ended`]), the
-/// poll interval, or the deadline. With the hold not known, polls at once.
-async fn wait_for_release(queue: &KeyQueue, seen: &Seen, deadline: Instant) -> Hint {
+/// Waits until the hold the head saw has ended ([`KeyQueue::ended`]; only
+/// with `hints`), the poll interval, or the deadline. With the hold not
+/// known, polls at once.
+async fn wait_for_release(queue: &KeyQueue, seen: &Seen, hints: bool, deadline: Instant) -> Hint {
     if seen.since <= 0 {
         return Hint::Poll;
     }
     let jitter = Duration::from_millis(rand::rng().random_range(0..200));
     let poll_at = (Instant::now() + POLL + jitter).min(deadline);
+    let hint = async {
+        if !hints {
+            return std::future::pending().await;
+        }
+        ended(queue, seen.since).await
+    };
     tokio::select! {
         _ = tokio::time::sleep_until(poll_at) => if Instant::now() >= deadline { Hint::Deadline } else { Hint::Poll },
-        _ = ended(queue, seen.since) => Hint::Event,
+        _ = hint => Hint::Event,
     }
 }
 
@@ -286,10 +322,23 @@ async fn wait_for_release(queue: &KeyQueue, seen: &Seen, deadline: Instant) -> H
 /// starts at etcd's current revision (a watch from a past revision is served
 /// by etcd's catch-up loop, every 100 ms) and a read right after it is
 /// created covers what happened before: a key found free, or held by a later
-/// hold, has ended the holds before. A cancelled or broken watch (a
-/// compaction, an auth-race refusal, a lost connection) is opened again the
-/// same way. While it cannot be opened, heads poll.
-async fn follow(etcd: Etcd, key: String, queue: Weak<KeyQueue>) {
+/// hold, has ended the holds before. A watch that etcd cancels or refuses,
+/// that breaks, whose read fails, or that a head's poll found silent
+/// (`reopen`) is opened again the same way, after a pause that doubles up to
+/// the poll interval while nothing comes through. While it cannot be opened,
+/// heads poll. Counted in `holdfast_arbiter_key_watches`.
+async fn follow(etcd: Etcd, key: String, queue: Weak<KeyQueue>, reopen: Arc<Notify>) {
+    /// Counts this task in the gauge until it ends or is aborted.
+    struct Counted;
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            let m = &*crate::metrics::METRICS;
+            m.key_watches.get_or_create(m.labels()).dec();
+        }
+    }
+    let m = &*crate::metrics::METRICS;
+    m.key_watches.get_or_create(m.labels()).inc();
+    let _counted = Counted;
     let mut pause = Duration::from_millis(10);
     loop {
         // Deletes only: the grants' puts are of no use here, and etcd could
@@ -298,29 +347,52 @@ async fn follow(etcd: Etcd, key: String, queue: Weak<KeyQueue>) {
         // counts against the connection's lifetime limit of 1,024; past it
         // the connection to etcd is closed under every call in flight.
         let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let opened = Instant::now();
         if let Ok(mut stream) = etcd.client.clone().watch(key.as_str(), Some(opts)).await {
-            while let Ok(Some(resp)) = stream.message().await {
+            loop {
+                let resp = tokio::select! {
+                    r = stream.message() => match r {
+                        Ok(Some(resp)) => resp,
+                        _ => break,
+                    },
+                    _ = reopen.notified() => break,
+                };
                 let Some(queue) = queue.upgrade() else { return };
-                for kv in resp.events().iter().filter(|e| e.event_type() == EventType::Delete).filter_map(|e| e.kv()) {
-                    queue.ended(kv.mod_revision() - 1);
+                let deleted: Vec<i64> = resp
+                    .events()
+                    .iter()
+                    .filter(|e| e.event_type() == EventType::Delete)
+                    .filter_map(|e| e.kv())
+                    .map(|kv| kv.mod_revision())
+                    .collect();
+                if !deleted.is_empty() {
+                    // It works: the next failure pauses briefly again.
+                    pause = Duration::from_millis(10);
+                }
+                for revision in deleted {
+                    queue.ended(revision - 1);
                 }
                 if resp.created() || resp.canceled() {
                     match held_at(&etcd, &key).await {
                         Ok((revision, None)) => queue.ended(revision),
                         Ok((_, Some(since))) => queue.ended(since - 1),
-                        Err(_) => {}
+                        Err(_) => break,
                     }
                 }
                 if resp.canceled() {
                     break;
                 }
-                pause = Duration::from_millis(10);
             }
         }
         if queue.strong_count() == 0 {
             return;
         }
-        tokio::time::sleep(pause).await;
+        if opened.elapsed() >= POLL {
+            // It served a while: this is a new failure, not the same one.
+            pause = Duration::from_millis(10);
+        }
+        let jitter = Duration::from_millis(rand::rng().random_range(0..=pause.as_millis() as u64 / 2));
+        tokio::time::sleep(pause + jitter).await;
         pause = (pause * 2).min(POLL);
     }
 }
@@ -508,7 +580,22 @@ mod tests {
     async fn a_head_that_does_not_know_its_hold_looks_at_once() {
         let q = queue();
         let seen = Seen { since: 0, holder: None };
-        let hint = tokio::time::timeout(Duration::from_millis(50), wait_for_release(&q, &seen, Instant::now() + POLL * 5)).await;
+        let hint = tokio::time::timeout(Duration::from_millis(50), wait_for_release(&q, &seen, true, Instant::now() + POLL * 5)).await;
         assert!(matches!(hint, Ok(Hint::Poll)));
+    }
+
+    #[tokio::test]
+    async fn a_head_whose_hint_was_disproved_waits_for_its_poll() {
+        let q = queue();
+        q.ended(20);
+        let seen = Seen { since: 20, holder: None };
+        // Trusted, the hint wakes the head at once...
+        let hint = tokio::time::timeout(Duration::from_millis(50), wait_for_release(&q, &seen, true, Instant::now() + POLL * 5)).await;
+        assert!(matches!(hint, Ok(Hint::Event)));
+        // ...not once the grant transaction found that hold still there.
+        let hint = tokio::time::timeout(Duration::from_millis(50), wait_for_release(&q, &seen, false, Instant::now() + POLL * 5)).await;
+        assert!(hint.is_err(), "a disproved hint woke the head before its poll");
+        let hint = wait_for_release(&q, &seen, false, Instant::now() + Duration::from_millis(20)).await;
+        assert!(matches!(hint, Hint::Deadline));
     }
 }
