@@ -96,6 +96,13 @@ impl KeyQueue {
             self.rung.notify_waiters();
         }
     }
+
+    /// What a read of the key ([`held_at`]) shows has ended: every hold
+    /// before the one it found, or every hold up to its revision if it found
+    /// the key free.
+    fn looked(&self, (revision, held): (i64, Option<i64>)) {
+        self.ended(held.map_or(revision, |since| since - 1));
+    }
 }
 
 impl Drop for KeyQueue {
@@ -256,7 +263,7 @@ impl Waiters {
                         // The hold waited on has ended and nothing said so:
                         // record it, and have the key's watch open again.
                         if seen.since > 0 {
-                            ticket.queue.ended(now.map_or(revision, |c| c - 1));
+                            ticket.queue.looked((revision, now));
                             ticket.queue.reopen.notify_one();
                         }
                         if let Some(since) = now {
@@ -374,8 +381,7 @@ async fn follow(etcd: Etcd, key: String, queue: Weak<KeyQueue>, reopen: Arc<Noti
                 }
                 if resp.created() || resp.canceled() {
                     match held_at(&etcd, &key).await {
-                        Ok((revision, None)) => queue.ended(revision),
-                        Ok((_, Some(since))) => queue.ended(since - 1),
+                        Ok(read) => queue.looked(read),
                         Err(_) => break,
                     }
                 }
