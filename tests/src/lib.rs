@@ -367,6 +367,9 @@ impl Arbiter {
     /// Like [`Arbiter::spawn_with`], with the HOLDFAST_LOG filter given.
     pub fn spawn_logged(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure, log_filter: &str) -> Self {
         let mut config = Self::config(etcd_endpoints, pki);
+        // Its own record of the epochs it served, kept across restarts of
+        // the same name (as a host's state directory is).
+        config.state_dir = dir.join(format!("{name}.state"));
         configure(&mut config);
         let (port, metrics_port) = (config.listen.port(), config.metrics_listen.port());
         let mut launch = Launch::new(bin("holdfast-arbiter"), config, dir, name);
@@ -676,6 +679,12 @@ pub async fn scrape(port: u16) -> String {
 /// The value of the sample whose series is exactly `series` (0 when absent).
 pub fn sample(text: &str, series: &str) -> f64 {
     text.lines().filter_map(|l| l.rsplit_once(' ')).find(|(s, _)| *s == series).map(|(_, v)| v.parse().unwrap()).unwrap_or(0.0)
+}
+
+/// holdfastctl's arbiter flags (`--endpoint`, `--ca`, `--cert`, `--key`)
+/// from a dev appliance's env file.
+pub fn conn_flags(env: &std::collections::HashMap<String, String>) -> Vec<String> {
+    ["endpoint", "ca", "cert", "key"].iter().map(|f| format!("--{f}={}", env[&format!("HOLDFAST_{}", f.to_uppercase())])).collect()
 }
 
 /// holdfastctl's `--etcd-*` flags for `cfg` (a secure cluster's user).

@@ -89,7 +89,16 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     .unwrap();
     let state = dir.path.join("state");
     let files = [format!("--approvers={}", approvers.display()), format!("--state-dir={}", state.display())];
-    let etcd_args = etcd_flags(&epoch_admin);
+    let mut etcd_args = etcd_flags(&epoch_admin);
+    // Any identity the arbiter admits may ask it which epochs it served.
+    let operator = pki.workload("operator", "ops/dr");
+    let arbiter_conn = pki.client_config(&arbiter.endpoint(), &operator);
+    etcd_args.extend([
+        format!("--endpoint={}", arbiter_conn.endpoint),
+        format!("--ca={}", arbiter_conn.ca.display()),
+        format!("--cert={}", arbiter_conn.cert.display()),
+        format!("--key={}", arbiter_conn.key.display()),
+    ]);
     let with = |base: &[&str]| -> Vec<String> {
         base.iter().map(|s| s.to_string()).chain(files.iter().cloned()).chain(etcd_args.iter().cloned()).collect()
     };
@@ -101,7 +110,9 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     let request = std::fs::read_dir(state.join("requests")).unwrap().next().unwrap().unwrap().path();
     let text = std::fs::read_to_string(&request).unwrap();
     assert!(text.contains("expected_epoch = 1") && text.contains("new_epoch = 2"), "{text}");
+    assert!(text.contains("cluster = \"test\"") && text.contains("highest_known = 1"), "the arbiter's cluster and what it served: {text}");
     assert!(out.stdout.contains("sealed"), "{out}");
+    assert!(out.stdout.contains(&format!("arbiter {}: has served up to epoch 1", arbiter.endpoint())), "{out}");
     let req = request.display().to_string();
     let advance = |extra: &[&str]| -> Ran {
         let mut args = vec!["epoch", "advance", "--request", &req];
@@ -111,7 +122,7 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     let sign = |key: &Path| {
         let out = ctl(&["approve", &req, "--ssh-key", &key.display().to_string()]);
         assert_eq!(out.code, 0, "{out}");
-        assert!(out.stdout.contains("advance the epoch of cluster default"), "approve shows what it signs: {out}");
+        assert!(out.stdout.contains("advance the epoch of cluster test"), "approve shows what it signs: {out}");
     };
 
     // Refused, changing nothing: the requester's signature alone; the
@@ -278,6 +289,7 @@ async fn the_dr_drill_on_the_dev_appliance() {
     let epoch_admin =
         holdfast_devkit::pki::EtcdPki::open_or_create(&state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
     let mut common = etcd_flags(&epoch_admin);
+    common.extend(conn_flags(&env));
     common.push(format!("--approvers={}", approvers.display()));
     common.push(format!("--state-dir={}", dir.path.join("state").display()));
     let run = |args: &[&str]| Ran::of(Command::new(bin("holdfastctl")).args(args).args(&common));
@@ -302,4 +314,201 @@ async fn the_dr_drill_on_the_dev_appliance() {
     let mut c = Etcd::client_for(&root).await;
     let old = c.get(format!("{}demo/before-0", layout::HOLD_PREFIX), None).await.unwrap();
     assert!(old.kvs().is_empty(), "an old hold survived the advance");
+}
+
+/// A dev appliance's epoch admin and its `holdfastctl epoch` runner, with
+/// two dr-operators (alice, bob) whose keys are in `dir/keys`.
+struct Drill {
+    state: std::path::PathBuf,
+    common: Vec<String>,
+    alice: std::path::PathBuf,
+    bob: std::path::PathBuf,
+}
+
+impl Drill {
+    fn new(dir: &Path, state: &Path) -> Drill {
+        let env = env_file(&state.join("env"));
+        let root_env = env_file(&state.join("env-etcd-root"));
+        let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
+        let keys = dir.join("keys");
+        let (alice, alice_pub) = ssh_keygen(&keys, "alice");
+        let (bob, bob_pub) = ssh_keygen(&keys, "bob");
+        let approvers = dir.join("approvers.toml");
+        std::fs::write(
+            &approvers,
+            format!("[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"),
+        )
+        .unwrap();
+        let epoch_admin =
+            holdfast_devkit::pki::EtcdPki::open_or_create(&state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
+        let mut common = etcd_flags(&epoch_admin);
+        common.extend(conn_flags(&env));
+        common.push(format!("--approvers={}", approvers.display()));
+        Drill { state: state.to_path_buf(), common, alice, bob }
+    }
+
+    /// `holdfastctl ARGS` as an operator on the host whose state directory is `host`.
+    fn run(&self, host: &Path, args: &[&str]) -> Ran {
+        Ran::of(Command::new(bin("holdfastctl")).args(args).args(&self.common).arg(format!("--state-dir={}", host.display())))
+    }
+
+    /// advance-request from `host`; the request's path and text.
+    fn request(&self, host: &Path, reason: &str) -> (String, String) {
+        let out = self.run(host, &["epoch", "advance-request", "--requester", "alice", "--reason", reason]);
+        assert_eq!(out.code, 0, "{out}");
+        let req = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
+        let text = std::fs::read_to_string(&req).unwrap();
+        (req, text)
+    }
+
+    /// Both signatures, then the advance the unit runs.
+    fn approve_and_advance(&self, host: &Path, req: &str) -> Ran {
+        sign_file(req, &self.alice);
+        sign_file(req, &self.bob);
+        self.run(host, &["epoch", "advance", "--request", req, "--json"])
+    }
+
+    fn root(&self) -> EtcdConfig {
+        let root_env = env_file(&self.state.join("env-etcd-root"));
+        EtcdConfig {
+            ca_file: Some(root_env["HOLDFAST_ETCD_CA"].clone().into()),
+            cert_file: Some(root_env["HOLDFAST_ETCD_CERT"].clone().into()),
+            key_file: Some(root_env["HOLDFAST_ETCD_KEY"].clone().into()),
+            ..EtcdConfig::plain(vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()])
+        }
+    }
+
+    async fn client(&self) -> holdfast_client::Client {
+        let env = env_file(&self.state.join("env"));
+        holdfast_client::Client::connect(&holdfast_client::ClientConfig {
+            endpoint: env["HOLDFAST_ENDPOINT"].clone(),
+            ca: env["HOLDFAST_CA"].clone().into(),
+            cert: env["HOLDFAST_CERT"].clone().into(),
+            key: env["HOLDFAST_KEY"].clone().into(),
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Waits for the dev arbiter to be sealed (or serving) and returns its status.
+    async fn wait(&self, sealed: bool) -> holdfast_proto::v1::ServerStatusResponse {
+        let end = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(s) = self.client().await.server_status().await
+                && s.sealed == sealed
+                && (sealed || s.serving)
+            {
+                return s;
+            }
+            assert!(tokio::time::Instant::now() < end, "the dev arbiter never became sealed={sealed}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `n` grants in namespace demo, each on a key of its own.
+    async fn grants(&self, prefix: &str, n: usize) -> Vec<Token> {
+        let session = self.client().await.open_session_for("demo", None).await.unwrap();
+        let mut tokens = Vec::new();
+        for i in 0..n {
+            tokens.push(session.acquire(&LockKey::parse(&format!("demo/{prefix}-{i}")).unwrap(), Duration::ZERO).await.unwrap().token());
+        }
+        tokens
+    }
+
+    fn restore(&self, snapshot: &Path) {
+        let restored = ctl(&["dev", "restore", "--dir", &self.state.display().to_string(), "--snapshot", &snapshot.display().to_string()]);
+        assert_eq!(restored.code, 0, "{restored}");
+    }
+}
+
+/// The case the arbiters' own record exists for: a restore from a snapshot
+/// OLDER than an earlier advance, every daemon restarted, and the next
+/// advance requested from a host that never saw the first one. The
+/// restored etcd (and its allocator) remember epoch 1 only; the arbiter
+/// remembers serving epoch 2, so the request asks for 3, and no token is
+/// ever issued twice. Also: the first advance's request, replayed after the
+/// second restore (its nonce record rolled back with etcd), is refused; so
+/// is a request valid for more than a day; neither changes anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_advance_after_a_restore_older_than_an_earlier_advance_never_reissues_a_token() {
+    let dir = TestDir::new("dr-older");
+    let state = dir.path.join("hf");
+    let (_, stop) = dev_detach(&state);
+    let drill = Drill::new(&dir.path, &state);
+    let (host_a, host_b) = (dir.path.join("host-a"), dir.path.join("host-b"));
+
+    // Snapshot S at epoch 1, then grants the restore loses.
+    let mut issued = drill.grants("s", 3).await;
+    let snapshot = dir.path.join("s.db");
+    holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), &drill.root(), &snapshot).unwrap();
+    issued.extend(drill.grants("lost", 3).await);
+
+    // Restore S; the two-person advance from host A: epoch 2.
+    drill.restore(&snapshot);
+    drill.wait(true).await;
+    let (first, text) = drill.request(&host_a, "first restore");
+    assert!(text.contains("new_epoch = 2"), "{text}");
+    let done = drill.approve_and_advance(&host_a, &first);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(drill.wait(false).await.epoch, 2);
+    issued.extend(drill.grants("epoch2", 30).await);
+    let status = drill.client().await.server_status().await.unwrap();
+    assert_eq!(status.cluster, "dev");
+    assert_eq!(status.served.iter().map(|s| (s.cluster.as_str(), s.epoch)).collect::<Vec<_>>(), [("dev", 2)], "{status:?}");
+
+    // Restore S again (older than that advance), and restart every daemon.
+    drill.restore(&snapshot);
+    drill.wait(true).await;
+    drop(stop);
+    let (_, _stop) = dev_detach(&state);
+    let status = drill.wait(true).await;
+    assert_eq!(status.served.iter().map(|s| s.epoch).max(), Some(2), "the arbiter remembers epoch 2 across the restart: {status:?}");
+    let shown =
+        Ran::of(Command::new(bin("holdfastctl")).args(["epoch", "status", "--json"]).args(conn_flags(&env_file(&state.join("env")))));
+    assert_eq!(shown.code, 0, "{shown}");
+    assert_eq!(shown.json()["served"][0]["epoch"], 2, "{shown}");
+    assert_eq!(shown.json()["sealed"], true, "{shown}");
+
+    // The first request, replayed: etcd lost its nonce, the arbiter did not.
+    let mut c = Etcd::client_for(&drill.root()).await;
+    let written = async |c: &mut etcd_client::Client| {
+        let resp = c.get("/", Some(etcd_client::GetOptions::new().with_prefix().with_keys_only())).await.unwrap();
+        resp.kvs()
+            .iter()
+            .map(|kv| (String::from_utf8_lossy(kv.key()).into_owned(), kv.mod_revision()))
+            .filter(|(k, _)| !k.starts_with(layout::CONTROLLER_ELECTION) && k != layout::WATERMARK_KEY)
+            .collect::<Vec<_>>()
+    };
+    let before = written(&mut c).await;
+    let replay = drill.run(&host_a, &["epoch", "advance", "--request", &first]);
+    assert_eq!(replay.code, 65, "{replay}");
+    assert!(replay.stderr.contains("an arbiter already served epoch 2"), "{replay}");
+
+    // A request valid for more than a day (edited before anyone signed).
+    let (long, text) = drill.request(&host_b, "too long");
+    let created: u64 = text.lines().find_map(|l| l.strip_prefix("created_unix = ")).unwrap().parse().unwrap();
+    let expires = text.lines().find(|l| l.starts_with("expires_unix = ")).unwrap();
+    std::fs::write(&long, text.replace(expires, &format!("expires_unix = {}", created + 25 * 3600))).unwrap();
+    let capped = drill.approve_and_advance(&host_b, &long);
+    assert_eq!(capped.code, 77, "{capped}");
+    assert!(capped.stderr.contains("more than 24h"), "{capped}");
+    assert_eq!(written(&mut c).await, before, "a refused advance wrote to etcd");
+
+    // From host B, with no epochs.log: the request asks for epoch 3.
+    assert!(!host_b.join("epochs.log").exists());
+    let (second, text) = drill.request(&host_b, "second restore");
+    assert!(text.contains("expected_epoch = 1") && text.contains("highest_known = 2") && text.contains("new_epoch = 3"), "{text}");
+    let done = drill.approve_and_advance(&host_b, &second);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(done.json()["epoch"], 3, "{done}");
+    assert_eq!(drill.wait(false).await.epoch, 3);
+
+    let after = drill.grants("epoch3", 30).await;
+    let highest = *issued.iter().max().unwrap();
+    assert!(after.iter().all(|t| *t > highest), "a token after the second advance is not above every token before it");
+    let mut all: Vec<u64> = issued.iter().chain(&after).map(|t| t.expose()).collect();
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a token was issued twice");
 }

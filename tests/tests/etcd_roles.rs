@@ -68,6 +68,8 @@ async fn etcd_roles_are_made_once_and_each_credential_reaches_only_its_prefixes(
     let pausetest_key = format!("{}demo/fixture", layout::PAUSETEST_PREFIX);
     denied(put(&arbiter, &pausetest_key).await, "the arbiter writing /sys/pausetest/");
     denied(put(&arbiter, layout::EPOCH_KEY).await, "the arbiter writing /sys/epoch");
+    denied(put(&arbiter, layout::EPOCHS_KEY).await, "the arbiter writing the epoch allocator");
+    denied(put(&controller, layout::EPOCHS_KEY).await, "the controller writing the epoch allocator");
     denied(put(&arbiter, layout::POLICY_KEY).await, "the arbiter writing the class set");
     denied(put(&pausetest, "/l/demo/x").await, "the pause-test kit writing /l/");
     denied(put(&pausetest, layout::EPOCH_KEY).await, "the pause-test kit writing /sys/epoch");

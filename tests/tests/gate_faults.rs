@@ -137,6 +137,34 @@ fn an_arbiter_without_the_seal_check_fails_the_gate_after_a_restore() {
     assert!(by_rule["C1/TokenNotAboveRestore"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
 }
 
+/// The restore phase restores a snapshot older than the episode's epoch
+/// advance (the episode takes it first), with both arbiters restarted
+/// across the restore: the restored epoch record and allocator are behind
+/// the epoch the advance used, and only the arbiters' own records of what
+/// they served keep the next epoch above it. An arbiter that forgets them
+/// reports nothing, so the advance mints the used epoch again and serves
+/// it: tokens at revisions the restored log reuses.
+#[test]
+fn an_arbiter_forgetting_the_epochs_it_served_fails_the_gate_after_an_older_restore() {
+    let run = mutation_gate("restore,epoch-advance", "forget_served_epochs");
+    let by_rule = &run.summary["violations_by_rule"];
+    assert!(by_rule["C1/TokenNotAboveRestore"].as_u64().unwrap_or(0) >= 1, "caught by C1: {by_rule}");
+}
+
+/// The same older-snapshot restore, advanced by one from the restored
+/// epoch record (the procedure's bug, not an arbiter's): the arbiters
+/// remember serving that epoch under another mint and refuse it, so they
+/// stay sealed: the restore is never confirmed and the keys are never
+/// grantable again. No token is reissued, and the gate still fails.
+#[test]
+fn an_advance_from_the_restored_epoch_record_fails_the_gate_after_an_older_restore() {
+    let run = mutation_gate("restore,epoch-advance", "advance_from_restored_record");
+    let unconfirmed = run.summary["faults_unconfirmed"].to_string();
+    assert!(unconfirmed.contains("restore"), "the restore is not confirmed: {unconfirmed}");
+    assert!(run.summary["liveness_failures"].as_u64().unwrap_or(0) >= 1, "{}", run.summary);
+    assert_eq!(run.summary["violations_by_rule"]["C1/TokenNotAboveRestore"].as_u64().unwrap_or(0), 0, "{}", run.summary);
+}
+
 /// A client that counts its session's deadline from when a keepalive's
 /// answer arrived, not from when it was sent (a client-library mutation):
 /// under `client-link` the answers arrive ~1.3 s late and then its

@@ -197,3 +197,37 @@ async fn an_etcd_restart_under_a_renewing_session_pauses_no_grant() {
     hold.release().await.unwrap();
     session.close().await.unwrap();
 }
+
+/// Every init and advance raises the epoch allocator (`/sys/epochs`) in the
+/// same transaction, and an advance to an epoch the allocator already
+/// allocated is refused, writing nothing: the coord cluster's allocator may
+/// be ahead of a restored cluster's own record. Each mint is new.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_advance_refuses_an_epoch_the_allocator_already_allocated() {
+    use holdfast_store::epoch::{EpochError, Target, advance_txn_to, read_allocator};
+    let dir = TestDir::new("allocator");
+    let etcd = Etcd::start(&dir.path, 1).await;
+    let first = etcd.init_epoch().await;
+    assert_eq!(first.epoch, 1);
+    assert_eq!(first.mint.len(), 32, "{first:?}");
+    let h = etcd.holdfast().await;
+    assert_eq!(read_allocator(&h).await.unwrap().0.highest, 1, "init raised the allocator");
+
+    // What the allocator holds once other advances went through it.
+    let mut c = etcd.client().await;
+    c.put(layout::EPOCHS_KEY, layout::encode(&layout::EpochsRecord { highest: 5 }), None).await.unwrap();
+    let revision = async |c: &mut etcd_client::Client| c.get("/", None).await.unwrap().header().unwrap().revision();
+    let before = revision(&mut c).await;
+    let target = Target { expected: 1, new_epoch: 2, cluster_id: None, nonce: None };
+    match advance_txn_to(&h, &target).await {
+        Err(e @ EpochError::Allocated { new: 2, highest: 5, .. }) => assert!(e.to_string().contains("above 5"), "{e}"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("advanced to an epoch the allocator had already allocated"),
+    }
+    assert_eq!(revision(&mut c).await, before, "a refused advance wrote to etcd");
+
+    let done = advance_txn_to(&h, &Target { new_epoch: 6, ..target }).await.unwrap();
+    assert_eq!(done.record.epoch, 6);
+    assert_ne!(done.record.mint, first.mint, "a new mint");
+    assert_eq!(read_allocator(&h).await.unwrap().0.highest, 6, "the advance raised the allocator");
+}

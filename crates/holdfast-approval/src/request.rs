@@ -18,6 +18,11 @@ pub const VERSION: u32 = 1;
 /// How long a request stays valid unless the requester says otherwise.
 pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(3600);
 
+/// The longest a request may be valid: [`Request::new`] refuses more, and
+/// [`crate::verify`] refuses a request whose expiry is further than this
+/// from its creation or from now.
+pub const MAX_VALIDITY: Duration = Duration::from_secs(24 * 3600);
+
 /// The operation a request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -25,7 +30,10 @@ pub enum Operation {
     /// After a restore: advance `/sys/epoch` of `cluster` from
     /// `expected_epoch` to `new_epoch`, bound to `cluster_id` (what the
     /// restored cluster reports), ending every hold, waiter and session.
-    EpochAdvance { cluster: String, expected_epoch: u32, new_epoch: u32, cluster_id: u64 },
+    /// `highest_known` is the highest epoch known when the request was
+    /// written (the cluster's record, the allocator, every arbiter's report
+    /// of what it served); `new_epoch` is above it.
+    EpochAdvance { cluster: String, expected_epoch: u32, new_epoch: u32, cluster_id: u64, highest_known: u32 },
     /// End the hold on `namespace/key` that `holder` has through `session`
     /// since `granted_unix_ms` — that hold and no later one of the same key.
     /// `fenced` is the class's enforcement when the request was written (an
@@ -80,6 +88,17 @@ impl Request {
     /// A new request with a fresh nonce from the OS, valid for `valid_for`
     /// from `now_unix`.
     pub fn new(requester: &str, reason: &str, operation: Operation, now_unix: u64, valid_for: Duration) -> Result<Self, String> {
+        if valid_for > MAX_VALIDITY {
+            return Err(format!(
+                "a request may be valid for at most {}h, not {}s; ask for less (the default is {}h)",
+                MAX_VALIDITY.as_secs() / 3600,
+                valid_for.as_secs(),
+                DEFAULT_VALIDITY.as_secs() / 3600
+            ));
+        }
+        if valid_for.as_secs() == 0 {
+            return Err("a request must be valid for at least one second".into());
+        }
         let mut nonce = [0u8; 16];
         getrandom::getrandom(&mut nonce).map_err(|e| format!("no random nonce from the OS: {e}"))?;
         Ok(Request {
@@ -123,11 +142,14 @@ impl Request {
             ns = crate::NAMESPACE,
         );
         match &self.operation {
-            Operation::EpochAdvance { cluster, expected_epoch, new_epoch, cluster_id } => {
+            Operation::EpochAdvance { cluster, expected_epoch, new_epoch, cluster_id, highest_known } => {
                 let _ = write!(
                     s,
                     "\n[epoch_advance]\ncluster = {}\nexpected_epoch = {expected_epoch}\nnew_epoch = {new_epoch}\n\
-                     # The cluster ID the restored cluster reports (decimal).\ncluster_id = {}\n",
+                     # The cluster ID the restored cluster reports (decimal).\ncluster_id = {}\n\
+                     # The highest epoch known when this was written: the cluster's record, the\n\
+                     # allocator, and every arbiter's report of the epochs it served.\n\
+                     highest_known = {highest_known}\n",
                     quoted(cluster),
                     quoted(&cluster_id.to_string()),
                 );
@@ -180,7 +202,16 @@ impl Request {
                 if e.new_epoch <= e.expected_epoch {
                     return Err(format!("epoch_advance.new_epoch {} is not above expected_epoch {}", e.new_epoch, e.expected_epoch));
                 }
-                Operation::EpochAdvance { cluster: e.cluster, expected_epoch: e.expected_epoch, new_epoch: e.new_epoch, cluster_id }
+                if e.new_epoch <= e.highest_known {
+                    return Err(format!("epoch_advance.new_epoch {} is not above highest_known {}", e.new_epoch, e.highest_known));
+                }
+                Operation::EpochAdvance {
+                    cluster: e.cluster,
+                    expected_epoch: e.expected_epoch,
+                    new_epoch: e.new_epoch,
+                    cluster_id,
+                    highest_known: e.highest_known,
+                }
             }
             ("epoch-advance", None) => return Err("kind = \"epoch-advance\" without an [epoch_advance] table".into()),
             (other, _) => return Err(format!("kind {other:?}: not an operation this holdfastctl performs")),
@@ -230,6 +261,7 @@ struct EpochAdvanceDoc {
     expected_epoch: u32,
     new_epoch: u32,
     cluster_id: String,
+    highest_known: u32,
 }
 
 #[cfg(test)]
@@ -237,7 +269,13 @@ mod tests {
     use super::*;
 
     fn sample() -> Request {
-        let op = Operation::EpochAdvance { cluster: "entity-1".into(), expected_epoch: 3, new_epoch: 4, cluster_id: u64::MAX - 7 };
+        let op = Operation::EpochAdvance {
+            cluster: "entity-1".into(),
+            expected_epoch: 3,
+            new_epoch: 4,
+            cluster_id: u64::MAX - 7,
+            highest_known: 3,
+        };
         Request::new("alice", "restore after \"disk\" loss\nline two", op, 1_700_000_000, DEFAULT_VALIDITY).unwrap()
     }
 
@@ -249,6 +287,15 @@ mod tests {
         assert_eq!(r.nonce.len(), 32);
         assert_ne!(sample().nonce, r.nonce, "a fresh nonce each time");
         assert!(r.name().starts_with("epoch-advance-"));
+    }
+
+    #[test]
+    fn validity_is_capped_at_a_day() {
+        let op = sample().operation;
+        assert!(Request::new("alice", "r", op.clone(), 1, MAX_VALIDITY).is_ok());
+        let e = Request::new("alice", "r", op.clone(), 1, MAX_VALIDITY + Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("at most 24h"), "{e}");
+        assert!(Request::new("alice", "r", op, 1, Duration::ZERO).is_err());
     }
 
     #[test]
@@ -275,6 +322,7 @@ mod tests {
         let cases = [
             (text.replace("version = 1", "version = 2"), "request version 2"),
             (text.replace("new_epoch = 4", "new_epoch = 3"), "new_epoch 3 is not above expected_epoch 3"),
+            (text.replace("highest_known = 3", "highest_known = 4"), "new_epoch 4 is not above highest_known 4"),
             (text.replace("kind = \"epoch-advance\"", "kind = \"format-disk\""), "kind \"format-disk\""),
             (format!("{text}extra = 1\n"), "unknown field"),
             (text.replace("expires_unix", "expires_unix_x"), "not a holdfast request"),

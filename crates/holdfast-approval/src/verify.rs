@@ -3,7 +3,8 @@
 //! [`verify`] takes the request's bytes exactly as signed and the armored
 //! `sshsig` signatures, and approves only when:
 //!
-//! 1. the bytes parse as a request, and it has not expired;
+//! 1. the bytes parse as a request, it has not expired, and its expiry is
+//!    at most a day after its creation and after now (`MAX_VALIDITY`);
 //! 2. every signature is an `sshsig` under [`crate::NAMESPACE`] by a key
 //!    listed in `approvers.toml`, and verifies over these exact bytes;
 //! 3. the signers are at least two **different** approvers, one of them the
@@ -31,6 +32,10 @@ pub enum Refusal {
     Unreadable(String),
     #[error("the request expired at {expires_unix} (now {now_unix}); write a new request and sign it again")]
     Expired { expires_unix: u64, now_unix: u64 },
+    #[error(
+        "the request is valid until {expires_unix}, more than {max_hours}h after it was written ({created_unix}) or after now ({now_unix}); write a new request valid for at most {max_hours}h and sign it again"
+    )]
+    BeyondCap { created_unix: u64, expires_unix: u64, now_unix: u64, max_hours: u64 },
     #[error("signature {index}: not an OpenSSH signature ({why}); make it with `holdfastctl approve` or `ssh-keygen -Y sign`")]
     Malformed { index: usize, why: String },
     #[error("signature {index}: made under the namespace {namespace:?}, not {expected:?}; sign with `-n {expected}`")]
@@ -58,6 +63,15 @@ pub fn verify(request: &[u8], signatures: &[String], approvers: &Approvers, now_
     let parsed = Request::parse(text).map_err(Refusal::Unreadable)?;
     if now_unix >= parsed.expires_unix {
         return Err(Refusal::Expired { expires_unix: parsed.expires_unix, now_unix });
+    }
+    let cap = crate::request::MAX_VALIDITY.as_secs();
+    if parsed.expires_unix - parsed.created_unix > cap || parsed.expires_unix > now_unix.saturating_add(cap) {
+        return Err(Refusal::BeyondCap {
+            created_unix: parsed.created_unix,
+            expires_unix: parsed.expires_unix,
+            now_unix,
+            max_hours: cap / 3600,
+        });
     }
     let requester = approvers.approvers.get(&parsed.requester).ok_or_else(|| Refusal::UnknownRequester(parsed.requester.clone()))?;
     let role = parsed.operation.role();

@@ -43,7 +43,7 @@ fn rand_suffix() -> u64 {
 }
 
 fn request(requester: &str) -> (Request, Vec<u8>) {
-    let op = Operation::EpochAdvance { cluster: "entity-1".into(), expected_epoch: 2, new_epoch: 3, cluster_id: 42 };
+    let op = Operation::EpochAdvance { cluster: "entity-1".into(), expected_epoch: 2, new_epoch: 3, cluster_id: 42, highest_known: 2 };
     let r = Request::new(requester, "restored after a disk loss", op, 1_700_000_000, DEFAULT_VALIDITY).unwrap();
     let bytes = r.render().into_bytes();
     (r, bytes)

@@ -21,9 +21,17 @@ pub struct ArbiterConfig {
     /// Address of the Prometheus text endpoint (`GET /metrics`, plain HTTP).
     #[serde(default = "default_metrics_listen")]
     pub metrics_listen: SocketAddr,
-    /// The `cluster` label value on every metric.
+    /// The `cluster` label value on every metric, and the name under which
+    /// this arbiter records the epochs it served (an advance request names
+    /// the cluster the same way).
     #[serde(default = "default_cluster_name")]
     pub cluster_name: String,
+    /// The arbiter's own state: `served-epochs.json`, the highest epoch it
+    /// served per cluster, fsync'd before the first grant of each epoch. It
+    /// must survive restarts and reinstalls of the package; losing it
+    /// removes one of the guards against reissuing tokens after a restore.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
     /// The region this arbiter serves (a class's `home_region`). Keys of a
     /// class homed elsewhere are refused with a typed error naming their
     /// region. Leave it out when there is one region: every class is served.
@@ -176,6 +184,11 @@ pub struct MutationConfig {
     /// leader was elected and let them expire).
     #[serde(default)]
     pub no_keepalive_confirmation: bool,
+    /// The arbiter ignores its record of the epochs it served
+    /// (`STATE_DIR/served-epochs.json`): an epoch record a restore brought
+    /// back, or an epoch minted again, is served as if new.
+    #[serde(default)]
+    pub forget_served_epochs: bool,
 }
 
 impl MutationConfig {
@@ -194,10 +207,11 @@ impl MutationConfig {
             "no_withdrawal_marker" => &mut self.no_withdrawal_marker,
             "no_seal_check" => &mut self.no_seal_check,
             "no_keepalive_confirmation" => &mut self.no_keepalive_confirmation,
+            "forget_served_epochs" => &mut self.forget_served_epochs,
             _ => {
                 return Err(format!(
                     "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare, \
-                     token_from_counter, no_withdrawal_marker, no_seal_check and no_keepalive_confirmation"
+                     token_from_counter, no_withdrawal_marker, no_seal_check, no_keepalive_confirmation and forget_served_epochs"
                 ));
             }
         };
@@ -215,6 +229,7 @@ impl MutationConfig {
             (self.no_withdrawal_marker, "no_withdrawal_marker"),
             (self.no_seal_check, "no_seal_check"),
             (self.no_keepalive_confirmation, "no_keepalive_confirmation"),
+            (self.forget_served_epochs, "forget_served_epochs"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -351,6 +366,10 @@ fn default_listen() -> SocketAddr {
 fn default_metrics_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7421))
 }
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/holdfast/arbiter")
+}
+
 fn default_cluster_name() -> String {
     "default".into()
 }
@@ -389,6 +408,7 @@ impl ArbiterConfig {
             listen: default_listen(),
             metrics_listen: default_metrics_listen(),
             cluster_name: default_cluster_name(),
+            state_dir: default_state_dir(),
             region: None,
             tls,
             etcd,

@@ -12,6 +12,12 @@ pub const SEAL_KEY: &str = "/sys/seal";
 pub const WATERMARK_KEY: &str = "/sys/watermark";
 /// Scratch key used by `epoch init` to move a new cluster's revision forward.
 pub const INIT_PAD_KEY: &str = "/sys/init-pad";
+/// The epoch allocator ([`EpochsRecord`]): the highest epoch ever minted,
+/// only ever raised, in the same transaction as the mint. It lives on the
+/// coord cluster; while one cluster serves both tiers it is that cluster's
+/// (and a restore of it rolls the allocator back too: the arbiters' own
+/// record of what they served is what covers that case).
+pub const EPOCHS_KEY: &str = "/sys/epochs";
 
 /// Pause-test results: `/sys/pausetest/<class>/<resource>` (see
 /// [`pausetest_key`]). Nothing else lives under this prefix; an epoch
@@ -188,6 +194,22 @@ pub struct EpochRecord {
     /// Log-offset floor (raft index − revision) measured when the epoch was
     /// minted. See [`crate::seal`].
     pub log_floor: i64,
+    /// 32 random hex digits drawn when the epoch was minted (init or
+    /// advance): no two mints share one, so an epoch minted again after a
+    /// restore never looks like the one an arbiter served, even where the
+    /// cluster ID and the log floor happen to match. Empty in records
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mint: String,
+}
+
+/// The record at [`EPOCHS_KEY`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochsRecord {
+    /// The highest epoch minted by any init or advance that went through
+    /// this allocator; a new mint must be above it.
+    pub highest: u32,
 }
 
 /// The record at [`SEAL_KEY`].
@@ -318,8 +340,11 @@ mod tests {
         assert_eq!(lease_of_session(&session_key(-5)), Some(-5));
         assert_eq!(lease_of_closed(&closed_key(0x7abc)), Some(0x7abc));
         assert_eq!(lease_of_session("/s/12"), None);
-        let r = EpochRecord { epoch: 2, cluster_id: u64::MAX, log_floor: -3 };
+        let r = EpochRecord { epoch: 2, cluster_id: u64::MAX, log_floor: -3, mint: "0f".repeat(16) };
         assert_eq!(decode::<EpochRecord>(EPOCH_KEY, &encode(&r)).unwrap(), r);
+        let old = decode::<EpochRecord>(EPOCH_KEY, b"{\"epoch\":1,\"cluster_id\":7,\"log_floor\":0}").unwrap();
+        assert_eq!(old.mint, "", "a record from before the mint reads back");
+        assert!(!encode(&EpochRecord { mint: String::new(), ..old.clone() }).windows(4).any(|w| w == b"mint"));
         assert!(decode::<EpochRecord>(EPOCH_KEY, b"{\"epoch\":1}").is_err());
     }
 

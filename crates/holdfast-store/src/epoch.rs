@@ -8,7 +8,7 @@
 
 use crate::etcd::{Etcd, MemberStatus};
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
-use holdfast_model::layout::{self, EpochRecord, SealRecord, WatermarkRecord};
+use holdfast_model::layout::{self, EpochRecord, EpochsRecord, SealRecord, WatermarkRecord};
 use holdfast_model::seal::{self, LogPosition};
 use holdfast_model::token::MAX_EPOCH;
 
@@ -38,6 +38,12 @@ pub enum EpochError {
     WrongCluster { expected: u64, actual: u64 },
     #[error("the new epoch {new} is not above the current {current}; nothing was changed")]
     NotAbove { new: u32, current: u32 },
+    #[error(
+        "epoch {highest} was already allocated ({key}), so epoch {new} could be issued twice; nothing was changed: request again (the new request asks for an epoch above {highest})"
+    )]
+    Allocated { new: u32, highest: u32, key: &'static str },
+    #[error("no random number from the OS for the epoch's mint: {0}")]
+    Random(String),
     #[error("{0}")]
     Malformed(String),
 }
@@ -104,7 +110,27 @@ pub async fn measured_floor(etcd: &Etcd) -> Result<(i64, Vec<MemberStatus>), Epo
     Ok((floor, members))
 }
 
-/// Initialises epoch 1 on a new cluster. First moves the revision to at least
+/// 32 random hex digits: the mint of a new epoch record (see
+/// [`EpochRecord::mint`]).
+pub fn new_mint() -> Result<String, EpochError> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).map_err(|e| EpochError::Random(e.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The epoch allocator at [`layout::EPOCHS_KEY`] and its mod revision
+/// (0 and the default record when it was never written: nothing allocated
+/// through it yet).
+pub async fn read_allocator(etcd: &Etcd) -> Result<(EpochsRecord, i64), EpochError> {
+    let resp = etcd.get(layout::EPOCHS_KEY, None).await?;
+    match resp.kvs().first() {
+        Some(kv) => Ok((layout::decode(layout::EPOCHS_KEY, kv.value()).map_err(EpochError::Malformed)?, kv.mod_revision())),
+        None => Ok((EpochsRecord::default(), 0)),
+    }
+}
+
+/// Initialises the first epoch on a new cluster: epoch 1, or one above the
+/// allocator's highest when the allocator already has one. First moves the revision to at least
 /// [`seal::INIT_MIN_REVISION`] (so that a restore of any later snapshot is
 /// detectable, see `holdfast_model::seal`), then records the epoch with the
 /// cluster ID and the measured log floor.
@@ -131,12 +157,21 @@ pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRe
     }
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
-    let record = EpochRecord { epoch: 1, cluster_id, log_floor: floor };
-    let txn = Txn::new().when([Compare::version(layout::EPOCH_KEY, CompareOp::Equal, 0)]).and_then([TxnOp::put(
-        layout::EPOCH_KEY,
-        layout::encode(&record),
-        None,
-    )]);
+    let (allocated, allocated_at) = read_allocator(etcd).await?;
+    let epoch = allocated.highest.saturating_add(1);
+    if epoch > MAX_EPOCH {
+        return Err(EpochError::Exhausted(allocated.highest));
+    }
+    let record = EpochRecord { epoch, cluster_id, log_floor: floor, mint: new_mint()? };
+    let txn = Txn::new()
+        .when([
+            Compare::version(layout::EPOCH_KEY, CompareOp::Equal, 0),
+            Compare::mod_revision(layout::EPOCHS_KEY, CompareOp::Equal, allocated_at),
+        ])
+        .and_then([
+            TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None),
+            TxnOp::put(layout::EPOCHS_KEY, layout::encode(&EpochsRecord { highest: epoch }), None),
+        ]);
     let resp = etcd.txn(txn).await?;
     if !resp.succeeded() {
         return Err(EpochError::Raced);
@@ -220,9 +255,10 @@ pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochE
     Ok(advanced)
 }
 
-/// The advance transaction: compares the epoch record (and that the nonce
-/// is unused), writes the new epoch bound to the cluster ID and log floor
-/// measured now, and deletes every hold, waiter, withdrawal marker, session
+/// The advance transaction: compares the epoch record, the allocator (the
+/// new epoch must be above everything it ever allocated) and that the nonce
+/// is unused; writes the new epoch bound to the cluster ID and log floor
+/// measured now and a fresh mint, raises the allocator to it, and deletes every hold, waiter, withdrawal marker, session
 /// record and the seal; nothing else changes, and on any refusal nothing
 /// changes at all.
 pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
@@ -243,12 +279,16 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
     if target.new_epoch <= current.epoch {
         return Err(EpochError::NotAbove { new: target.new_epoch, current: current.epoch });
     }
+    let (allocated, allocated_at) = read_allocator(etcd).await?;
+    if allocated.highest >= target.new_epoch {
+        return Err(EpochError::Allocated { new: target.new_epoch, highest: allocated.highest, key: layout::EPOCHS_KEY });
+    }
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     if let Some(expected) = target.cluster_id.filter(|c| *c != cluster_id) {
         return Err(EpochError::WrongCluster { expected, actual: cluster_id });
     }
-    let record = EpochRecord { epoch: target.new_epoch, cluster_id, log_floor: floor };
+    let record = EpochRecord { epoch: target.new_epoch, cluster_id, log_floor: floor, mint: new_mint()? };
     // The session leases outlive their records unless revoked: list them now.
     let sessions = etcd.get(layout::SESSION_PREFIX, Some(GetOptions::new().with_prefix().with_keys_only())).await?;
     let leases: Vec<i64> = sessions
@@ -258,9 +298,13 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
         .map(|l| l as i64)
         .collect();
     let prefix = || Some(DeleteOptions::new().with_prefix());
-    let mut compares = vec![Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes)];
+    let mut compares = vec![
+        Compare::value(layout::EPOCH_KEY, CompareOp::Equal, bytes),
+        Compare::mod_revision(layout::EPOCHS_KEY, CompareOp::Equal, allocated_at),
+    ];
     let mut ops = vec![
         TxnOp::put(layout::EPOCH_KEY, layout::encode(&record), None),
+        TxnOp::put(layout::EPOCHS_KEY, layout::encode(&EpochsRecord { highest: target.new_epoch }), None),
         TxnOp::delete(layout::SEAL_KEY, None),
         TxnOp::delete(layout::WATERMARK_KEY, None),
         TxnOp::delete(layout::HOLD_PREFIX, prefix()),

@@ -19,6 +19,8 @@ pub static NO_SEAL_CHECK: AtomicBool = AtomicBool::new(false);
 pub static NO_KEEPALIVE_CONFIRMATION: AtomicBool = AtomicBool::new(false);
 /// Tokens come from a local counter instead of the commit revision.
 pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
+/// The arbiter ignores the record of the epochs it served.
+pub static FORGET_SERVED_EPOCHS: AtomicBool = AtomicBool::new(false);
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 pub fn on(flag: &AtomicBool) -> bool {
@@ -35,6 +37,7 @@ pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
         (config.no_withdrawal_marker, &NO_WITHDRAWAL_MARKER),
         (config.no_seal_check, &NO_SEAL_CHECK),
         (config.no_keepalive_confirmation, &NO_KEEPALIVE_CONFIRMATION),
+        (config.forget_served_epochs, &FORGET_SERVED_EPOCHS),
     ] {
         flag.store(on, Ordering::Relaxed);
     }

@@ -109,10 +109,11 @@ pub const PAUSETEST: Role = Role {
 
 pub const EPOCH: Role = Role {
     name: "holdfast-epoch",
-    used_by: "holdfastctl epoch init and the two-person epoch advance: writes /sys/epoch, ends every hold and session of the old epoch, records the request's nonce",
+    used_by: "holdfastctl epoch init and the two-person epoch advance: writes /sys/epoch and raises the allocator /sys/epochs, ends every hold and session of the old epoch, records the request's nonce",
     read: &[],
     read_write: &[
         Range::Key(layout::EPOCH_KEY),
+        Range::Key(layout::EPOCHS_KEY),
         Range::Key(layout::INIT_PAD_KEY),
         Range::Key(layout::SEAL_KEY),
         Range::Key(layout::WATERMARK_KEY),

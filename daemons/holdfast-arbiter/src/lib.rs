@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod policy;
 pub mod renewal;
 pub mod seal;
+pub mod served;
 pub mod server;
 pub mod service;
 pub mod session;

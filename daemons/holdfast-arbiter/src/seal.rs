@@ -9,6 +9,7 @@
 
 use crate::epoch::{self, SysState};
 use crate::etcd::Etcd;
+use crate::served::{Admission, Served};
 use holdfast_model::layout::EpochRecord;
 use holdfast_model::seal::{self, Verdict};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,21 +53,23 @@ pub struct Guard {
     etcd_version: RwLock<String>,
     checked_once: AtomicBool,
     recheck: Notify,
+    /// The epochs this arbiter served, on its own disk: a record at or
+    /// below one of them is served only if it is that very record.
+    pub served: Served,
 }
 
-impl Default for Guard {
-    fn default() -> Self {
+impl Guard {
+    pub fn new(served: Served) -> Self {
         Guard {
             state: RwLock::new(Serve::Unverified("starting: etcd not checked yet".into())),
             highest: Mutex::new((0, 0)),
             etcd_version: RwLock::new(String::new()),
             checked_once: AtomicBool::new(false),
             recheck: Notify::new(),
+            served,
         }
     }
-}
 
-impl Guard {
     pub fn state(&self) -> Serve {
         self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -152,7 +155,10 @@ pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPac
     if let Some(m) = members.first() {
         *guard.etcd_version.write().unwrap_or_else(|e| e.into_inner()) = m.version.clone();
     }
-    let next = judge(etcd, &sys, &members);
+    let next = match judge(etcd, &sys, &members) {
+        Serve::Serving(current) => admit(&guard.served, current),
+        other => other,
+    };
     guard.commit(next);
     let state = guard.state();
     match &state {
@@ -173,6 +179,21 @@ pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPac
         _ => {}
     }
     state
+}
+
+/// A record etcd's checks would serve, against what this arbiter served
+/// before: recorded first when it is new, sealed when it is an older or
+/// re-minted epoch.
+fn admit(served: &Served, current: Arc<Current>) -> Serve {
+    #[cfg(feature = "mutations")]
+    if holdfast_store::mutation::on(&holdfast_store::mutation::FORGET_SERVED_EPOCHS) {
+        return Serve::Serving(current);
+    }
+    match served.admit(&current.record) {
+        Admission::Serve => Serve::Serving(current),
+        Admission::Refuse(reason) => Serve::Sealed { reason, epoch: Some(current.record.epoch) },
+        Admission::Unrecorded(reason) => Serve::Unverified(reason),
+    }
 }
 
 /// The verdict of one check, before the rules of [`Guard::commit`].

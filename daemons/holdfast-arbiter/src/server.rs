@@ -42,7 +42,11 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
     let etcd = Etcd::connect(&config.etcd).await?;
-    let guard = Arc::new(Guard::default());
+    let served = crate::served::Served::open(&config.state_dir, &config.cluster_name).map_err(|e| anyhow::anyhow!("state_dir: {e}"))?;
+    if let Some(high) = served.high() {
+        tracing::info!(cluster = %config.cluster_name, epoch = high.epoch, "the highest epoch this arbiter served");
+    }
+    let guard = Arc::new(Guard::new(served));
     let (listener, activated) = listener(config.listen).await?;
     let local = listener.local_addr()?;
     let from = if activated { "socket from systemd" } else { "bound" };

@@ -317,6 +317,14 @@ impl holdfast_proto::Lock for LockService {
     async fn server_status(&self, req: Request<ServerStatusRequest>) -> Result<Response<ServerStatusResponse>, Status> {
         self.admit(&req)?;
         let etcd_version = self.guard.etcd_version();
+        let served = self
+            .guard
+            .served
+            .all()
+            .into_iter()
+            .map(|(cluster, r)| ServedEpoch { cluster, epoch: r.epoch, cluster_id: format!("{:x}", r.cluster_id) })
+            .collect();
+        let cluster = self.guard.served.cluster().to_string();
         let resp = match self.guard.state() {
             Serve::Serving(c) => ServerStatusResponse {
                 epoch: c.record.epoch,
@@ -326,13 +334,19 @@ impl holdfast_proto::Lock for LockService {
                 etcd_version,
                 serving: true,
                 grant_attempts: crate::metrics::METRICS.counter(|m| &m.grant_attempts),
+                served,
+                cluster,
             },
             Serve::Sealed { reason, .. } => {
-                ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, ..Default::default() }
+                ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, served, cluster, ..Default::default() }
             }
-            Serve::Unverified(why) => {
-                ServerStatusResponse { sealed_reason: format!("not serving yet: {why}"), etcd_version, ..Default::default() }
-            }
+            Serve::Unverified(why) => ServerStatusResponse {
+                sealed_reason: format!("not serving yet: {why}"),
+                etcd_version,
+                served,
+                cluster,
+                ..Default::default()
+            },
         };
         Ok(Response::new(resp))
     }

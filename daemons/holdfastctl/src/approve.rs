@@ -38,8 +38,9 @@ pub struct ApproveArgs {
 /// What a request asks for, in words, for whoever is about to sign it.
 pub fn describe(r: &Request) -> String {
     let what = match &r.operation {
-        Operation::EpochAdvance { cluster, expected_epoch, new_epoch, cluster_id } => format!(
-            "advance the epoch of cluster {cluster} (cluster ID {cluster_id}) from {expected_epoch} to {new_epoch}: \
+        Operation::EpochAdvance { cluster, expected_epoch, new_epoch, cluster_id, highest_known } => format!(
+            "advance the epoch of cluster {cluster} (cluster ID {cluster_id}) from {expected_epoch} to {new_epoch}, \
+             above {highest_known}, the highest epoch any arbiter or the allocator knew: \
              every hold, waiter and session of epoch {expected_epoch} ends"
         ),
         Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } => format!(

@@ -428,6 +428,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     config.listen = ([127, 0, 0, 1], arbiter_port).into();
     config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
     config.cluster_name = "dev".into();
+    config.state_dir = dir.join("arbiter-state");
     config.grants.group_commit = group_commit;
     // holdfast-bench drives the dev appliance from one identity (the dev
     // operator) with dozens of clients: above the production default rate.

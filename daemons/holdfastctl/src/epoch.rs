@@ -37,13 +37,17 @@ enum EpochAction {
 }
 
 const ADVANCE_REQUEST_HELP: &str = "\
-Reads the cluster (it must be sealed, unless --unsealed), and writes
+Reads the cluster (it must be sealed, unless --unsealed), asks every arbiter
+(--endpoint, comma-separated: all of them) for the highest epoch it ever
+served, reads the epoch allocator (/sys/epochs), and writes
 STATE_DIR/requests/epoch-advance-<nonce>.toml naming the cluster, the epoch
-in force, the new epoch, the cluster ID etcd reports now, a random nonce,
-the requester, the reason and an expiry. The new epoch is above every epoch
-recorded in STATE_DIR/epochs.log (each advance on this host appends to it),
-so an advance after a restore from an old snapshot never issues an epoch
-again; pass --new-epoch to go higher still (from another host's records).
+in force, the highest epoch known, the new epoch above it, the cluster ID
+etcd reports now, a random nonce, the requester, the reason and an expiry
+(at most 24h). Arbiters keep what they served on their own disks, so after
+a restore from a snapshot older than an earlier advance the new epoch is
+still above every epoch ever used, from whichever host the request is
+written. STATE_DIR/epochs.log (this host's advances) counts too; pass
+--new-epoch to go higher still.
 
 Then the requester and a different approver, both dr-operator in
 approvers.toml, sign it:
@@ -51,27 +55,34 @@ approvers.toml, sign it:
 and the unit carries it out:
   systemctl start holdfast-epoch-advance@epoch-advance-<nonce>.service
 
-Exit status: 0 written; 64 bad arguments; 65 the cluster is not sealed (or
-the requester is not a dr-operator); 69 etcd unreachable; 78 approvers.toml
-unreadable.";
+Exit status: 0 written; 64 bad arguments (no --endpoint, --valid-for over
+24h); 65 the cluster is not sealed, the requester is not a dr-operator, or
+the arbiters serve another cluster; 69 etcd or an arbiter unreachable; 78
+approvers.toml unreadable.";
 
 const ADVANCE_HELP: &str = "\
 Verifies REQUEST against approvers.toml: the requester and a different
 approver both signed it (sshsig, namespace holdfast-request) with listed
-keys, both hold dr-operator, and it has not expired. Then one etcd
-transaction compares the epoch and that the nonce is unused, writes the new
-epoch bound to the cluster's ID and log position, deletes every hold,
+keys, both hold dr-operator, it has not expired and it is valid for at most
+24h. Then asks every arbiter (--endpoint) again for the highest epoch it
+served: any at or above the new epoch refuses (a later advance, or a replay
+after another restore). Then one etcd transaction compares the epoch, the
+allocator (/sys/epochs: nothing at or above the new epoch allocated) and
+that the nonce is unused, writes the new epoch bound to the cluster's ID,
+log position and a fresh mint, raises the allocator, deletes every hold,
 waiter and session record and the seal, and records the nonce; the old
 sessions' leases are revoked after. Arbiters unseal by themselves when they
 see the new epoch. Anything refused changes nothing.
 
 Signatures: --signature FILE (twice), or by default every REQUEST.*.sig.
 
-Exit status: 0 advanced; 65 the cluster is not as the request says (epoch,
-cluster ID) or the request was already carried out; 69 etcd unreachable;
-77 the approvals do not hold (one signature, the same person twice, no
-role, a key not listed, expired, changed after signing, another namespace);
-78 approvers.toml or the request unreadable.";
+Exit status: 0 advanced; 64 no --endpoint; 65 the cluster is not as the
+request says (epoch, cluster ID), the request was already carried out, or
+an arbiter or the allocator already knows an epoch at or above the new one;
+69 etcd or an arbiter unreachable; 77 the approvals do not hold (one
+signature, the same person twice, no role, a key not listed, expired, valid
+for more than 24h, changed after signing, another namespace); 78
+approvers.toml or the request unreadable.";
 
 #[derive(clap::Args)]
 struct AdvanceRequestArgs {
@@ -83,14 +94,16 @@ struct AdvanceRequestArgs {
     /// Why: the incident, the restore, the ticket.
     #[arg(long)]
     reason: String,
-    /// The cluster's name (as in arbiter.toml's cluster_name).
-    #[arg(long, default_value = "default")]
-    cluster: String,
+    /// The cluster's name (as in arbiter.toml's cluster_name; default: the
+    /// one the arbiters serve).
+    #[arg(long)]
+    cluster: Option<String>,
     /// The lowest new epoch acceptable (default: one above every epoch
-    /// this cluster and STATE_DIR/epochs.log know).
+    /// this cluster, the allocator, every arbiter and STATE_DIR/epochs.log
+    /// know).
     #[arg(long)]
     new_epoch: Option<u32>,
-    /// How long the request stays valid.
+    /// How long the request stays valid (at most 24h).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
     valid_for: Duration,
     /// Write the request although the cluster is not sealed (an advance
@@ -128,6 +141,64 @@ fn highest_recorded(state_dir: &Path) -> u32 {
         .unwrap_or(0)
 }
 
+/// What the arbiters report of the epochs they served.
+struct Served {
+    /// The cluster they serve (all the same, or refused).
+    cluster: String,
+    /// The highest epoch any of them served for that cluster (0: none yet).
+    highest: u32,
+    /// One line per arbiter, for the operator.
+    lines: Vec<String>,
+}
+
+/// Asks every arbiter in --endpoint for the highest epoch it served. Every
+/// one must answer, and all must serve one cluster (`cluster` when given):
+/// an arbiter left out could be the one that served the highest epoch.
+async fn arbiters_served(conn: &ConnArgs, cluster: Option<&str>) -> Result<Served, u8> {
+    if conn.endpoint.as_deref().is_none_or(|e| e.trim().is_empty()) {
+        eprintln!(
+            "holdfastctl: an epoch advance asks every arbiter for the highest epoch it served: pass --endpoint with all of them, \
+             comma-separated (or HOLDFAST_ENDPOINT), and --ca/--cert/--key of any identity they admit"
+        );
+        return Err(exit::USAGE);
+    }
+    let base = conn.config()?;
+    let mut served = Served { cluster: cluster.unwrap_or_default().to_string(), highest: 0, lines: Vec::new() };
+    for endpoint in base.endpoint.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let cfg = holdfast_client::ClientConfig { endpoint: endpoint.to_string(), ..base.clone() };
+        let status = match holdfast_client::Client::connect(&cfg).await {
+            Ok(client) => client.server_status().await,
+            Err(e) => Err(e),
+        };
+        let status = status.map_err(|e| {
+            eprintln!(
+                "holdfastctl: arbiter {endpoint} did not say which epochs it served ({e}); every arbiter must answer, \
+                 since the one left out could be the one that served the highest epoch. Start it, or leave it out of \
+                 --endpoint only if its host is gone for good"
+            );
+            exit::UNAVAILABLE
+        })?;
+        if served.cluster.is_empty() {
+            served.cluster = status.cluster.clone();
+        }
+        if status.cluster != served.cluster {
+            eprintln!(
+                "holdfastctl: arbiter {endpoint} serves cluster {:?}, not {:?}; list the arbiters of one cluster in --endpoint (and name it with --cluster)",
+                status.cluster, served.cluster
+            );
+            return Err(exit::INVALID);
+        }
+        let high = status.served.iter().filter(|s| s.cluster == served.cluster).map(|s| s.epoch).max().unwrap_or(0);
+        served.highest = served.highest.max(high);
+        served.lines.push(if high == 0 {
+            format!("arbiter {endpoint}: has served no epoch of {}", served.cluster)
+        } else {
+            format!("arbiter {endpoint}: has served up to epoch {high}")
+        });
+    }
+    Ok(served)
+}
+
 /// etcd with the --etcd-* credentials, or the exit status to return (69).
 pub async fn connect(etcd: &EtcdArgs) -> Result<Etcd, u8> {
     Etcd::connect(&etcd.config()).await.map_err(|e| {
@@ -136,7 +207,11 @@ pub async fn connect(etcd: &EtcdArgs) -> Result<Etcd, u8> {
     })
 }
 
-async fn advance_request(args: AdvanceRequestArgs) -> u8 {
+async fn advance_request(conn: &ConnArgs, args: AdvanceRequestArgs) -> u8 {
+    if args.valid_for > holdfast_approval::request::MAX_VALIDITY {
+        eprintln!("holdfastctl: --valid-for {:?} is over the 24h a request may be valid; ask for less", args.valid_for);
+        return exit::USAGE;
+    }
     let approvers = match crate::approve::load_approvers(&args.files.approvers) {
         Ok(a) => a,
         Err(code) => return code,
@@ -152,6 +227,10 @@ async fn advance_request(args: AdvanceRequestArgs) -> u8 {
         }
         Some(_) => {}
     }
+    let arbiters = match arbiters_served(conn, args.cluster.as_deref()).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     let etcd = match connect(&args.etcd).await {
         Ok(e) => e,
         Err(code) => return code,
@@ -170,7 +249,7 @@ async fn advance_request(args: AdvanceRequestArgs) -> u8 {
     if sys.seal.is_none() && !args.unsealed {
         eprintln!(
             "holdfastctl: cluster {} (epoch {}) is not sealed; an advance ends every hold. Pass --unsealed if that is what you want",
-            args.cluster, current.epoch
+            arbiters.cluster, current.epoch
         );
         return exit::INVALID;
     }
@@ -179,9 +258,23 @@ async fn advance_request(args: AdvanceRequestArgs) -> u8 {
         eprintln!("holdfastctl: no etcd member answered Status; every member must be reachable for an advance");
         return exit::UNAVAILABLE;
     };
-    let floor = current.epoch.max(highest_recorded(&args.files.state_dir)) + 1;
+    let allocated = match epoch::read_allocator(&etcd).await {
+        Ok((a, _)) => a.highest,
+        Err(e) => {
+            eprintln!("holdfastctl: reading the epoch allocator: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let recorded = highest_recorded(&args.files.state_dir);
+    let highest_known = current.epoch.max(allocated).max(arbiters.highest).max(recorded);
+    let floor = highest_known.saturating_add(1);
+    if floor > holdfast_model::token::MAX_EPOCH {
+        eprintln!("holdfastctl: epoch {highest_known} is the last one that fits in a token; this cluster cannot be advanced further");
+        return exit::INVALID;
+    }
     let new_epoch = args.new_epoch.unwrap_or(floor).max(floor);
-    let op = Operation::EpochAdvance { cluster: args.cluster.clone(), expected_epoch: current.epoch, new_epoch, cluster_id };
+    let op =
+        Operation::EpochAdvance { cluster: arbiters.cluster.clone(), expected_epoch: current.epoch, new_epoch, cluster_id, highest_known };
     let (request, path) = match crate::approve::new_request(&args.files, &args.requester, &args.reason, op, args.valid_for) {
         Ok(r) => r,
         Err(code) => return code,
@@ -189,6 +282,11 @@ async fn advance_request(args: AdvanceRequestArgs) -> u8 {
     if let Some(seal) = &sys.seal {
         println!("sealed    {}", seal.reason);
     }
+    println!("epoch {} in force; allocator {allocated}; this host's epochs.log {recorded}", current.epoch);
+    for line in &arbiters.lines {
+        println!("{line}");
+    }
+    println!("new epoch {new_epoch}, above {highest_known}, the highest known");
     println!(
         "
 wrote {p}
@@ -205,11 +303,28 @@ then carry it out:
     exit::OK
 }
 
-async fn advance(args: AdvanceArgs) -> u8 {
+async fn advance(conn: &ConnArgs, args: AdvanceArgs) -> u8 {
     let approved = match crate::approve::verified(&args.files, &args.request, &args.signature) {
         Ok(a) => a,
         Err(code) => return code,
     };
+    // Evidence again, now: an arbiter that served this epoch or a later one
+    // means a later advance, or this request replayed after another restore.
+    if let Operation::EpochAdvance { cluster, new_epoch, .. } = &approved.request.operation {
+        let arbiters = match arbiters_served(conn, Some(cluster)).await {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
+        if arbiters.highest >= *new_epoch {
+            eprintln!(
+                "holdfastctl: refused, nothing was changed: an arbiter already served epoch {} of cluster {cluster}, at or above \
+                 the requested {new_epoch} (a later advance, or this request replayed after another restore): {}. Write a new request",
+                arbiters.highest,
+                arbiters.lines.join("; ")
+            );
+            return exit::INVALID;
+        }
+    }
     let now = crate::approve::now_unix();
     let target = match epoch::approved_target(&approved, now) {
         Ok(t) => t,
@@ -256,7 +371,11 @@ async fn advance(args: AdvanceArgs) -> u8 {
             exit::OK
         }
         Err(
-            e @ (EpochError::Mismatch { .. } | EpochError::WrongCluster { .. } | EpochError::NonceUsed(_) | EpochError::NotAbove { .. }),
+            e @ (EpochError::Mismatch { .. }
+            | EpochError::WrongCluster { .. }
+            | EpochError::NonceUsed(_)
+            | EpochError::NotAbove { .. }
+            | EpochError::Allocated { .. }),
         ) => {
             eprintln!("holdfastctl: refused: {e}");
             exit::INVALID
@@ -281,8 +400,8 @@ pub async fn run(conn: &ConnArgs, args: EpochArgs) -> u8 {
     match args.action {
         EpochAction::Init(e) => init(e).await,
         EpochAction::Status { json } => status(conn, json).await,
-        EpochAction::AdvanceRequest(a) => advance_request(a).await,
-        EpochAction::Advance(a) => advance(a).await,
+        EpochAction::AdvanceRequest(a) => advance_request(conn, a).await,
+        EpochAction::Advance(a) => advance(conn, a).await,
     }
 }
 
@@ -330,18 +449,21 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         Ok(s) => s,
         Err(e) => return conn::report(&e),
     };
+    let served: Vec<String> = s.served.iter().map(|e| format!("{} epoch {} (cluster ID {})", e.cluster, e.epoch, e.cluster_id)).collect();
     if json {
         println!(
             "{}",
             serde_json::json!({
                 "epoch": s.epoch, "cluster_id": s.cluster_id, "sealed": s.sealed, "serving": s.serving,
-                "sealed_reason": s.sealed_reason, "etcd_version": s.etcd_version,
+                "sealed_reason": s.sealed_reason, "etcd_version": s.etcd_version, "cluster": s.cluster,
+                "served": s.served.iter().map(|e| serde_json::json!({"cluster": e.cluster, "epoch": e.epoch, "cluster_id": e.cluster_id})).collect::<Vec<_>>(),
             })
         );
     } else if s.sealed {
         println!("state        SEALED: granting nothing");
         println!("reason       {}", s.sealed_reason);
         println!("etcd         {}", s.etcd_version);
+        println!("served       {}", if served.is_empty() { "nothing yet".to_string() } else { served.join(", ") });
     } else if !s.serving {
         println!("state        not serving yet");
         println!("reason       {}", s.sealed_reason);
@@ -350,6 +472,7 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         println!("epoch        {}", s.epoch);
         println!("cluster id   {}", s.cluster_id);
         println!("etcd         {}", s.etcd_version);
+        println!("served       {}", served.join(", "));
     }
     exit::OK
 }

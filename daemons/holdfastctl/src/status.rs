@@ -24,6 +24,8 @@ Reads etcd directly (the same --etcd-* flags and HOLDFAST_ETCD_* variables as
   refused     the controller's last refused change (/sys/policy-status): when,
               and every problem as FILE:LINE: message [rule]
   epoch       the epoch at /sys/epoch, and whether the cluster is sealed
+  allocator   the highest epoch ever allocated (/sys/epochs, raised by every
+              init and advance; the tiers share this cluster for now)
   controller  the current holdfast-controller leader (HOST pid PID)
 
 Exit status:
@@ -63,6 +65,9 @@ struct Snapshot {
     published: Stored<PublishedPolicy>,
     status: Stored<PolicyStatus>,
     epoch: EpochState,
+    /// The epoch allocator's highest (`/sys/epochs`; 0: nothing allocated
+    /// through it yet), or why it could not be read.
+    allocated: Result<u32, String>,
     leader: Option<String>,
 }
 
@@ -105,8 +110,13 @@ async fn read(etcd: &Etcd, election: &str) -> Result<Snapshot, u8> {
         Err(EpochError::Etcd(e)) => return Err(etcd_failure("/sys/epoch", &e)),
         Err(e) => EpochState::Malformed(e.to_string()),
     };
+    let allocated = match epoch::read_allocator(etcd).await {
+        Ok((a, _)) => Ok(a.highest),
+        Err(EpochError::Etcd(e)) => return Err(etcd_failure(holdfast_model::layout::EPOCHS_KEY, &e)),
+        Err(e) => Err(e.to_string()),
+    };
     let leader = policy::read_controller_leader(etcd, election).await.map_err(|e| etcd_failure(election, &e))?;
-    Ok(Snapshot { published, status, epoch, leader })
+    Ok(Snapshot { published, status, epoch, allocated, leader })
 }
 
 impl Snapshot {
@@ -182,6 +192,14 @@ fn text(s: &Snapshot, attention: &[String]) -> String {
         EpochState::Read { epoch: None, .. } => line("epoch", "not initialised (`holdfastctl epoch init`)".into()),
         EpochState::Malformed(e) => line("epoch", format!("MALFORMED: {e}")),
     }
+    line(
+        "allocator",
+        match &s.allocated {
+            Ok(0) => "nothing allocated yet (/sys/epochs)".into(),
+            Ok(n) => format!("highest epoch allocated {n} (/sys/epochs; the tiers share this cluster)"),
+            Err(e) => format!("MALFORMED: {e}"),
+        },
+    );
     match s.sealed() {
         None => line("sealed", "no".into()),
         Some(seal) => line("sealed", format!("SEALED since {}: {}", when(seal.sealed_at_unix.saturating_mul(1000)), seal.reason)),
@@ -219,6 +237,7 @@ fn to_json(s: &Snapshot, election: &str, attention: &[String]) -> Value {
         "refused_change": s.refusal(),
         "controller_report": controller_report,
         "epoch": epoch,
+        "allocator": match &s.allocated { Ok(n) => json!({"highest": n}), Err(e) => json!({"malformed": e}) },
         "sealed": s.sealed().is_some(),
         "seal": seal,
         "controller_leader": s.leader,

@@ -297,6 +297,7 @@ impl DevArbiter {
         config.listen = ([127, 0, 0, 1], port).into();
         let metrics_port = holdfast_devkit::ports::free_port();
         config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
+        config.state_dir = dir.join(format!("{name}-state"));
         tune(&mut config);
         let mut launch = Launch::new(arbiter::locate()?, config, dir, name);
         launch.written_by = "Written by `holdfast-bench`".into();

@@ -56,12 +56,12 @@ impl Approvals {
         Ok(Approvals { dir, approvers, keys, requests: Default::default() })
     }
 
-    /// A request to advance from `from` by one, signed by both approvers
-    /// and verified.
-    pub async fn approve(&self, etcd: &Etcd, from: u32, reason: &str) -> anyhow::Result<Approved> {
+    /// A request to advance from `from` to `to`, above `highest_known`,
+    /// signed by both approvers and verified.
+    pub async fn approve(&self, etcd: &Etcd, from: u32, to: u32, highest_known: u32, reason: &str) -> anyhow::Result<Approved> {
         let cluster_id =
             etcd.member_status().await.into_iter().find_map(Result::ok).map(|m| m.cluster_id).context("no etcd member answered Status")?;
-        let op = Operation::EpochAdvance { cluster: "gate".into(), expected_epoch: from, new_epoch: from + 1, cluster_id };
+        let op = Operation::EpochAdvance { cluster: "gate".into(), expected_epoch: from, new_epoch: to, cluster_id, highest_known };
         let request = Request::new(NAMES[0], reason, op, now_unix(), Duration::from_secs(600)).map_err(anyhow::Error::msg)?;
         let n = self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let file = self.dir.join(format!("request-{n}.toml"));

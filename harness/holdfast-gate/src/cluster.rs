@@ -170,6 +170,7 @@ impl Cluster {
             config.listen = (ip, ARBITER_PORT).into();
             config.metrics_listen = (ip, 9100).into();
             config.cluster_name = "gate".into();
+            config.state_dir = dir.join(format!("arbiter{a}-state"));
             config.drain_timeout = Duration::from_secs(2);
             config.seal.check_interval = Duration::from_millis(500);
             config.seal.watermark_interval = Duration::from_secs(2);
@@ -178,7 +179,7 @@ impl Cluster {
             // under faults, not the rate limit.
             config.limits.requests_per_second = 50_000;
             config.limits.request_burst = 100_000;
-            if let Some(m) = &options.mutation {
+            if let Some(m) = options.mutation.as_ref().filter(|m| !crate::GATE_MUTATIONS.contains(&m.as_str())) {
                 config.mutation.set(m).map_err(|e| anyhow::anyhow!("--mutation: {e}"))?;
             }
             let mut launch = Launch::new(arbiter_bin.clone(), config, dir, &format!("arbiter{a}"));
@@ -275,6 +276,11 @@ impl Cluster {
 
     /// Whether arbiter `a` answers ServerStatus with `sealed`.
     pub async fn arbiter_sealed(&self, a: usize) -> Option<bool> {
+        self.arbiter_status(a).await.map(|s| s.sealed)
+    }
+
+    /// Arbiter `a`'s ServerStatus, if it answers within 2 s.
+    pub async fn arbiter_status(&self, a: usize) -> Option<holdfast_proto::v1::ServerStatusResponse> {
         let config = holdfast_client::ClientConfig {
             endpoint: self.arbiter_endpoints()[a].clone(),
             ca: self.ca.ca_path(),
@@ -282,7 +288,31 @@ impl Cluster {
             key: self.client_cert.key.clone(),
         };
         let status = async { holdfast_client::Client::connect(&config).await.ok()?.server_status().await.ok() };
-        tokio::time::timeout(Duration::from_secs(2), status).await.ok().flatten().map(|s| s.sealed)
+        tokio::time::timeout(Duration::from_secs(2), status).await.ok().flatten()
+    }
+
+    /// Whether every arbiter answers ServerStatus serving `epoch` (now, not
+    /// at some time in its log: an epoch minted again after a restore was
+    /// served before).
+    pub async fn all_serving_now(&self, epoch: u32) -> bool {
+        for a in 0..self.arbiters.len() {
+            if !self.arbiter_status(a).await.is_some_and(|s| s.serving && s.epoch == epoch) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The highest epoch any arbiter reports having served (what
+    /// `holdfastctl epoch advance-request` asks them); every arbiter must
+    /// answer.
+    pub async fn served_high(&self) -> anyhow::Result<u32> {
+        let mut high = 0;
+        for a in 0..self.arbiters.len() {
+            let s = self.arbiter_status(a).await.with_context(|| format!("arbiter {a} did not answer ServerStatus"))?;
+            high = s.served.iter().map(|e| e.epoch).fold(high, u32::max);
+        }
+        Ok(high)
     }
 
     pub fn member_pid(&self, i: usize) -> Option<u32> {

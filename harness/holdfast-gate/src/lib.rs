@@ -118,8 +118,10 @@ pub struct GateArgs {
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare, no_session_compare, no_seal_check,
-    /// no_withdrawal_marker), or the clients (`holdfast_client::mutations`:
-    /// fence_from_receive_time), to show that the gate catches it.
+    /// no_withdrawal_marker, forget_served_epochs), or the clients
+    /// (`holdfast_client::mutations`: fence_from_receive_time), or the
+    /// gate's own restore procedure (advance_from_restored_record), to show
+    /// that the gate catches it.
     #[arg(long, hide = true)]
     mutation: Option<String>,
 }
@@ -191,6 +193,13 @@ pub const CLIENT_TTL: Duration = Duration::from_secs(5);
 fn say(m: &str) {
     eprintln!("gate: {m}");
 }
+
+/// Mutations of the gate's own operator procedure, not of a daemon:
+/// `advance_from_restored_record` advances by one from the restored epoch
+/// record after a restore, instead of above every epoch the arbiters and
+/// the allocator report (the older-snapshot case then mints an epoch
+/// again).
+pub const GATE_MUTATIONS: [&str; 1] = ["advance_from_restored_record"];
 
 fn now_tag() -> u32 {
     std::process::id() % 250

@@ -1,13 +1,23 @@
 //! The restore fault's second half, after the episode's workload stopped and
-//! its history was checked: every member stopped and restored from the
-//! snapshot the fault took mid-run (same cluster token and peer URLs, so the
-//! cluster and member IDs are unchanged and only the log offset shows the
-//! rewind), clients started on fresh keys, both arbiters confirmed sealed,
-//! the epoch advanced with the advance transaction (the function the
-//! two-person DR procedure runs), and the clients' grants on the restored
-//! cluster checked on their own and against every grant before the restore:
-//! C1's `TokenNotAboveRestore` proves that no token issued after the restore
-//! is at or below one issued before it.
+//! its history was checked: every arbiter stopped, every member stopped and
+//! restored from the snapshot the fault took mid-run (same cluster token and
+//! peer URLs, so the cluster and member IDs are unchanged and only the log
+//! offset shows the rewind), every arbiter started again (as a reboot during
+//! the incident would: what each served is on its disk, not in its memory),
+//! clients started on fresh keys, both arbiters confirmed sealed, the epoch
+//! advanced the way the two-person DR procedure does (above the highest
+//! epoch the restored record, the allocator and every arbiter report, then
+//! the unit's transaction), and the clients' grants on the restored cluster
+//! checked on their own and against every grant before the restore: C1's
+//! `TokenNotAboveRestore` proves that no token issued after the restore is
+//! at or below one issued before it.
+//!
+//! The snapshot is older than the episode's epoch advances (the episode
+//! takes it before them), so the restored epoch record and allocator are
+//! behind the epochs already used: only the arbiters' own records keep the
+//! new epoch above them. `--mutation advance_from_restored_record` advances
+//! by one from the restored record instead; `forget_served_epochs` makes
+//! the arbiters forget what they served.
 
 use crate::episode::{self, Episode, Setup};
 use crate::faults::{FaultKind, FaultRecord, PendingRestore, wait_for};
@@ -39,15 +49,19 @@ pub async fn phase(
     // Seals from here until the advance are expected, not false.
     let log_marks: Vec<u64> =
         setup.cluster.arbiters.iter().map(|a| std::fs::metadata(&a.launch.log).map(|m| m.len()).unwrap_or(0)).collect();
+    let arbiters = setup.cluster.arbiters.len();
+    for a in 0..arbiters {
+        setup.cluster.kill_arbiter(a);
+    }
     setup.cluster.restore(&pending.file, setup.net).await?;
-    say(&format!("restored every member from the snapshot of e{} (revision {})", pending.member, pending.revision));
-    // The restored epoch record: the snapshot is the episode's last fault,
-    // so no advance came between it and the restore.
+    for a in 0..arbiters {
+        setup.cluster.start_arbiter(a, setup.net)?;
+    }
+    say(&format!(
+        "restored every member from the snapshot of e{} (revision {}); both arbiters restarted",
+        pending.member, pending.revision
+    ));
     let from = cluster::epoch_of(&setup.cluster.holdfast_etcd().await?).await?;
-    anyhow::ensure!(
-        from == before_epoch,
-        "the snapshot holds epoch {from} but the cluster had reached {before_epoch}: an advance by one would reissue an epoch"
-    );
 
     // Clients on fresh keys, racing the arbiters' seal.
     let mut procs = episode::spawn_clients(ep, setup.cluster, args, setup.resource, seed ^ 0x7265_7374_6f72_6521)?;
@@ -55,7 +69,16 @@ pub async fn phase(
     let restored = Instant::now();
     let sealed_in = wait_for(Duration::from_secs(20), || c.all_sealed()).await.then(|| restored.elapsed());
     let etcd = c.holdfast_etcd().await?;
-    let advanced = match c.approvals.approve(&etcd, from, "the gate's restore fault").await {
+    // What `holdfastctl epoch advance-request` reads: the restored record,
+    // the allocator and every arbiter's report of what it served.
+    let allocated = holdfast_store::epoch::read_allocator(&etcd).await?.0.highest;
+    let highest_known = from.max(allocated).max(c.served_high().await?);
+    let (to, highest_known) = if args.mutation.as_deref() == Some("advance_from_restored_record") {
+        (from + 1, from)
+    } else {
+        (highest_known + 1, highest_known)
+    };
+    let advanced = match c.approvals.approve(&etcd, from, to, highest_known, "the gate's restore fault").await {
         Ok(approved) => match crate::approvals::Approvals::advance_txn(&etcd, &approved).await {
             Ok(done) => {
                 holdfast_store::epoch::revoke_sessions(&etcd, &done.old_leases).await;
@@ -65,14 +88,14 @@ pub async fn phase(
         },
         Err(e) => Err(e),
     };
-    let to = from + 1;
-    let switched = wait_for(Duration::from_secs(15), || async { c.all_serve(to) }).await;
+    let switched = wait_for(Duration::from_secs(15), || c.all_serving_now(to)).await;
     for (a, mark) in log_marks.iter().enumerate() {
         let now = std::fs::metadata(&setup.cluster.arbiters[a].launch.log).map(|m| m.len()).unwrap_or(*mark);
         setup.cluster.expected_seals.push((a, *mark, now));
     }
     let what = format!(
-        "every member restored from the snapshot of e{} at revision {}; epoch {from} -> {to} advanced after the seal",
+        "every member restored from the snapshot of e{} at revision {} (epoch {from}; the cluster had reached {before_epoch}), \
+         both arbiters restarted; epoch {from} -> {to} advanced after the seal",
         pending.member, pending.revision
     );
     match (&sealed_in, &advanced, switched) {

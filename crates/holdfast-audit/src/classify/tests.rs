@@ -105,7 +105,7 @@ fn withdrawals_force_releases_and_advances_are_named_by_their_transaction() {
     assert_eq!((e[0].time_unix_ms, e[0].held_ms), (5_000, Some(4_000)));
 
     c.revision(15, &[Change::put(&hold("pay/c"), hold_record(7), 15)], 9);
-    let epoch = layout::EpochRecord { epoch: 4, cluster_id: 1, log_floor: 0 };
+    let epoch = layout::EpochRecord { epoch: 4, cluster_id: 1, log_floor: 0, mint: String::new() };
     let advance = [
         Change::put(layout::EPOCH_KEY, encode(&epoch), 2),
         Change::delete(&hold("pay/c"), Some(hold_record(7))),

@@ -31,7 +31,7 @@ pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Eff
     let frozen = to % 2 == 1;
     let late = Duration::from_millis(rng.random_range(1000..3000));
     // Signed before the clients freeze: two approvals, as operators give them.
-    let approved = c.approvals.approve(&etcd, from, "the gate's epoch-advance fault").await?;
+    let approved = c.approvals.approve(&etcd, from, to, from, "the gate's epoch-advance fault").await?;
     if frozen {
         for p in clients {
             signal(p.pid, Signal::SIGSTOP);

@@ -21,9 +21,15 @@ pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Resul
     let member = rng.random_range(0..ctx.cluster.spec.members.len());
     let (file, revision) = ctx.cluster.snapshot(member).await?;
     let bytes = std::fs::metadata(&file)?.len();
-    *ctx.pending_restore = Some(Pending { file: file.clone(), revision, member });
+    // The episode restores its oldest snapshot: the hardest case.
+    let kept = if ctx.pending_restore.is_none() {
+        "the restore follows the workload"
+    } else {
+        "an older snapshot of this episode is the one restored"
+    };
+    ctx.pending_restore.get_or_insert(Pending { file: file.clone(), revision, member });
     Ok(Effect {
-        what: format!("snapshot of member e{member} at revision {revision} ({bytes} bytes); the restore follows the workload"),
+        what: format!("snapshot of member e{member} at revision {revision} ({bytes} bytes); {kept}"),
         confirmed: format!("{} saved", file.display()),
     })
 }
