@@ -247,6 +247,19 @@ pub fn approved_target(approved: &holdfast_approval::Approved, now_unix: u64) ->
     })
 }
 
+/// [`EpochError::NonceUsed`] when the target's request was carried out
+/// already (its nonce is recorded). A read only: the advance transaction
+/// compares the nonce again.
+pub async fn nonce_unused(etcd: &Etcd, target: &Target) -> Result<(), EpochError> {
+    if let Some((nonce, _, _)) = &target.nonce {
+        let key = layout::nonce_key(nonce);
+        if etcd.get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+            return Err(EpochError::NonceUsed(key));
+        }
+    }
+    Ok(())
+}
+
 /// The two-person advance: [`advance_txn_to`], then the old sessions'
 /// leases revoked.
 pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
@@ -262,12 +275,7 @@ pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochE
 /// record and the seal; nothing else changes, and on any refusal nothing
 /// changes at all.
 pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
-    if let Some((nonce, _, _)) = &target.nonce {
-        let key = layout::nonce_key(nonce);
-        if etcd.get(key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
-            return Err(EpochError::NonceUsed(key));
-        }
-    }
+    nonce_unused(etcd, target).await?;
     let sys = read_sys(etcd).await?;
     let (current, bytes) = sys.epoch.ok_or(EpochError::NotInitialised)?;
     if current.epoch != target.expected {

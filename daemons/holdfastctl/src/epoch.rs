@@ -199,6 +199,24 @@ async fn arbiters_served(conn: &ConnArgs, cluster: Option<&str>) -> Result<Serve
     Ok(served)
 }
 
+/// The evidence again, at apply time: an arbiter that served the request's
+/// new epoch or a later one means a later advance, or this request replayed
+/// after another restore (which rolled its nonce record back).
+async fn refuse_served(conn: &ConnArgs, op: &Operation) -> Result<(), u8> {
+    let Operation::EpochAdvance { cluster, new_epoch, .. } = op else { return Ok(()) };
+    let arbiters = arbiters_served(conn, Some(cluster)).await?;
+    if arbiters.highest >= *new_epoch {
+        eprintln!(
+            "holdfastctl: refused, nothing was changed: an arbiter already served epoch {} of cluster {cluster}, at or above \
+             the requested {new_epoch} (a later advance, or this request replayed after another restore): {}. Write a new request",
+            arbiters.highest,
+            arbiters.lines.join("; ")
+        );
+        return Err(exit::INVALID);
+    }
+    Ok(())
+}
+
 /// etcd with the --etcd-* credentials, or the exit status to return (69).
 pub async fn connect(etcd: &EtcdArgs) -> Result<Etcd, u8> {
     Etcd::connect(&etcd.config()).await.map_err(|e| {
@@ -308,23 +326,6 @@ async fn advance(conn: &ConnArgs, args: AdvanceArgs) -> u8 {
         Ok(a) => a,
         Err(code) => return code,
     };
-    // Evidence again, now: an arbiter that served this epoch or a later one
-    // means a later advance, or this request replayed after another restore.
-    if let Operation::EpochAdvance { cluster, new_epoch, .. } = &approved.request.operation {
-        let arbiters = match arbiters_served(conn, Some(cluster)).await {
-            Ok(s) => s,
-            Err(code) => return code,
-        };
-        if arbiters.highest >= *new_epoch {
-            eprintln!(
-                "holdfastctl: refused, nothing was changed: an arbiter already served epoch {} of cluster {cluster}, at or above \
-                 the requested {new_epoch} (a later advance, or this request replayed after another restore): {}. Write a new request",
-                arbiters.highest,
-                arbiters.lines.join("; ")
-            );
-            return exit::INVALID;
-        }
-    }
     let now = crate::approve::now_unix();
     let target = match epoch::approved_target(&approved, now) {
         Ok(t) => t,
@@ -338,6 +339,14 @@ async fn advance(conn: &ConnArgs, args: AdvanceArgs) -> u8 {
         Ok(e) => e,
         Err(code) => return code,
     };
+    // A replay etcd still remembers is named as one; the arbiters' records
+    // catch the one it forgot (a restore rolled the nonce record back).
+    if let Err(e) = epoch::nonce_unused(&etcd, &target).await {
+        return refused(e);
+    }
+    if let Err(code) = refuse_served(conn, &approved.request.operation).await {
+        return code;
+    }
     match epoch::advance_to(&etcd, &target).await {
         Ok(done) => {
             let line =
@@ -370,17 +379,23 @@ async fn advance(conn: &ConnArgs, args: AdvanceArgs) -> u8 {
             }
             exit::OK
         }
-        Err(
-            e @ (EpochError::Mismatch { .. }
-            | EpochError::WrongCluster { .. }
-            | EpochError::NonceUsed(_)
-            | EpochError::NotAbove { .. }
-            | EpochError::Allocated { .. }),
-        ) => {
+        Err(e) => refused(e),
+    }
+}
+
+/// Prints why an advance did not happen; the exit status (65 the cluster is
+/// not as the request says, 69 otherwise).
+fn refused(e: EpochError) -> u8 {
+    match e {
+        EpochError::Mismatch { .. }
+        | EpochError::WrongCluster { .. }
+        | EpochError::NonceUsed(_)
+        | EpochError::NotAbove { .. }
+        | EpochError::Allocated { .. } => {
             eprintln!("holdfastctl: refused: {e}");
             exit::INVALID
         }
-        Err(e) => {
+        e => {
             eprintln!("holdfastctl: epoch advance failed, nothing was changed: {e}");
             exit::UNAVAILABLE
         }
