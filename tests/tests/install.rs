@@ -172,6 +172,48 @@ holdfastctl lock exec demo/install-test --wait 30s -- true";
 
 /// Waits until the arbiter's grpc.health.v1 says SERVING (what a rolling
 /// restart waits on before it moves to the next host).
+/// Two dr-operators' keys, approvers.toml, the unit's credentials
+/// (/etc/holdfast/epoch-advance.env: the holdfast-epoch etcd user, and the
+/// arbiter with the operator's certificate) and a request to advance the
+/// (unsealed) cluster, written as the runbook writes it.
+const EPOCH_ADVANCE_SETUP: &str = "set -e
+install -d -m 0700 /root/dr-keys
+for who in alice bob; do ssh-keygen -q -t ed25519 -N '' -C $who -f /root/dr-keys/$who; done
+{ for who in alice bob; do
+    printf '[approver.%s]\nroles = [\"dr-operator\"]\nkeys = [\"%s\"]\n' $who "$(cat /root/dr-keys/$who.pub)"
+  done; } > /root/approvers.toml
+install -m 0640 -g holdfast /root/approvers.toml /etc/holdfast/approvers.toml
+cd /root/holdfast-ca
+install -m 0644 etcd-holdfast-epoch.pem /etc/holdfast/tls/etcd-epoch.pem
+install -m 0640 -g holdfast etcd-holdfast-epoch-key.pem /etc/holdfast/tls/etcd-epoch-key.pem
+install -m 0644 holdfast-ca.pem /etc/holdfast/tls/holdfast-ca.pem
+install -m 0644 operator.pem /etc/holdfast/tls/dr-operator.pem
+install -m 0640 -g holdfast operator-key.pem /etc/holdfast/tls/dr-operator-key.pem
+cat > /etc/holdfast/epoch-advance.env <<'ENV'
+HOLDFAST_ETCD_ENDPOINT=https://127.0.0.1:2379
+HOLDFAST_ETCD_CA=/etc/holdfast/tls/etcd-ca.pem
+HOLDFAST_ETCD_CERT=/etc/holdfast/tls/etcd-epoch.pem
+HOLDFAST_ETCD_KEY=/etc/holdfast/tls/etcd-epoch-key.pem
+HOLDFAST_ENDPOINT=127.0.0.1:7420
+HOLDFAST_CA=/etc/holdfast/tls/holdfast-ca.pem
+HOLDFAST_CERT=/etc/holdfast/tls/dr-operator.pem
+HOLDFAST_KEY=/etc/holdfast/tls/dr-operator-key.pem
+ENV
+chmod 0640 /etc/holdfast/epoch-advance.env
+set -a; . /etc/holdfast/epoch-advance.env; set +a
+holdfastctl epoch advance-request --unsealed --requester alice --reason 'install test' \
+  --approvers /etc/holdfast/approvers.toml --state-dir /var/lib/holdfast";
+
+/// `/sys/epoch` and `/sys/epochs` with their mod revisions, read as etcd's root.
+const EPOCH_RECORD: &str = "cd /root/holdfast-ca && for k in /sys/epoch /sys/epochs; do
+  ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:2379 --cacert etcd-ca.pem --cert etcd-root.pem --key etcd-root-key.pem \
+    get $k -w fields | grep -E '^\"(Key|Value|ModRevision)\"'; done";
+
+/// The arbiter's epoch status, once it serves (up to 30 s after an advance).
+const EPOCH_STATUS: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
+HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
+for i in $(seq 60); do s=$(holdfastctl epoch status --json); case $s in *'\"serving\":true'*'\"epoch\":2'*|*'\"epoch\":2'*'\"serving\":true'*) break;; esac; sleep 0.5; done; echo \"$s\"";
+
 const HEALTHY: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
 HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
 holdfastctl health --wait 30s";
@@ -313,6 +355,35 @@ fn fresh_host_installs_and_runs_under_systemd() {
         assert_eq!(run.code, 1, "an arbiter without the mutations feature started with [mutation]:\n{run}");
         assert!(run.stderr.contains(refusal), "the refusal says which mutation and why:\n{run}");
         must(&c, "lock after the refused start", LOCK);
+    });
+
+    // The packaged epoch-advance unit, as the DR runbook starts it: with one
+    // signature it fails and changes nothing; with two it advances, and the
+    // arbiter serves the new epoch.
+    clock.step("holdfast-epoch-advance@ refuses one signature and advances with two", || {
+        must(&c, "approvers, credentials and a request", EPOCH_ADVANCE_SETUP);
+        let name = must(&c, "the request's name", "basename /var/lib/holdfast/requests/epoch-advance-*.toml .toml").stdout.trim().to_string();
+        let unit = format!("holdfast-epoch-advance@{name}.service");
+        let before = must(&c, "the epoch record", EPOCH_RECORD).stdout;
+        must(&c, "alice signs", &format!("holdfastctl approve /var/lib/holdfast/requests/{name}.toml --ssh-key /root/dr-keys/alice"));
+        let one = c.sh(&format!("systemctl start {unit}")).expect("start the unit");
+        assert!(!one.ok(), "the epoch advance ran with one signature:
+{one}");
+        assert_eq!(show(&c, &unit, "ExecMainStatus"), "77", "refused for its approvals
+{}", diagnostics(&c));
+        let journal = must(&c, "the unit's journal", &format!("journalctl --no-pager -u {unit}")).stdout;
+        assert!(journal.contains("only alice signed"), "the unit's journal says why:
+{journal}");
+        assert_eq!(must(&c, "the epoch record", EPOCH_RECORD).stdout, before, "a refused advance changed /sys/epoch or /sys/epochs");
+        must(&c, "bob signs", &format!("holdfastctl approve /var/lib/holdfast/requests/{name}.toml --ssh-key /root/dr-keys/bob"));
+        must(&c, "reset the failed unit", &format!("systemctl reset-failed {unit}"));
+        must(&c, "the advance with two signatures", &format!("systemctl start {unit}"));
+        assert_eq!(show(&c, &unit, "Result"), "success");
+        let status = must(&c, "epoch status", EPOCH_STATUS).stdout;
+        assert!(status.contains("\"epoch\":2") && status.contains("\"serving\":true"), "the arbiter serves epoch 2: {status}");
+        let log = c.read("/var/lib/holdfast/epochs.log").expect("epochs.log");
+        assert!(log.starts_with("epoch 2 cluster "), "the unit recorded the advance: {log}");
+        must(&c, "lock after the advance", LOCK);
     });
 
     // The socket stays open while the arbiter restarts: no call is refused.
