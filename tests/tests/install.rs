@@ -176,12 +176,12 @@ holdfastctl lock exec demo/install-test --wait 30s -- true";
 /// (/etc/holdfast/epoch-advance.env: the holdfast-epoch etcd user, and the
 /// arbiter with the operator's certificate) and a request to advance the
 /// (unsealed) cluster, written as the runbook writes it.
-const EPOCH_ADVANCE_SETUP: &str = "set -e
+const EPOCH_ADVANCE_SETUP: &str = r#"set -e
 install -d -m 0700 /root/dr-keys
 for who in alice bob; do ssh-keygen -q -t ed25519 -N '' -C $who -f /root/dr-keys/$who; done
-{ for who in alice bob; do
-    printf '[approver.%s]\nroles = [\"dr-operator\"]\nkeys = [\"%s\"]\n' $who "$(cat /root/dr-keys/$who.pub)"
-  done; } > /root/approvers.toml
+for who in alice bob; do
+  printf '[approver.%s]\nroles = ["dr-operator"]\nkeys = ["%s"]\n' $who "$(cat /root/dr-keys/$who.pub)"
+done > /root/approvers.toml
 install -m 0640 -g holdfast /root/approvers.toml /etc/holdfast/approvers.toml
 cd /root/holdfast-ca
 install -m 0644 etcd-holdfast-epoch.pem /etc/holdfast/tls/etcd-epoch.pem
@@ -202,17 +202,22 @@ ENV
 chmod 0640 /etc/holdfast/epoch-advance.env
 set -a; . /etc/holdfast/epoch-advance.env; set +a
 holdfastctl epoch advance-request --unsealed --requester alice --reason 'install test' \
-  --approvers /etc/holdfast/approvers.toml --state-dir /var/lib/holdfast";
+  --approvers /etc/holdfast/approvers.toml --state-dir /var/lib/holdfast"#;
 
 /// `/sys/epoch` and `/sys/epochs` with their mod revisions, read as etcd's root.
-const EPOCH_RECORD: &str = "cd /root/holdfast-ca && for k in /sys/epoch /sys/epochs; do
+const EPOCH_RECORD: &str = r#"cd /root/holdfast-ca && for k in /sys/epoch /sys/epochs; do
   ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:2379 --cacert etcd-ca.pem --cert etcd-root.pem --key etcd-root-key.pem \
-    get $k -w fields | grep -E '^\"(Key|Value|ModRevision)\"'; done";
+    get $k -w fields | grep -E '^"(Key|Value|ModRevision)"'; done"#;
 
-/// The arbiter's epoch status, once it serves (up to 30 s after an advance).
-const EPOCH_STATUS: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
-HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
-for i in $(seq 60); do s=$(holdfastctl epoch status --json); case $s in *'\"serving\":true'*'\"epoch\":2'*|*'\"epoch\":2'*'\"serving\":true'*) break;; esac; sleep 0.5; done; echo \"$s\"";
+/// The arbiter's epoch status, once it serves epoch 2 (up to 30 s after the advance).
+const EPOCH_STATUS: &str = r#"export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
+HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem
+for i in $(seq 60); do
+  s=$(holdfastctl epoch status --json)
+  case $s in *'"serving":true'*) case $s in *'"epoch":2,'*) break;; esac;; esac
+  sleep 0.5
+done
+echo "$s""#;
 
 const HEALTHY: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
 HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
@@ -362,25 +367,37 @@ fn fresh_host_installs_and_runs_under_systemd() {
     // arbiter serves the new epoch.
     clock.step("holdfast-epoch-advance@ refuses one signature and advances with two", || {
         must(&c, "approvers, credentials and a request", EPOCH_ADVANCE_SETUP);
-        let name = must(&c, "the request's name", "basename /var/lib/holdfast/requests/epoch-advance-*.toml .toml").stdout.trim().to_string();
+        let name =
+            must(&c, "the request's name", "basename /var/lib/holdfast/requests/epoch-advance-*.toml .toml").stdout.trim().to_string();
         let unit = format!("holdfast-epoch-advance@{name}.service");
         let before = must(&c, "the epoch record", EPOCH_RECORD).stdout;
         must(&c, "alice signs", &format!("holdfastctl approve /var/lib/holdfast/requests/{name}.toml --ssh-key /root/dr-keys/alice"));
         let one = c.sh(&format!("systemctl start {unit}")).expect("start the unit");
-        assert!(!one.ok(), "the epoch advance ran with one signature:
-{one}");
-        assert_eq!(show(&c, &unit, "ExecMainStatus"), "77", "refused for its approvals
-{}", diagnostics(&c));
+        assert!(
+            !one.ok(),
+            "the epoch advance ran with one signature:
+{one}"
+        );
+        assert_eq!(
+            show(&c, &unit, "ExecMainStatus"),
+            "77",
+            "refused for its approvals
+{}",
+            diagnostics(&c)
+        );
         let journal = must(&c, "the unit's journal", &format!("journalctl --no-pager -u {unit}")).stdout;
-        assert!(journal.contains("only alice signed"), "the unit's journal says why:
-{journal}");
+        assert!(
+            journal.contains("only alice signed"),
+            "the unit's journal says why:
+{journal}"
+        );
         assert_eq!(must(&c, "the epoch record", EPOCH_RECORD).stdout, before, "a refused advance changed /sys/epoch or /sys/epochs");
         must(&c, "bob signs", &format!("holdfastctl approve /var/lib/holdfast/requests/{name}.toml --ssh-key /root/dr-keys/bob"));
         must(&c, "reset the failed unit", &format!("systemctl reset-failed {unit}"));
         must(&c, "the advance with two signatures", &format!("systemctl start {unit}"));
         assert_eq!(show(&c, &unit, "Result"), "success");
         let status = must(&c, "epoch status", EPOCH_STATUS).stdout;
-        assert!(status.contains("\"epoch\":2") && status.contains("\"serving\":true"), "the arbiter serves epoch 2: {status}");
+        assert!(status.contains("\"epoch\":2,") && status.contains("\"serving\":true"), "the arbiter serves epoch 2: {status}");
         let log = c.read("/var/lib/holdfast/epochs.log").expect("epochs.log");
         assert!(log.starts_with("epoch 2 cluster "), "the unit recorded the advance: {log}");
         must(&c, "lock after the advance", LOCK);

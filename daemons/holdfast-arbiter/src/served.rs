@@ -56,7 +56,12 @@ impl Served {
     /// creating the directory (mode 0700) if needed. A file that does not
     /// parse is an error: the arbiter must not forget what it served.
     pub fn open(state_dir: &Path, cluster: &str) -> Result<Served, String> {
-        std::fs::create_dir_all(state_dir).map_err(|e| format!("creating the state directory {}: {e}", state_dir.display()))?;
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(state_dir)
+            .map_err(|e| format!("creating the state directory {}: {e}", state_dir.display()))?;
         let path = state_dir.join(FILE);
         let doc = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
@@ -166,6 +171,8 @@ mod tests {
         assert_eq!(again.high(), Some(record(2, 9, "b")));
         assert_eq!(Served::open(&d, "other").unwrap().high(), None, "kept per cluster");
         assert_eq!(again.all().len(), 1);
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "the state directory is the arbiter's alone");
     }
 
     #[test]
