@@ -30,9 +30,9 @@ fn sign_file(request: &str, key: &Path) {
 /// the restore: a put of its candidate key, seen landing seconds after the
 /// arbiter sealed) and the serving arbiter's `/sys/watermark`. What a
 /// refused or replayed advance must not touch is everything else.
-async fn written(etcd: &Etcd) -> Vec<(String, i64)> {
+async fn written(c: &mut etcd_client::Client) -> Vec<(String, i64)> {
     let opts = etcd_client::GetOptions::new().with_prefix().with_keys_only();
-    let resp = etcd.client().await.get("/", Some(opts)).await.expect("list every key");
+    let resp = c.get("/", Some(opts)).await.expect("list every key");
     resp.kvs()
         .iter()
         .map(|kv| (String::from_utf8_lossy(kv.key()).into_owned(), kv.mod_revision()))
@@ -127,7 +127,7 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
 
     // Refused, changing nothing: the requester's signature alone; the
     // requester and a signer without the role; a changed request.
-    let keys_before = written(&etcd).await;
+    let keys_before = written(&mut etcd.client().await).await;
     sign(&alice);
     let one = advance(&[]);
     assert_eq!(one.code, 77, "{one}");
@@ -198,7 +198,7 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     assert_eq!(expired.code, 77, "{expired}");
     assert!(expired.stderr.contains("the request expired"), "{expired}");
     std::fs::remove_file(&short).unwrap();
-    assert_eq!(written(&etcd).await, keys_before, "a refused advance wrote to etcd");
+    assert_eq!(written(&mut etcd.client().await).await, keys_before, "a refused advance wrote to etcd");
     assert!(arbiter.wait_sealed(&client, true, Duration::from_secs(1)).await.sealed);
 
     // Two approvals: advanced, and the arbiter unseals by itself.
@@ -219,11 +219,11 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     assert!(after.iter().all(|t| t > highest), "a token after the advance is not above every token before it");
 
     // Replayed: refused by its recorded nonce, nothing changes.
-    let keys_before = written(&etcd).await;
+    let keys_before = written(&mut etcd.client().await).await;
     let replay = advance(&[]);
     assert_eq!(replay.code, 65, "{replay}");
     assert!(replay.stderr.contains("this request was already carried out"), "{replay}");
-    assert_eq!(written(&etcd).await, keys_before, "a replayed advance wrote to etcd");
+    assert_eq!(written(&mut etcd.client().await).await, keys_before, "a replayed advance wrote to etcd");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -231,87 +231,32 @@ async fn the_dr_drill_on_the_dev_appliance() {
     let dir = TestDir::new("dr-dev");
     let state = dir.path.join("hf");
     let (_, _stop) = dev_detach(&state);
-    let env = env_file(&state.join("env"));
-    let root_env = env_file(&state.join("env-etcd-root"));
-    let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
-    let root = EtcdConfig {
-        ca_file: Some(root_env["HOLDFAST_ETCD_CA"].clone().into()),
-        cert_file: Some(root_env["HOLDFAST_ETCD_CERT"].clone().into()),
-        key_file: Some(root_env["HOLDFAST_ETCD_KEY"].clone().into()),
-        ..EtcdConfig::plain(endpoints.clone())
-    };
-    let client = holdfast_client::Client::connect(&holdfast_client::ClientConfig {
-        endpoint: env["HOLDFAST_ENDPOINT"].clone(),
-        ca: env["HOLDFAST_CA"].clone().into(),
-        cert: env["HOLDFAST_CERT"].clone().into(),
-        key: env["HOLDFAST_KEY"].clone().into(),
-    })
-    .await
-    .unwrap();
-    let session = client.open_session_for("demo", None).await.unwrap();
-    let mut before = Vec::new();
-    for i in 0..3 {
-        before.push(session.acquire(&LockKey::parse(&format!("demo/before-{i}")).unwrap(), Duration::ZERO).await.unwrap().token());
-    }
+    let drill = Drill::new(&dir.path, &state);
+    let host = dir.path.join("state");
+    let mut before = drill.grants("before", 3).await;
     let snapshot = dir.path.join("dev.db");
-    holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), &root, &snapshot).unwrap();
-    for i in 0..3 {
-        before.push(session.acquire(&LockKey::parse(&format!("demo/lost-{i}")).unwrap(), Duration::ZERO).await.unwrap().token());
-    }
+    holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), &drill.root(), &snapshot).unwrap();
+    before.extend(drill.grants("lost", 3).await);
 
-    let restored = ctl(&["dev", "restore", "--dir", &state.display().to_string(), "--snapshot", &snapshot.display().to_string()]);
-    assert_eq!(restored.code, 0, "{restored}");
+    let restored = drill.restore(&snapshot);
     assert!(restored.stdout.contains("same cluster token"), "{restored}");
-    let sealed = async |want: bool| {
-        let end = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(s) = client.server_status().await
-                && s.sealed == want
-                && (want || s.serving)
-            {
-                return s;
-            }
-            assert!(tokio::time::Instant::now() < end, "the dev arbiter never became sealed={want}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
-    sealed(true).await;
+    drill.wait(true).await;
 
-    let keys = dir.path.join("keys");
-    let (alice, alice_pub) = ssh_keygen(&keys, "alice");
-    let (bob, bob_pub) = ssh_keygen(&keys, "bob");
-    let approvers = dir.path.join("approvers.toml");
-    std::fs::write(
-        &approvers,
-        format!("[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"),
-    )
-    .unwrap();
-    let epoch_admin =
-        holdfast_devkit::pki::EtcdPki::open_or_create(&state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
-    let mut common = etcd_flags(&epoch_admin);
-    common.extend(conn_flags(&env));
-    common.push(format!("--approvers={}", approvers.display()));
-    common.push(format!("--state-dir={}", dir.path.join("state").display()));
-    let run = |args: &[&str]| Ran::of(Command::new(bin("holdfastctl")).args(args).args(&common));
-    let out = run(&["epoch", "advance-request", "--cluster", "dev", "--requester", "alice", "--reason", "dev drill"]);
+    let out = drill.run(&host, &["epoch", "advance-request", "--cluster", "dev", "--requester", "alice", "--reason", "dev drill"]);
     assert_eq!(out.code, 0, "{out}");
     let req = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
-    sign_file(&req, &alice);
-    let one = run(&["epoch", "advance", "--request", &req]);
+    sign_file(&req, &drill.alice);
+    let one = drill.run(&host, &["epoch", "advance", "--request", &req]);
     assert_eq!(one.code, 77, "{one}");
-    sign_file(&req, &bob);
-    let done = run(&["epoch", "advance", "--request", &req]);
+    sign_file(&req, &drill.bob);
+    let done = drill.run(&host, &["epoch", "advance", "--request", &req]);
     assert_eq!(done.code, 0, "{done}");
-    let status = sealed(false).await;
-    assert_eq!(status.epoch, 2, "{status:?}");
+    assert_eq!(drill.wait(false).await.epoch, 2);
 
-    let fresh = client.open_session_for("demo", None).await.unwrap();
     let highest = *before.iter().max().unwrap();
-    for i in 0..3 {
-        let t = fresh.acquire(&LockKey::parse(&format!("demo/after-{i}")).unwrap(), Duration::ZERO).await.unwrap().token();
-        assert!(t > highest, "a token after the advance is not above every token before the restore");
-    }
-    let mut c = Etcd::client_for(&root).await;
+    let after = drill.grants("after", 3).await;
+    assert!(after.iter().all(|t| *t > highest), "a token after the advance is not above every token before the restore");
+    let mut c = Etcd::client_for(&drill.root()).await;
     let old = c.get(format!("{}demo/before-0", layout::HOLD_PREFIX), None).await.unwrap();
     assert!(old.kvs().is_empty(), "an old hold survived the advance");
 }
@@ -320,16 +265,13 @@ async fn the_dr_drill_on_the_dev_appliance() {
 /// two dr-operators (alice, bob) whose keys are in `dir/keys`.
 struct Drill {
     state: std::path::PathBuf,
-    common: Vec<String>,
+    approvers: std::path::PathBuf,
     alice: std::path::PathBuf,
     bob: std::path::PathBuf,
 }
 
 impl Drill {
     fn new(dir: &Path, state: &Path) -> Drill {
-        let env = env_file(&state.join("env"));
-        let root_env = env_file(&state.join("env-etcd-root"));
-        let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
         let keys = dir.join("keys");
         let (alice, alice_pub) = ssh_keygen(&keys, "alice");
         let (bob, bob_pub) = ssh_keygen(&keys, "bob");
@@ -339,17 +281,26 @@ impl Drill {
             format!("[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"),
         )
         .unwrap();
-        let epoch_admin =
-            holdfast_devkit::pki::EtcdPki::open_or_create(&state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
-        let mut common = etcd_flags(&epoch_admin);
-        common.extend(conn_flags(&env));
-        common.push(format!("--approvers={}", approvers.display()));
-        Drill { state: state.to_path_buf(), common, alice, bob }
+        Drill { state: state.to_path_buf(), approvers, alice, bob }
     }
 
-    /// `holdfastctl ARGS` as an operator on the host whose state directory is `host`.
+    /// `holdfastctl ARGS` as an operator on the host whose state directory
+    /// is `host`: the epoch administrator's etcd credentials and the
+    /// arbiter's address as the appliance's env files say now (a restarted
+    /// appliance may have moved a port another process took).
     fn run(&self, host: &Path, args: &[&str]) -> Ran {
-        Ran::of(Command::new(bin("holdfastctl")).args(args).args(&self.common).arg(format!("--state-dir={}", host.display())))
+        let root_env = env_file(&self.state.join("env-etcd-root"));
+        let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
+        let epoch_admin =
+            holdfast_devkit::pki::EtcdPki::open_or_create(&self.state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
+        Ran::of(
+            Command::new(bin("holdfastctl"))
+                .args(args)
+                .args(etcd_flags(&epoch_admin))
+                .args(conn_flags(&env_file(&self.state.join("env"))))
+                .arg(format!("--approvers={}", self.approvers.display()))
+                .arg(format!("--state-dir={}", host.display())),
+        )
     }
 
     /// advance-request from `host`; the request's path and text.
@@ -415,9 +366,10 @@ impl Drill {
         tokens
     }
 
-    fn restore(&self, snapshot: &Path) {
+    fn restore(&self, snapshot: &Path) -> Ran {
         let restored = ctl(&["dev", "restore", "--dir", &self.state.display().to_string(), "--snapshot", &snapshot.display().to_string()]);
         assert_eq!(restored.code, 0, "{restored}");
+        restored
     }
 }
 
@@ -471,14 +423,6 @@ async fn an_advance_after_a_restore_older_than_an_earlier_advance_never_reissues
 
     // The first request, replayed: etcd lost its nonce, the arbiter did not.
     let mut c = Etcd::client_for(&drill.root()).await;
-    let written = async |c: &mut etcd_client::Client| {
-        let resp = c.get("/", Some(etcd_client::GetOptions::new().with_prefix().with_keys_only())).await.unwrap();
-        resp.kvs()
-            .iter()
-            .map(|kv| (String::from_utf8_lossy(kv.key()).into_owned(), kv.mod_revision()))
-            .filter(|(k, _)| !k.starts_with(layout::CONTROLLER_ELECTION) && k != layout::WATERMARK_KEY)
-            .collect::<Vec<_>>()
-    };
     let before = written(&mut c).await;
     let replay = drill.run(&host_a, &["epoch", "advance", "--request", &first]);
     assert_eq!(replay.code, 65, "{replay}");

@@ -326,6 +326,18 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
     let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port) =
         (ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6]);
+    // A kept port checked free above can be taken while etcd starts (by any
+    // process drawing free ports: the test suite does, in parallel): each
+    // daemon's port is checked again just before the daemon starts, and
+    // replaced if taken (the env files and the banner are written after).
+    let still_free = |port: u16, what: &str| {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+        let fresh = free_port();
+        say(&format!("{what} port {port} was taken while etcd started; using {fresh}"));
+        fresh
+    };
 
     // etcd's own CA: client and peer TLS, a client certificate per etcd
     // user (its CN), authentication on with one role per tool.
@@ -404,6 +416,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     }
     let mut cconfig = ControllerConfig::new(as_user(roles::CONTROLLER.name)?);
     cconfig.policy_dir = policy.clone();
+    let controller_metrics_port = still_free(controller_metrics_port, "the controller's metrics");
     cconfig.metrics_listen = ([127, 0, 0, 1], controller_metrics_port).into();
     cconfig.cluster_name = "dev".into();
     let claunch = ControllerLaunch::new(controller::locate()?, cconfig, &dir, "controller");
@@ -415,6 +428,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     // The audit tailer, recording into DIR/audit from etcd's first revision.
     let mut tconfig = TailerConfig::new(as_user(roles::TAILER.name)?);
     tconfig.store_dir = dir.join("audit");
+    let tailer_metrics_port = still_free(tailer_metrics_port, "the tailer's metrics");
     tconfig.metrics_listen = ([127, 0, 0, 1], tailer_metrics_port).into();
     tconfig.cluster_name = "dev".into();
     let tlaunch = TailerLaunch::new(tailer::locate()?, tconfig, &dir, "tailer");
@@ -425,6 +439,10 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
 
     // Arbiter.
     let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
+    let (arbiter_port, metrics_port) = (still_free(arbiter_port, "the arbiter's"), still_free(metrics_port, "the arbiter's metrics"));
+    let m = &cluster.members[0];
+    let ports = [m.client_port, m.peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port];
+    std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
     config.listen = ([127, 0, 0, 1], arbiter_port).into();
     config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
     config.cluster_name = "dev".into();
