@@ -338,9 +338,12 @@ impl std::ops::DerefMut for Arbiter {
 }
 
 impl Arbiter {
-    /// The config a test arbiter starts from: loopback on free ports, the
-    /// test PKI, fast seal checks.
-    pub fn config(etcd_endpoints: &[String], pki: &Pki) -> ArbiterConfig {
+    /// The config a test arbiter named `name` starts from: loopback on free
+    /// ports, the test PKI, fast seal checks, and its own state directory
+    /// `DIR/NAME.state` (its record of the epochs it served, kept across
+    /// restarts of the same name, as a host's is; never the shared default,
+    /// which arbiters of other tests' clusters would find).
+    pub fn config(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki) -> ArbiterConfig {
         let mut c = ArbiterConfig::new(
             pki.ca.arbiter_tls(&pki.server),
             EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(etcd_endpoints.to_vec()) },
@@ -348,6 +351,7 @@ impl Arbiter {
         c.listen = ([127, 0, 0, 1], free_port()).into();
         c.metrics_listen = ([127, 0, 0, 1], free_port()).into();
         c.cluster_name = "test".into();
+        c.state_dir = dir.join(format!("{name}.state"));
         c.drain_timeout = Duration::from_secs(3);
         c.seal.check_interval = Duration::from_millis(200);
         c.seal.watermark_interval = Duration::from_secs(1);
@@ -366,10 +370,7 @@ impl Arbiter {
 
     /// Like [`Arbiter::spawn_with`], with the HOLDFAST_LOG filter given.
     pub fn spawn_logged(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure, log_filter: &str) -> Self {
-        let mut config = Self::config(etcd_endpoints, pki);
-        // Its own record of the epochs it served, kept across restarts of
-        // the same name (as a host's state directory is).
-        config.state_dir = dir.join(format!("{name}.state"));
+        let mut config = Self::config(dir, name, etcd_endpoints, pki);
         configure(&mut config);
         let (port, metrics_port) = (config.listen.port(), config.metrics_listen.port());
         let mut launch = Launch::new(bin("holdfast-arbiter"), config, dir, name);

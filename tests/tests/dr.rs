@@ -103,6 +103,30 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
         base.iter().map(|s| s.to_string()).chain(files.iter().cloned()).chain(etcd_args.iter().cloned()).collect()
     };
 
+    // No request without every arbiter's word: no --endpoint (64), an
+    // arbiter that does not answer (69), arbiters of another cluster (65).
+    let request_with = |conn: &[String]| {
+        let mut args: Vec<String> = ["epoch", "advance-request", "--requester", "alice", "--reason", "drill"].map(String::from).to_vec();
+        args.extend(files.iter().cloned());
+        args.extend(etcd_flags(&epoch_admin));
+        args.extend(conn.iter().cloned());
+        Ran::of(Command::new(bin("holdfastctl")).args(args).env_remove("HOLDFAST_ENDPOINT"))
+    };
+    let no_endpoint = request_with(&[]);
+    assert_eq!(no_endpoint.code, 64, "{no_endpoint}");
+    assert!(no_endpoint.stderr.contains("pass --endpoint with all of them"), "{no_endpoint}");
+    let mut conn = etcd_args[etcd_args.len() - 4..].to_vec();
+    conn[0] = format!("--endpoint={},127.0.0.1:{}", arbiter_conn.endpoint, holdfast_devkit::ports::free_port());
+    let one_down = request_with(&conn);
+    assert_eq!(one_down.code, 69, "{one_down}");
+    assert!(one_down.stderr.contains("did not say which epochs it served"), "{one_down}");
+    conn[0] = format!("--endpoint={}", arbiter_conn.endpoint);
+    conn.push("--cluster=entity-9".into());
+    let other = request_with(&conn);
+    assert_eq!(other.code, 65, "{other}");
+    assert!(other.stderr.contains("serves cluster \"test\", not \"entity-9\""), "{other}");
+    assert!(!state.join("requests").exists(), "a refused request was written");
+
     // The request: epoch 1 -> 2, naming the cluster the restored etcd reports.
     let out =
         Ran::of(Command::new(bin("holdfastctl")).args(with(&["epoch", "advance-request", "--requester", "alice", "--reason", "drill"])));

@@ -162,7 +162,7 @@ async fn the_arbiter_serves_on_the_socket_systemd_passes() {
     let mut etcd = Etcd::start(&dir.path, 1).await;
     etcd.init_epoch().await;
     let activate = holdfast_devkit::process::which("systemd-socket-activate").expect("systemd-socket-activate (package systemd)");
-    let config = Arbiter::config(&etcd.endpoints(), &pki);
+    let config = Arbiter::config(&dir.path, "activated", &etcd.endpoints(), &pki);
     let listen = config.listen;
     let mut launch = holdfast_devkit::daemon::Launch::new(bin("holdfast-arbiter"), config, &dir.path, "activated");
     // The activator passes on only the variables named with -E.
