@@ -80,6 +80,21 @@ fn the_dev_tour_works_as_the_readme_says() {
     let out = ctl(&first, &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("class set    version 1\n"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // Two clusters: the banner names both, and status tells them apart (the
+    // shell's env names the coord cluster); the first epoch was allocated
+    // on the coord cluster.
+    assert!(banner.contains("coord") && first["HOLDFAST_COORD_ENDPOINT"] != first["HOLDFAST_ETCD_ENDPOINT"], "{banner}");
+    assert!(text.contains("(separate)") && text.contains("highest epoch allocated 1 (/sys/epochs on the coord cluster)"), "{text}");
+    let out = ctl(&first, &["status", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["tiers"]["shared"], false, "{json}");
+    assert_ne!(json["tiers"]["coord_cluster_id"], json["tiers"]["entity_cluster_id"], "{json}");
+    // Told of no coord cluster, status reads one cluster for both tiers.
+    let mut one = first.clone();
+    one.remove("HOLDFAST_COORD_ENDPOINT");
+    let out = ctl(&one, &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("one cluster serves both tiers"), "{text}");
 
     holder.kill().unwrap();
     holder.wait().unwrap();

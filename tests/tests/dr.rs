@@ -259,7 +259,7 @@ async fn the_dr_drill_on_the_dev_appliance() {
     let host = dir.path.join("state");
     let mut before = drill.grants("before", 3).await;
     let snapshot = dir.path.join("dev.db");
-    holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), &drill.root(), &snapshot).unwrap();
+    drill.snapshot(&drill.root(), &snapshot);
     before.extend(drill.grants("lost", 3).await);
 
     let restored = drill.restore(&snapshot);
@@ -292,6 +292,19 @@ struct Drill {
     approvers: std::path::PathBuf,
     alice: std::path::PathBuf,
     bob: std::path::PathBuf,
+    /// How holdfastctl is told of the tiers.
+    tiers: Tiers,
+}
+
+/// The dev appliance runs a coord cluster and an entity cluster; the
+/// operator's holdfastctl either names the coord cluster
+/// (`--coord-endpoint`: epochs allocated and nonces recorded there) or not
+/// (one cluster serves both tiers: the entity cluster's own allocator and
+/// nonce records decide).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Tiers {
+    Separate,
+    Shared,
 }
 
 impl Drill {
@@ -305,7 +318,7 @@ impl Drill {
             format!("[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"),
         )
         .unwrap();
-        Drill { state: state.to_path_buf(), approvers, alice, bob }
+        Drill { state: state.to_path_buf(), approvers, alice, bob, tiers: Tiers::Separate }
     }
 
     /// `holdfastctl ARGS` as an operator on the host whose state directory
@@ -317,10 +330,15 @@ impl Drill {
         let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
         let epoch_admin =
             holdfast_devkit::pki::EtcdPki::open_or_create(&self.state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
+        let coord = match self.tiers {
+            Tiers::Separate => vec![format!("--coord-endpoint={}", root_env["HOLDFAST_COORD_ENDPOINT"])],
+            Tiers::Shared => vec![],
+        };
         Ran::of(
             Command::new(bin("holdfastctl"))
                 .args(args)
                 .args(etcd_flags(&epoch_admin))
+                .args(coord)
                 .args(conn_flags(&env_file(&self.state.join("env"))))
                 .arg(format!("--approvers={}", self.approvers.display()))
                 .arg(format!("--state-dir={}", host.display())),
@@ -343,14 +361,29 @@ impl Drill {
         self.run(host, &["epoch", "advance", "--request", req, "--json"])
     }
 
+    /// etcd's root on the entity cluster.
     fn root(&self) -> EtcdConfig {
+        self.root_of("HOLDFAST_ETCD_ENDPOINT")
+    }
+
+    /// etcd's root on the coord cluster.
+    fn coord_root(&self) -> EtcdConfig {
+        self.root_of("HOLDFAST_COORD_ENDPOINT")
+    }
+
+    fn root_of(&self, endpoint: &str) -> EtcdConfig {
         let root_env = env_file(&self.state.join("env-etcd-root"));
         EtcdConfig {
             ca_file: Some(root_env["HOLDFAST_ETCD_CA"].clone().into()),
             cert_file: Some(root_env["HOLDFAST_ETCD_CERT"].clone().into()),
             key_file: Some(root_env["HOLDFAST_ETCD_KEY"].clone().into()),
-            ..EtcdConfig::plain(vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()])
+            ..EtcdConfig::plain(vec![root_env[endpoint].clone()])
         }
+    }
+
+    /// A snapshot of the entity (`root`) or coord (`coord_root`) cluster.
+    fn snapshot(&self, root: &EtcdConfig, file: &Path) {
+        holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), root, file).unwrap();
     }
 
     async fn client(&self) -> holdfast_client::Client {
@@ -391,7 +424,12 @@ impl Drill {
     }
 
     fn restore(&self, snapshot: &Path) -> Ran {
-        let restored = ctl(&["dev", "restore", "--dir", &self.state.display().to_string(), "--snapshot", &snapshot.display().to_string()]);
+        self.restore_cluster(snapshot, "entity")
+    }
+
+    fn restore_cluster(&self, snapshot: &Path, cluster: &str) -> Ran {
+        let (dir, file) = (self.state.display().to_string(), snapshot.display().to_string());
+        let restored = ctl(&["dev", "restore", "--dir", &dir, "--snapshot", &file, "--cluster", cluster]);
         assert_eq!(restored.code, 0, "{restored}");
         restored
     }
@@ -403,20 +441,36 @@ impl Drill {
 /// restored etcd (and its allocator) remember epoch 1 only; the arbiter
 /// remembers serving epoch 2, so the request asks for 3, and no token is
 /// ever issued twice. Also: the first advance's request, replayed after the
-/// second restore (its nonce record rolled back with etcd), is refused; so
-/// is a request valid for more than a day; neither changes anything.
+/// second restore, is refused (with a separate coord cluster its nonce is
+/// still recorded there; with one cluster for both tiers the nonce record
+/// went back with etcd and the arbiter's record refuses it); so is a
+/// request valid for more than a day; neither changes anything.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_advance_after_a_restore_older_than_an_earlier_advance_never_reissues_a_token() {
-    let dir = TestDir::new("dr-older");
+    older_snapshot_drill(Tiers::Separate).await;
+}
+
+/// The same drill with holdfastctl told of no coord cluster: one cluster
+/// serves both tiers (the single-cluster deployment).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_older_snapshot_drill_with_both_tiers_on_one_cluster() {
+    older_snapshot_drill(Tiers::Shared).await;
+}
+
+async fn older_snapshot_drill(tiers: Tiers) {
+    let dir = TestDir::new(match tiers {
+        Tiers::Separate => "dr-older",
+        Tiers::Shared => "dr-older-shared",
+    });
     let state = dir.path.join("hf");
     let (_, stop) = dev_detach(&state);
-    let drill = Drill::new(&dir.path, &state);
+    let drill = Drill { tiers, ..Drill::new(&dir.path, &state) };
     let (host_a, host_b) = (dir.path.join("host-a"), dir.path.join("host-b"));
 
     // Snapshot S at epoch 1, then grants the restore loses.
     let mut issued = drill.grants("s", 3).await;
     let snapshot = dir.path.join("s.db");
-    holdfast_devkit::etcd::snapshot_save(&holdfast_devkit::etcd::EtcdBinary::locate().unwrap(), &drill.root(), &snapshot).unwrap();
+    drill.snapshot(&drill.root(), &snapshot);
     issued.extend(drill.grants("lost", 3).await);
 
     // Restore S; the two-person advance from host A: epoch 2.
@@ -445,12 +499,18 @@ async fn an_advance_after_a_restore_older_than_an_earlier_advance_never_reissues
     assert_eq!(shown.json()["served"][0]["epoch"], 2, "{shown}");
     assert_eq!(shown.json()["sealed"], true, "{shown}");
 
-    // The first request, replayed: etcd lost its nonce, the arbiter did not.
+    // The first request, replayed: the coord cluster still has its nonce;
+    // with one cluster, etcd lost it and the arbiter's record refuses.
     let mut c = Etcd::client_for(&drill.root()).await;
     let before = written(&mut c).await;
     let replay = drill.run(&host_a, &["epoch", "advance", "--request", &first]);
     assert_eq!(replay.code, 65, "{replay}");
-    assert!(replay.stderr.contains("an arbiter already served epoch 2"), "{replay}");
+    let why = match tiers {
+        Tiers::Separate => "this request was already carried out",
+        Tiers::Shared => "an arbiter already served epoch 2",
+    };
+    assert!(replay.stderr.contains(why), "{replay}");
+    assert_eq!(written(&mut c).await, before, "a replayed advance wrote to etcd");
 
     // A request valid for more than a day (edited before anyone signed).
     let (long, text) = drill.request(&host_b, "too long");
@@ -474,9 +534,80 @@ async fn an_advance_after_a_restore_older_than_an_earlier_advance_never_reissues
     let after = drill.grants("epoch3", 30).await;
     let highest = *issued.iter().max().unwrap();
     assert!(after.iter().all(|t| *t > highest), "a token after the second advance is not above every token before it");
-    let mut all: Vec<u64> = issued.iter().chain(&after).map(|t| t.expose()).collect();
+    assert_unique(issued.iter().chain(&after));
+}
+
+fn assert_unique<'a>(tokens: impl Iterator<Item = &'a Token>) {
+    let mut all: Vec<u64> = tokens.map(|t| t.expose()).collect();
     let n = all.len();
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), n, "a token was issued twice");
+}
+
+/// A restore of the coord cluster from a snapshot older than an advance
+/// rolls the allocator and the approval nonces back. With the entity
+/// cluster also restored from before that advance and every daemon
+/// restarted, the advance's request replayed is refused (the arbiter
+/// remembers serving its epoch) and changes neither cluster, and the next
+/// advance, requested from a host that never saw the first, asks above
+/// every epoch used: no token is ever issued twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_coord_restore_older_than_an_advance_never_reissues_an_epoch() {
+    let dir = TestDir::new("dr-coord");
+    let state = dir.path.join("hf");
+    let (_, stop) = dev_detach(&state);
+    let drill = Drill::new(&dir.path, &state);
+    let (host_a, host_b) = (dir.path.join("host-a"), dir.path.join("host-b"));
+
+    // Snapshots of both clusters at epoch 1 (allocator 1).
+    let mut issued = drill.grants("s", 3).await;
+    let (coord_snapshot, entity_snapshot) = (dir.path.join("coord.db"), dir.path.join("entity.db"));
+    drill.snapshot(&drill.coord_root(), &coord_snapshot);
+    drill.snapshot(&drill.root(), &entity_snapshot);
+    issued.extend(drill.grants("lost", 3).await);
+
+    // An entity restore, the advance to epoch 2 (allocated on coord).
+    drill.restore(&entity_snapshot);
+    drill.wait(true).await;
+    let (first, text) = drill.request(&host_a, "entity restore");
+    assert!(text.contains("new_epoch = 2"), "{text}");
+    let done = drill.approve_and_advance(&host_a, &first);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(drill.wait(false).await.epoch, 2);
+    issued.extend(drill.grants("epoch2", 20).await);
+    let (allocator, _) =
+        holdfast_store::epoch::read_allocator(&holdfast_store::Etcd::connect(&drill.coord_root()).await.unwrap()).await.unwrap();
+    assert_eq!(allocator.highest, 2, "the advance allocated epoch 2 on the coord cluster");
+
+    // Both clusters restored from before that advance; every daemon restarted.
+    let restored = drill.restore_cluster(&coord_snapshot, "coord");
+    assert!(restored.stdout.contains("coord etcd restored"), "{restored}");
+    drill.restore(&entity_snapshot);
+    drill.wait(true).await;
+    drop(stop);
+    let (_, _stop) = dev_detach(&state);
+    drill.wait(true).await;
+    let coord = holdfast_store::Etcd::connect(&drill.coord_root()).await.unwrap();
+    assert_eq!(holdfast_store::epoch::read_allocator(&coord).await.unwrap().0.highest, 1, "the coord restore rolled the allocator back");
+
+    // The replay: neither cluster remembers its nonce; the arbiter refuses.
+    let (mut c, mut k) = (Etcd::client_for(&drill.root()).await, Etcd::client_for(&drill.coord_root()).await);
+    let before = (written(&mut c).await, written(&mut k).await);
+    let replay = drill.run(&host_a, &["epoch", "advance", "--request", &first]);
+    assert_eq!(replay.code, 65, "{replay}");
+    assert!(replay.stderr.contains("an arbiter already served epoch 2"), "{replay}");
+    assert_eq!((written(&mut c).await, written(&mut k).await), before, "a replayed advance wrote to a cluster");
+
+    // From host B: above the arbiter's epoch 2, allocated on coord again.
+    let (second, text) = drill.request(&host_b, "coord and entity restore");
+    assert!(text.contains("highest_known = 2") && text.contains("new_epoch = 3"), "{text}");
+    let done = drill.approve_and_advance(&host_b, &second);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(drill.wait(false).await.epoch, 3);
+    assert_eq!(holdfast_store::epoch::read_allocator(&coord).await.unwrap().0.highest, 3);
+    let after = drill.grants("epoch3", 20).await;
+    let highest = *issued.iter().max().unwrap();
+    assert!(after.iter().all(|t| *t > highest), "a token after the advance is not above every token before it");
+    assert_unique(issued.iter().chain(&after));
 }

@@ -34,6 +34,7 @@ fn status(endpoint: &str, extra: &[&str]) -> Out {
         .env_remove("HOLDFAST_ETCD_CA")
         .env_remove("HOLDFAST_ETCD_CERT")
         .env_remove("HOLDFAST_ETCD_KEY")
+        .env_remove("HOLDFAST_COORD_ENDPOINT")
         .output()
         .expect("run holdfastctl");
     Out {
@@ -75,7 +76,11 @@ async fn status_shows_the_set_the_refusal_the_seal_and_the_leader() {
     assert_eq!(out.code, Some(1), "{out}");
     assert!(out.stdout.contains("class set    none published"), "{out}");
     assert!(out.stdout.contains("controller   no leader"), "{out}");
-    assert!(out.stdout.contains("allocator    highest epoch allocated 1 (/sys/epochs"), "{out}");
+    assert!(out.stdout.contains("allocator    highest epoch allocated 1 (/sys/epochs on this cluster)"), "{out}");
+    assert!(out.stdout.contains("tiers        one cluster serves both tiers"), "{out}");
+    // The same cluster named as coord is still one cluster.
+    let same = status(&url, &[&format!("--coord-endpoint={url}")]);
+    assert!(same.stdout.contains("tiers        one cluster serves both tiers"), "{same}");
     let last = out.stdout.trim_end().lines().last().unwrap();
     assert!(last.starts_with("needs attention: ") && last.contains("no published class set"), "{out}");
 
@@ -148,6 +153,7 @@ async fn status_shows_the_set_the_refusal_the_seal_and_the_leader() {
     );
     assert_eq!(v["epoch"]["epoch"], 1, "{v}");
     assert_eq!(v["allocator"]["highest"], 1, "epoch init allocated epoch 1: {v}");
+    assert_eq!(v["tiers"]["shared"], true, "{v}");
     assert_eq!(v["sealed"], false, "{v}");
     assert!(v["controller_leader"].as_str().unwrap().ends_with(&format!("pid {pid}")), "{v}");
     assert!(v["needs_attention"].as_array().unwrap().iter().any(|a| a.as_str().unwrap().contains("refused")), "{v}");

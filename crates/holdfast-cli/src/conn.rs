@@ -126,3 +126,41 @@ impl EtcdArgs {
         }
     }
 }
+
+/// Flags naming the coord cluster, where epochs are allocated and approval
+/// nonces recorded, when it is another cluster than --etcd-endpoint's (the
+/// entity cluster). Left out, one cluster serves both tiers.
+#[derive(clap::Args, Clone, Default)]
+pub struct CoordArgs {
+    /// Client URLs of the coord cluster, comma-separated: list every
+    /// member. Default: the --etcd-endpoint cluster serves the coord tier too.
+    #[arg(long, env = "HOLDFAST_COORD_ENDPOINT", value_delimiter = ',')]
+    pub coord_endpoint: Vec<String>,
+    /// CA of the coord cluster's server certificates (default: --etcd-ca).
+    #[arg(long, env = "HOLDFAST_COORD_CA")]
+    pub coord_ca: Option<PathBuf>,
+    /// Client certificate for the coord cluster (default: --etcd-cert).
+    #[arg(long, env = "HOLDFAST_COORD_CERT")]
+    pub coord_cert: Option<PathBuf>,
+    /// Key of --coord-cert (default: --etcd-key).
+    #[arg(long, env = "HOLDFAST_COORD_KEY")]
+    pub coord_key: Option<PathBuf>,
+}
+
+impl CoordArgs {
+    /// The coord cluster's settings, or `None` when no --coord-endpoint is
+    /// given; credentials not given are the entity cluster's.
+    pub fn config(&self, etcd: &EtcdArgs) -> Option<EtcdConfig> {
+        let endpoints: Vec<String> = self.coord_endpoint.iter().map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
+        if endpoints.is_empty() {
+            return None;
+        }
+        Some(EtcdConfig {
+            endpoints,
+            request_timeout: Duration::from_secs(5),
+            ca_file: self.coord_ca.clone().or_else(|| etcd.etcd_ca.clone()),
+            cert_file: self.coord_cert.clone().or_else(|| etcd.etcd_cert.clone()),
+            key_file: self.coord_key.clone().or_else(|| etcd.etcd_key.clone()),
+        })
+    }
+}

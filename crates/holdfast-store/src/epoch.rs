@@ -42,6 +42,10 @@ pub enum EpochError {
         "epoch {highest} was already allocated ({key}), so epoch {new} could be issued twice; nothing was changed: request again (the new request asks for an epoch above {highest})"
     )]
     Allocated { new: u32, highest: u32, key: &'static str },
+    #[error(
+        "epoch {epoch} is allocated on the coord cluster (and this request's nonce recorded there), but the entity cluster's epoch record changed before it could be written; the entity cluster was not changed: write a new request (it asks for an epoch above {epoch})"
+    )]
+    Spent { epoch: u32 },
     #[error("no random number from the OS for the epoch's mint: {0}")]
     Random(String),
     #[error("{0}")]
@@ -134,7 +138,44 @@ pub async fn read_allocator(etcd: &Etcd) -> Result<(EpochsRecord, i64), EpochErr
 /// [`seal::INIT_MIN_REVISION`] (so that a restore of any later snapshot is
 /// detectable, see `holdfast_model::seal`), then records the epoch with the
 /// cluster ID and the measured log floor.
-pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRecord, EpochError> {
+pub async fn init(etcd: &Etcd, progress: impl FnMut(&str)) -> Result<EpochRecord, EpochError> {
+    init_via(etcd, None, progress).await
+}
+
+/// The coord cluster when it is another cluster than `etcd` (its cluster ID
+/// differs); `None` when both tiers share one cluster, whose own allocator
+/// and nonce records then decide.
+pub async fn separate_coord<'a>(etcd: &Etcd, coord: Option<&'a Etcd>) -> Result<Option<&'a Etcd>, EpochError> {
+    let Some(coord) = coord else { return Ok(None) };
+    let (entity_id, coord_id) = (cluster_id(etcd).await?, cluster_id(coord).await?);
+    Ok((entity_id != coord_id).then_some(coord))
+}
+
+/// The cluster ID etcd reports in a response header.
+pub async fn cluster_id(etcd: &Etcd) -> Result<u64, EpochError> {
+    let resp = etcd.get(layout::EPOCHS_KEY, Some(GetOptions::new().with_count_only())).await?;
+    resp.header().map(|h| h.cluster_id()).ok_or_else(|| EpochError::Malformed("etcd answered without a header".into()))
+}
+
+/// The coord cluster's allocator, as refusals name it.
+const COORD_EPOCHS: &str = "/sys/epochs on the coord cluster";
+
+/// The highest epoch allocated, as the entity cluster's own allocator and
+/// (when separate) the coord cluster's say.
+pub async fn highest_allocated(etcd: &Etcd, coord: Option<&Etcd>) -> Result<u32, EpochError> {
+    let own = read_allocator(etcd).await?.0.highest;
+    match separate_coord(etcd, coord).await? {
+        Some(c) => Ok(own.max(read_allocator(c).await?.0.highest)),
+        None => Ok(own),
+    }
+}
+
+/// [`init`] with the epoch allocated from the coord cluster's allocator
+/// when `coord` is another cluster: the coord allocator is raised first
+/// (compare-and-raise), then the entity cluster's record written. A failure
+/// between the two leaves an allocated epoch unused, never one used twice.
+pub async fn init_via(etcd: &Etcd, coord: Option<&Etcd>, mut progress: impl FnMut(&str)) -> Result<EpochRecord, EpochError> {
+    let coord = separate_coord(etcd, coord).await?;
     let sys = read_sys(etcd).await?;
     if let Some((record, _)) = sys.epoch {
         return Err(EpochError::AlreadyInitialised(record.epoch));
@@ -158,11 +199,21 @@ pub async fn init(etcd: &Etcd, mut progress: impl FnMut(&str)) -> Result<EpochRe
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     let (allocated, allocated_at) = read_allocator(etcd).await?;
-    let epoch = allocated.highest.saturating_add(1);
+    let coord_allocated = match coord {
+        Some(c) => Some(read_allocator(c).await?),
+        None => None,
+    };
+    let highest = allocated.highest.max(coord_allocated.map(|(a, _)| a.highest).unwrap_or(0));
+    let epoch = highest.saturating_add(1);
     if epoch > MAX_EPOCH {
-        return Err(EpochError::Exhausted(allocated.highest));
+        return Err(EpochError::Exhausted(highest));
     }
     let record = EpochRecord { epoch, cluster_id, log_floor: floor, mint: new_mint()? };
+    if let (Some(c), Some((_, at))) = (coord, coord_allocated)
+        && !raise_allocator(c, at, epoch, None).await?
+    {
+        return Err(EpochError::Raced);
+    }
     let txn = Txn::new()
         .when([
             Compare::version(layout::EPOCH_KEY, CompareOp::Equal, 0),
@@ -263,9 +314,44 @@ pub async fn nonce_unused(etcd: &Etcd, target: &Target) -> Result<(), EpochError
 /// The two-person advance: [`advance_txn_to`], then the old sessions'
 /// leases revoked.
 pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
-    let advanced = advance_txn_to(etcd, target).await?;
+    advance_via(etcd, None, target).await
+}
+
+/// [`advance_to`] with the epoch allocated from the coord cluster and the
+/// nonce recorded there when `coord` is another cluster (both survive a
+/// restore of the entity cluster): one coord transaction compares the coord
+/// allocator and that the nonce is unused, raises the allocator and records
+/// the nonce; then the entity transaction as in [`advance_txn_to`]. If the
+/// entity cluster changed in between, the allocated epoch stays unused
+/// ([`EpochError::Spent`]) and nothing on the entity cluster changed.
+pub async fn advance_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target) -> Result<Advanced, EpochError> {
+    let advanced = advance_txn_via(etcd, coord, target).await?;
     revoke_sessions(etcd, &advanced.old_leases).await;
     Ok(advanced)
+}
+
+/// [`nonce_unused`] where the nonce would be recorded: on the coord cluster
+/// when it is separate (and, for a request of before, on `etcd` too).
+pub async fn nonce_unused_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target) -> Result<(), EpochError> {
+    if let Some(c) = separate_coord(etcd, coord).await? {
+        nonce_unused(c, target).await?;
+    }
+    nonce_unused(etcd, target).await
+}
+
+/// Compare-and-raise of the allocator at `etcd`: it must still be at the
+/// mod revision read (`seen`); with the nonce compared absent and recorded.
+/// `false`: something changed (the caller names what).
+async fn raise_allocator(etcd: &Etcd, seen: i64, epoch: u32, nonce: Option<&(String, Vec<u8>, i64)>) -> Result<bool, EpochError> {
+    let mut compares = vec![Compare::mod_revision(layout::EPOCHS_KEY, CompareOp::Equal, seen)];
+    let mut ops = vec![TxnOp::put(layout::EPOCHS_KEY, layout::encode(&EpochsRecord { highest: epoch }), None)];
+    if let Some((nonce, value, ttl)) = nonce {
+        let key = layout::nonce_key(nonce);
+        let lease = etcd.client.clone().lease_grant(*ttl, None).await?.id();
+        compares.push(Compare::create_revision(key.as_str(), CompareOp::Equal, 0));
+        ops.push(TxnOp::put(key.as_str(), value.clone(), Some(etcd_client::PutOptions::new().with_lease(lease))));
+    }
+    Ok(etcd.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded())
 }
 
 /// The advance transaction: compares the epoch record, the allocator (the
@@ -275,7 +361,12 @@ pub async fn advance_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochE
 /// record and the seal; nothing else changes, and on any refusal nothing
 /// changes at all.
 pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, EpochError> {
-    nonce_unused(etcd, target).await?;
+    advance_txn_via(etcd, None, target).await
+}
+
+async fn advance_txn_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target) -> Result<Advanced, EpochError> {
+    let coord = separate_coord(etcd, coord).await?;
+    nonce_unused_via(etcd, coord, target).await?;
     let sys = read_sys(etcd).await?;
     let (current, bytes) = sys.epoch.ok_or(EpochError::NotInitialised)?;
     if current.epoch != target.expected {
@@ -291,6 +382,16 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
     if allocated.highest >= target.new_epoch {
         return Err(EpochError::Allocated { new: target.new_epoch, highest: allocated.highest, key: layout::EPOCHS_KEY });
     }
+    let coord_allocated_at = match coord {
+        Some(c) => {
+            let (coord_allocated, at) = read_allocator(c).await?;
+            if coord_allocated.highest >= target.new_epoch {
+                return Err(EpochError::Allocated { new: target.new_epoch, highest: coord_allocated.highest, key: COORD_EPOCHS });
+            }
+            Some(at)
+        }
+        None => None,
+    };
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     if let Some(expected) = target.cluster_id.filter(|c| *c != cluster_id) {
@@ -320,6 +421,20 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
         TxnOp::delete(layout::WITHDRAWN_PREFIX, prefix()),
         TxnOp::delete(layout::SESSION_PREFIX, prefix()),
     ];
+    if let (Some(c), Some(at)) = (coord, coord_allocated_at) {
+        // Allocate on coord (with the nonce) first, then write the entity
+        // cluster's record: a failure in between skips an epoch, never
+        // issues one twice.
+        if !raise_allocator(c, at, target.new_epoch, target.nonce.as_ref()).await? {
+            nonce_unused(c, target).await?;
+            return Err(EpochError::Raced);
+        }
+        let resp = etcd.txn(Txn::new().when(compares).and_then(ops)).await?;
+        if !resp.succeeded() {
+            return Err(EpochError::Spent { epoch: target.new_epoch });
+        }
+        return Ok(Advanced { record, old_leases: leases });
+    }
     let nonce_key = target.nonce.as_ref().map(|(n, _, _)| layout::nonce_key(n));
     if let (Some((_, value, ttl)), Some(key)) = (&target.nonce, &nonce_key) {
         let lease = etcd.client.clone().lease_grant(*ttl, None).await?.id();

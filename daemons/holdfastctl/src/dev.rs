@@ -1,6 +1,8 @@
 //! `holdfastctl dev`: a whole appliance on loopback, like `vault server -dev`.
 //!
-//! A single-member etcd, the arbiter, the controller and the audit tailer (the real binaries,
+//! Two single-member etcd clusters (the coord tier, where epochs are
+//! allocated and approval nonces recorded, and the entity tier, where locks
+//! live), the arbiter, the controller and the audit tailer (the real binaries,
 //! started the way systemd starts them: each must send READY=1 on
 //! NOTIFY_SOCKET), a throwaway CA with server and client certificates, the
 //! epoch initialised, and the dev class set published. Nothing listens beyond
@@ -39,9 +41,10 @@ Files in DIR: env (export lines for spiffe://holdfast.dev/dev/operator, and
 etcd's read-only observer credentials), env-second (the same for a second
 identity, dev/second), env-etcd-root (etcd's administrator: for `holdfastctl
 etcd roles`; `holdfast-bench --dev-dir DIR` makes its own etcd user with it), tls/ (CA, certificates), etcd-tls/ (etcd's
-own CA and a client certificate per etcd user), etcd/ (data), policy/ (the dev class set: classes.d/,
+own CA and a client certificate per etcd user), etcd/ (the entity cluster's data), coord-etcd/
+(the coord cluster's), policy/ (the dev class set: classes.d/,
 grants.d/; edit it and the controller publishes each valid change),
-arbiter.toml, controller.toml, tailer.toml, audit/ (the tailer's store), etcd.log,
+arbiter.toml, controller.toml, tailer.toml, audit/ (the tailer's store), etcd.log, coord-etcd.log,
 arbiter.log, controller.log, tailer.log, dev.log
 (detached supervisor).")]
 pub struct DevArgs {
@@ -68,11 +71,16 @@ enum DevAction {
         #[arg(long)]
         dir: PathBuf,
     },
-    /// Restore the running appliance's etcd from a snapshot, as an operator
-    /// restores a cluster (same cluster token and peer URL): for the DR
-    /// drill. The arbiter seals; the two-person epoch advance lifts it.
+    /// Restore one of the running appliance's etcd clusters from a
+    /// snapshot, as an operator restores a cluster (same cluster token and
+    /// peer URL): for the DR drill. After an entity restore the arbiter
+    /// seals; the two-person epoch advance lifts it. A coord restore rolls
+    /// the epoch allocator and the approval nonces back, and the arbiters'
+    /// own record of the epochs they served still keeps every new epoch
+    /// above the ones used.
     ///
-    /// Take the snapshot with etcd's root credentials (DIR/env-etcd-root):
+    /// Take the snapshot with etcd's root credentials (DIR/env-etcd-root;
+    /// the coord cluster: $HOLDFAST_COORD_ENDPOINT):
     ///   etcdctl --endpoints $HOLDFAST_ETCD_ENDPOINT --cacert $HOLDFAST_ETCD_CA \
     ///     --cert $HOLDFAST_ETCD_CERT --key $HOLDFAST_ETCD_KEY snapshot save FILE
     Restore {
@@ -82,6 +90,10 @@ enum DevAction {
         /// The snapshot file (`etcdctl snapshot save`).
         #[arg(long)]
         snapshot: PathBuf,
+        /// Which cluster to restore: `entity` (the locks) or `coord` (the
+        /// epoch allocator and approval nonces).
+        #[arg(long, value_parser = ["entity", "coord"], default_value = "entity")]
+        cluster: String,
     },
 }
 
@@ -90,7 +102,7 @@ const DETACHED_ENV: &str = "HOLDFAST_DEV_SUPERVISOR";
 pub async fn run(args: DevArgs) -> u8 {
     let result = match args.action {
         Some(DevAction::Stop { dir }) => stop(&dir),
-        Some(DevAction::Restore { dir, snapshot }) => restore(&dir, &snapshot),
+        Some(DevAction::Restore { dir, snapshot, cluster }) => restore(&dir, &snapshot, &cluster),
         None if args.detach && std::env::var_os(DETACHED_ENV).is_none() => detach(args.dir, args.group_commit),
         None => supervise(args.dir, std::env::var_os(DETACHED_ENV).is_some(), args.group_commit).await,
     };
@@ -131,63 +143,88 @@ fn stop(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `dev restore`: etcd is stopped, the snapshot named in DIR/restore.request
-/// is restored into a fresh data directory with the cluster's own token and
-/// peer URL (so etcd keeps its cluster and member IDs: only the rewound log
-/// shows), and etcd starts again; the arbiter and the controller run on. The
-/// old data directory is kept as `etcd.before-restore-<unix time>`.
-async fn restore_in_place(
-    dir: &Path,
-    bin: &EtcdBinary,
-    cluster: &mut ClusterSpec,
-    children: &mut Children,
-    root: &holdfast_config::EtcdConfig,
-) -> anyhow::Result<String> {
-    let snapshot = PathBuf::from(std::fs::read_to_string(dir.join("restore.request")).context("DIR/restore.request")?.trim());
+/// One of the appliance's etcd clusters: the entity tier (`etcd`, the locks)
+/// or the coord tier (`coord-etcd`, the epoch allocator and approval nonces).
+struct Tier {
+    /// `entity` or `coord`, as `dev restore --cluster` names it.
+    name: &'static str,
+    /// Its data directory's name in DIR (also of its log and token files).
+    base: &'static str,
+    cluster: ClusterSpec,
+    process: Option<EtcdProcess>,
+}
+
+impl Tier {
+    fn log(&self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}.log", self.base))
+    }
+}
+
+/// `dev restore`: the cluster's etcd is stopped, the snapshot named in
+/// DIR/restore.request is restored into a fresh data directory with the
+/// cluster's own token and peer URL (so etcd keeps its cluster and member
+/// IDs: only the rewound log shows), and etcd starts again; the daemons run
+/// on. The old data directory is kept as `<base>.before-restore-<unix time>`.
+async fn restore_in_place(dir: &Path, bin: &EtcdBinary, tier: &mut Tier, root: &holdfast_config::EtcdConfig) -> anyhow::Result<String> {
+    let request = std::fs::read_to_string(dir.join("restore.request")).context("DIR/restore.request")?;
+    let snapshot = PathBuf::from(request.lines().next().unwrap_or_default().trim());
     if !snapshot.is_file() {
         bail!("{} is not a snapshot file", snapshot.display());
     }
-    let data = dir.join("etcd");
-    let restoring = dir.join("etcd.restoring");
+    let data = dir.join(tier.base);
+    let restoring = dir.join(format!("{}.restoring", tier.base));
     let _ = std::fs::remove_dir_all(&restoring);
-    cluster.members[0].data_dir = restoring.clone();
-    let restored = holdfast_devkit::etcd::snapshot_restore(bin, &snapshot, cluster, 0);
-    cluster.members[0].data_dir = data.clone();
+    tier.cluster.members[0].data_dir = restoring.clone();
+    let restored = holdfast_devkit::etcd::snapshot_restore(bin, &snapshot, &tier.cluster, 0);
+    tier.cluster.members[0].data_dir = data.clone();
     restored.context("etcdutl snapshot restore")?;
-    if let Some(mut e) = children.etcd.take() {
+    if let Some(mut e) = tier.process.take() {
         e.stop(Duration::from_secs(10));
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let kept = dir.join(format!("etcd.before-restore-{now}"));
+    let kept = dir.join(format!("{}.before-restore-{now}", tier.base));
     std::fs::rename(&data, &kept).with_context(|| format!("moving {} aside", data.display()))?;
     std::fs::rename(&restoring, &data).with_context(|| format!("moving the restored data to {}", data.display()))?;
     // The restored member must keep its peer URL (it is in the restored
     // membership) and its client port (the daemons know it): a port taken
     // while etcd was down is waited for, not changed (10 starts, 1 s apart).
     for attempt in 1.. {
-        match start_etcd(bin, cluster, &dir.join("etcd.log"), root, children).await {
+        let log = tier.log(dir);
+        match start_etcd(bin, tier, &log, root).await {
             Ok(()) => break,
             Err(StartFailure { port_taken: true, .. }) if attempt < 10 => {
-                eprintln!("holdfastctl dev: the restored etcd could not bind its ports ({}); starting it again in 1 s", holders(cluster));
+                eprintln!(
+                    "holdfastctl dev: the restored {} etcd could not bind its ports ({}); starting it again in 1 s",
+                    tier.name,
+                    holders(&tier.cluster)
+                );
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            Err(StartFailure { error, .. }) => return Err(error.context("the restored etcd did not start")),
+            Err(StartFailure { error, .. }) => return Err(error.context(format!("the restored {} etcd did not start", tier.name))),
         }
     }
+    let next = match tier.name {
+        "coord" => {
+            "the epoch allocator and the approval nonces went back with it; the arbiters' record of the epochs they served keeps every later advance above them"
+        }
+        _ => "the arbiter seals itself: advance the epoch with two approvals (docs/runbook-dr.md)",
+    };
     Ok(format!(
-        "etcd restored from {} with the same cluster token and peer URL (the old data is in {}); the arbiter seals itself: advance the epoch with two approvals (docs/runbook-dr.md)",
+        "{} etcd restored from {} with the same cluster token and peer URL (the old data is in {}); {next}",
+        tier.name,
         snapshot.display(),
         kept.display()
     ))
 }
 
-/// Asks a running appliance to restore its etcd from `snapshot` and waits.
-fn restore(dir: &Path, snapshot: &Path) -> anyhow::Result<()> {
+/// Asks a running appliance to restore its `cluster` etcd from `snapshot`
+/// and waits.
+fn restore(dir: &Path, snapshot: &Path, cluster: &str) -> anyhow::Result<()> {
     let pid = read_pid(dir).filter(|p| pid_alive(*p)).with_context(|| format!("no appliance is running in {}", dir.display()))?;
     let snapshot = snapshot.canonicalize().with_context(|| format!("{}", snapshot.display()))?;
     let result = dir.join("restore.result");
     let _ = std::fs::remove_file(&result);
-    std::fs::write(dir.join("restore.request"), snapshot.display().to_string())?;
+    std::fs::write(dir.join("restore.request"), format!("{}\n{cluster}\n", snapshot.display()))?;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGUSR1)?;
     let end = Instant::now() + Duration::from_secs(120);
     while Instant::now() < end {
@@ -252,7 +289,8 @@ struct Children {
     tailer: Option<TailerProcess>,
     controller: Option<ControllerProcess>,
     arbiter: Option<ArbiterProcess>,
-    etcd: Option<EtcdProcess>,
+    /// The entity cluster, then the coord cluster.
+    tiers: Vec<Tier>,
 }
 
 impl Drop for Children {
@@ -266,8 +304,10 @@ impl Drop for Children {
         if let Some(mut a) = self.arbiter.take() {
             a.stop(Duration::from_secs(15));
         }
-        if let Some(mut e) = self.etcd.take() {
-            e.stop(Duration::from_secs(10));
+        for tier in &mut self.tiers {
+            if let Some(mut e) = tier.process.take() {
+                e.stop(Duration::from_secs(10));
+            }
         }
     }
 }
@@ -318,14 +358,17 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let ports_file = dir.join("ports");
     let saved: Vec<u16> =
         std::fs::read_to_string(&ports_file).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
-    const PORTS: usize = 7;
+    const PORTS: usize = 10;
     let ports: Vec<u16> = match saved.len() {
         PORTS if saved.iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
         _ => (0..PORTS).map(|_| free_port()).collect(),
     };
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
-    let (etcd_client_port, etcd_peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port) =
-        (ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6]);
+    // Entity etcd client, peer; arbiter, its metrics; the controller's
+    // metrics; entity etcd metrics; the tailer's metrics; coord etcd
+    // client, peer, metrics.
+    let (arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port) =
+        (ports[2], ports[3], ports[4], ports[5], ports[6]);
     // A kept port checked free above can be taken while etcd starts (by any
     // process drawing free ports: the test suite does, in parallel): each
     // daemon's port is checked again just before the daemon starts, and
@@ -343,61 +386,46 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     // user (its CN), authentication on with one role per tool.
     let etcd_pki = EtcdPki::open_or_create(&dir.join("etcd-tls"))?;
 
-    // etcd.
+    // The two etcd clusters: entity (the locks) and coord (the epoch
+    // allocator and approval nonces).
     let bin = EtcdBinary::locate()?;
-    say(&format!("starting etcd {} ({})", bin.version_string(), bin.etcd.display()));
-    // The cluster token is kept in DIR, so a restore (`dev restore`) uses
-    // the token the cluster was created with.
-    let token_file = dir.join("etcd-token");
-    let token = match std::fs::read_to_string(&token_file) {
-        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
-        _ => {
-            let t = format!("holdfast-dev-{}", std::process::id());
-            std::fs::write(&token_file, &t)?;
-            t
-        }
-    };
-    let mut cluster = ClusterSpec {
-        members: vec![MemberSpec {
-            name: "dev".into(),
-            host: "127.0.0.1".into(),
-            data_dir: dir.join("etcd"),
-            client_port: etcd_client_port,
-            peer_port: etcd_peer_port,
-            tls: Some(etcd_pki.member_tls(&[])?),
-            metrics_port: Some(etcd_metrics_port),
-        }],
-        token,
-    };
-    let mut children = Children { tailer: None, controller: None, arbiter: None, etcd: None };
-    // Ports are probed free, but another process may bind one before etcd
-    // does: then etcd exits at once, and other ports are tried (3 starts).
-    let etcd_log = dir.join("etcd.log");
-    for attempt in 1.. {
-        match start_etcd(&bin, &cluster, &etcd_log, &etcd_pki.config_as(roles::ROOT, cluster.client_urls())?, &mut children).await {
-            Ok(()) => break,
-            Err(StartFailure { port_taken: true, .. }) if attempt < 3 => {
-                say(&format!("etcd could not bind its ports ({}); trying others", holders(&cluster)));
-                let m = &mut cluster.members[0];
-                let mut ports = ports.clone();
-                (ports[0], ports[1], ports[5]) = (free_port(), free_port(), free_port());
-                (m.client_port, m.peer_port, m.metrics_port) = (ports[0], ports[1], Some(ports[5]));
-                std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
+    say(&format!("starting etcd {} ({}): an entity cluster and a coord cluster", bin.version_string(), bin.etcd.display()));
+    let mut children = Children { tailer: None, controller: None, arbiter: None, tiers: Vec::new() };
+    let root_of = |tier: &Tier| etcd_pki.config_as(roles::ROOT, tier.cluster.client_urls());
+    for (name, base, at) in [("entity", "etcd", [0, 1, 5]), ("coord", "coord-etcd", [7, 8, 9])] {
+        let mut tier =
+            Tier { name, base, cluster: tier_spec(&dir, base, &etcd_pki, [ports[at[0]], ports[at[1]], ports[at[2]]])?, process: None };
+        // Ports are probed free, but another process may bind one before
+        // etcd does: then etcd exits at once, and other ports are tried (3
+        // starts).
+        for attempt in 1.. {
+            let root = root_of(&tier)?;
+            match start_etcd(&bin, &mut tier, &dir.join(format!("{base}.log")), &root).await {
+                Ok(()) => break,
+                Err(StartFailure { port_taken: true, .. }) if attempt < 3 => {
+                    say(&format!("the {name} etcd could not bind its ports ({}); trying others", holders(&tier.cluster)));
+                    let m = &mut tier.cluster.members[0];
+                    (m.client_port, m.peer_port, m.metrics_port) = (free_port(), free_port(), Some(free_port()));
+                }
+                Err(StartFailure { error, .. }) => return Err(error.context(format!("the {name} etcd did not start"))),
             }
-            Err(StartFailure { error, .. }) => return Err(error.context("etcd did not start")),
         }
+        let changes = roles::ensure(&mut Etcd::connect(&root_of(&tier)?).await?.client, true)
+            .await
+            .with_context(|| format!("creating the etcd roles on the {name} cluster (holdfastctl etcd roles)"))?;
+        say(&format!("{name} etcd: {} holdfast roles, {} change(s), authentication on", roles::ROLES.len(), changes.len()));
+        children.tiers.push(tier);
     }
-    let etcd_metrics_port = cluster.members[0].metrics_port.unwrap_or(etcd_metrics_port);
-    let as_user = |user: &str| etcd_pki.config_as(user, cluster.client_urls());
-    let changes = roles::ensure(&mut Etcd::connect(&as_user(roles::ROOT)?).await?.client, true)
-        .await
-        .context("creating the etcd roles (holdfastctl etcd roles)")?;
-    say(&format!("etcd: {} holdfast roles, {} change(s), authentication on", roles::ROLES.len(), changes.len()));
+    let (entity, coord) = (&children.tiers[0].cluster, &children.tiers[1].cluster);
+    let (entity_urls, coord_urls) = (entity.client_urls(), coord.client_urls());
+    let etcd_metrics_port = entity.members[0].metrics_port.unwrap_or(etcd_metrics_port);
+    let as_user = |user: &str| etcd_pki.config_as(user, entity_urls.clone());
 
-    // Epoch.
+    // Epoch: allocated from the coord cluster.
     let etcd = Etcd::connect(&as_user(roles::EPOCH.name)?).await?;
-    match holdfast_store::epoch::init(&etcd, |m| say(m)).await {
-        Ok(r) => say(&format!("initialised epoch {}", r.epoch)),
+    let coord_etcd = Etcd::connect(&etcd_pki.config_as(roles::EPOCH.name, coord_urls.clone())?).await?;
+    match holdfast_store::epoch::init_via(&etcd, Some(&coord_etcd), |m| say(m)).await {
+        Ok(r) => say(&format!("initialised epoch {} (allocated on the coord cluster)", r.epoch)),
         Err(holdfast_store::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("epoch {n} already initialised")),
         Err(e) => return Err(e).context("initialising the epoch"),
     }
@@ -440,8 +468,19 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     // Arbiter.
     let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
     let (arbiter_port, metrics_port) = (still_free(arbiter_port, "the arbiter's"), still_free(metrics_port, "the arbiter's metrics"));
-    let m = &cluster.members[0];
-    let ports = [m.client_port, m.peer_port, arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port];
+    let (m, c) = (&children.tiers[0].cluster.members[0], &children.tiers[1].cluster.members[0]);
+    let ports = [
+        m.client_port,
+        m.peer_port,
+        arbiter_port,
+        metrics_port,
+        controller_metrics_port,
+        etcd_metrics_port,
+        tailer_metrics_port,
+        c.client_port,
+        c.peer_port,
+        c.metrics_port.unwrap_or_default(),
+    ];
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
     config.listen = ([127, 0, 0, 1], arbiter_port).into();
     config.metrics_listen = ([127, 0, 0, 1], metrics_port).into();
@@ -466,11 +505,12 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         let c = as_user(user)?;
         let path = |p: Option<PathBuf>| p.map(|p| p.display().to_string()).unwrap_or_default();
         Ok(format!(
-            "export HOLDFAST_ETCD_ENDPOINT={}\nexport HOLDFAST_ETCD_CA={}\nexport HOLDFAST_ETCD_CERT={}\nexport HOLDFAST_ETCD_KEY={}\nexport HOLDFAST_ETCD_METRICS=http://127.0.0.1:{etcd_metrics_port}/metrics\n",
+            "export HOLDFAST_ETCD_ENDPOINT={}\nexport HOLDFAST_ETCD_CA={}\nexport HOLDFAST_ETCD_CERT={}\nexport HOLDFAST_ETCD_KEY={}\nexport HOLDFAST_ETCD_METRICS=http://127.0.0.1:{etcd_metrics_port}/metrics\nexport HOLDFAST_COORD_ENDPOINT={}\n",
             c.endpoints.join(","),
             path(c.ca_file),
             path(c.cert_file),
             path(c.key_file),
+            coord_urls.join(","),
         ))
     };
     let observer = etcd_env(roles::OBSERVER.name)?;
@@ -488,9 +528,10 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env"), &env)?;
     std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the epoch allocator and approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
-        etcd_url = cluster.members[0].client_url(),
+        etcd_url = entity_urls.join(","),
+        coord_url = coord_urls.join(","),
         dir = dir.display(),
     );
     std::fs::write(dir.join("banner.txt"), &banner)?;
@@ -504,13 +545,22 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     // Run until a signal, or until a child dies.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
-    let root = etcd_pki.config_as(roles::ROOT, cluster.client_urls())?;
     let why = loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break "interrupted".to_string(),
             _ = term.recv() => break "terminated".to_string(),
             _ = usr1.recv() => {
-                let result = match restore_in_place(&dir, &bin, &mut cluster, &mut children, &root).await {
+                let request = std::fs::read_to_string(dir.join("restore.request")).unwrap_or_default();
+                let name = request.lines().nth(1).unwrap_or("entity").trim().to_string();
+                let tier = children.tiers.iter_mut().find(|t| t.name == name);
+                let result = match tier {
+                    None => Err(anyhow::anyhow!("no cluster named {name:?}: entity or coord")),
+                    Some(tier) => match root_of(tier) {
+                        Ok(root) => restore_in_place(&dir, &bin, tier, &root).await,
+                        Err(e) => Err(e),
+                    },
+                };
+                let result = match result {
                     Ok(what) => { say(&what); format!("ok: {what}\n") }
                     Err(e) => { say(&format!("restore failed: {e:#}")); format!("error: {e:#}\n") }
                 };
@@ -527,16 +577,14 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         if let Some(s) = children.arbiter.as_mut().and_then(ArbiterProcess::exited) {
             break format!("the arbiter exited ({s}); see {}", dir.join("arbiter.log").display());
         }
-        if let Some(e) = children.etcd.as_mut()
-            && !e.is_running()
-        {
-            break format!("etcd exited; see {}", dir.join("etcd.log").display());
+        if let Some(t) = children.tiers.iter_mut().find_map(|t| t.process.as_mut().is_some_and(|e| !e.is_running()).then_some(&*t)) {
+            break format!("the {} etcd exited; see {}", t.name, t.log(&dir).display());
         }
     };
     say(&format!("{why}; stopping the tailer, the controller and the arbiter, then etcd"));
     drop(children);
     say("stopped");
-    if why.starts_with("the ") || why.starts_with("etcd") {
+    if why.starts_with("the ") {
         bail!("{why}");
     }
     Ok(())
@@ -565,18 +613,39 @@ struct StartFailure {
     error: anyhow::Error,
 }
 
-/// Starts member 0 of `cluster` as `children.etcd` and waits until it
-/// answers `config` with a leader.
-async fn start_etcd(
-    bin: &EtcdBinary,
-    cluster: &ClusterSpec,
-    log: &Path,
-    config: &holdfast_config::EtcdConfig,
-    children: &mut Children,
-) -> Result<(), StartFailure> {
+/// The single-member cluster of a tier whose files in DIR start with
+/// `base`, on `ports` (client, peer, metrics). Its token is kept in DIR, so
+/// a restore (`dev restore`) uses the token the cluster was created with.
+fn tier_spec(dir: &Path, base: &str, pki: &EtcdPki, ports: [u16; 3]) -> anyhow::Result<ClusterSpec> {
+    let token_file = dir.join(format!("{base}-token"));
+    let token = match std::fs::read_to_string(&token_file) {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => {
+            let t = format!("holdfast-dev-{base}-{}", std::process::id());
+            std::fs::write(&token_file, &t)?;
+            t
+        }
+    };
+    Ok(ClusterSpec {
+        members: vec![MemberSpec {
+            name: "dev".into(),
+            host: "127.0.0.1".into(),
+            data_dir: dir.join(base),
+            client_port: ports[0],
+            peer_port: ports[1],
+            tls: Some(pki.member_tls(&[])?),
+            metrics_port: Some(ports[2]),
+        }],
+        token,
+    })
+}
+
+/// Starts member 0 of the tier's cluster and waits until it answers
+/// `config` with a leader.
+async fn start_etcd(bin: &EtcdBinary, tier: &mut Tier, log: &Path, config: &holdfast_config::EtcdConfig) -> Result<(), StartFailure> {
     let from = std::fs::metadata(log).map_or(0, |m| m.len());
-    let started = EtcdProcess::start(bin, cluster, 0, log).map_err(|error| StartFailure { port_taken: false, error })?;
-    let etcd = children.etcd.insert(started);
+    let started = EtcdProcess::start(bin, &tier.cluster, 0, log).map_err(|error| StartFailure { port_taken: false, error })?;
+    let etcd = tier.process.insert(started);
     etcd_up(etcd, config).await.map_err(|error| {
         let written = std::fs::read(log)
             .map(|b| String::from_utf8_lossy(b.get(from as usize..).unwrap_or_default()).into_owned())

@@ -1,5 +1,5 @@
 use holdfast_approval::Operation;
-use holdfast_cli::conn::{self, ConnArgs, EtcdArgs};
+use holdfast_cli::conn::{self, ConnArgs, CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_store::epoch::{self, EpochError};
 use holdfast_store::etcd::Etcd;
@@ -39,7 +39,8 @@ enum EpochAction {
 const ADVANCE_REQUEST_HELP: &str = "\
 Reads the cluster (it must be sealed, unless --unsealed), asks every arbiter
 (--endpoint, comma-separated: all of them) for the highest epoch it ever
-served, reads the epoch allocator (/sys/epochs), and writes
+served, reads the epoch allocator (/sys/epochs, on the coord cluster when
+--coord-endpoint names one, and the entity cluster's own), and writes
 STATE_DIR/requests/epoch-advance-<nonce>.toml naming the cluster, the epoch
 in force, the highest epoch known, the new epoch above it, the cluster ID
 etcd reports now, a random nonce, the requester, the reason and an expiry
@@ -74,6 +75,13 @@ waiter and session record and the seal, and records the nonce; the old
 sessions' leases are revoked after. Arbiters unseal by themselves when they
 see the new epoch. Anything refused changes nothing.
 
+With a separate coord cluster (--coord-endpoint, HOLDFAST_COORD_ENDPOINT),
+the epoch is allocated there and the nonce recorded there first, in one
+coord transaction (so a restore of the entity cluster rolls back neither),
+then the entity transaction writes the epoch. Should the entity cluster
+change in between, the allocated epoch stays unused and the entity cluster
+unchanged: write a new request.
+
 Signatures: --signature FILE (twice), or by default every REQUEST.*.sig.
 
 Exit status: 0 advanced; 64 no --endpoint; 65 the cluster is not as the
@@ -88,6 +96,8 @@ approvers.toml or the request unreadable.";
 struct AdvanceRequestArgs {
     #[command(flatten)]
     etcd: EtcdArgs,
+    #[command(flatten)]
+    coord: CoordArgs,
     /// Your name in approvers.toml (you sign the request too).
     #[arg(long)]
     requester: String,
@@ -118,6 +128,8 @@ struct AdvanceRequestArgs {
 struct AdvanceArgs {
     #[command(flatten)]
     etcd: EtcdArgs,
+    #[command(flatten)]
+    coord: CoordArgs,
     /// The request file.
     #[arg(long)]
     request: PathBuf,
@@ -225,6 +237,16 @@ pub async fn connect(etcd: &EtcdArgs) -> Result<Etcd, u8> {
     })
 }
 
+/// The coord cluster named by --coord-endpoint (`None`: the entity cluster
+/// serves the coord tier too), or the exit status to return (69).
+pub async fn connect_coord(coord: &CoordArgs, etcd: &EtcdArgs) -> Result<Option<Etcd>, u8> {
+    let Some(config) = coord.config(etcd) else { return Ok(None) };
+    Etcd::connect(&config).await.map(Some).map_err(|e| {
+        eprintln!("holdfastctl: the coord cluster (--coord-endpoint): {e:#}");
+        exit::UNAVAILABLE
+    })
+}
+
 async fn advance_request(conn: &ConnArgs, args: AdvanceRequestArgs) -> u8 {
     if args.valid_for > holdfast_approval::request::MAX_VALIDITY {
         eprintln!("holdfastctl: --valid-for {:?} is over the 24h a request may be valid; ask for less", args.valid_for);
@@ -276,8 +298,12 @@ async fn advance_request(conn: &ConnArgs, args: AdvanceRequestArgs) -> u8 {
         eprintln!("holdfastctl: no etcd member answered Status; every member must be reachable for an advance");
         return exit::UNAVAILABLE;
     };
-    let allocated = match epoch::read_allocator(&etcd).await {
-        Ok((a, _)) => a.highest,
+    let coord = match connect_coord(&args.coord, &args.etcd).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let allocated = match epoch::highest_allocated(&etcd, coord.as_ref()).await {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("holdfastctl: reading the epoch allocator: {e}");
             return exit::UNAVAILABLE;
@@ -339,15 +365,20 @@ async fn advance(conn: &ConnArgs, args: AdvanceArgs) -> u8 {
         Ok(e) => e,
         Err(code) => return code,
     };
-    // A replay etcd still remembers is named as one; the arbiters' records
-    // catch the one it forgot (a restore rolled the nonce record back).
-    if let Err(e) = epoch::nonce_unused(&etcd, &target).await {
+    let coord = match connect_coord(&args.coord, &args.etcd).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // A replay etcd still remembers is named as one (the coord cluster keeps
+    // nonces across an entity restore); the arbiters' records catch the one
+    // it forgot (a restore rolled the nonce record back).
+    if let Err(e) = epoch::nonce_unused_via(&etcd, coord.as_ref(), &target).await {
         return refused(e);
     }
     if let Err(code) = refuse_served(conn, &approved.request.operation).await {
         return code;
     }
-    match epoch::advance_to(&etcd, &target).await {
+    match epoch::advance_via(&etcd, coord.as_ref(), &target).await {
         Ok(done) => {
             let line =
                 format!("epoch {} cluster {} at {now} request {}\n", done.record.epoch, done.record.cluster_id, approved.request.nonce);
@@ -391,7 +422,8 @@ fn refused(e: EpochError) -> u8 {
         | EpochError::WrongCluster { .. }
         | EpochError::NonceUsed(_)
         | EpochError::NotAbove { .. }
-        | EpochError::Allocated { .. } => {
+        | EpochError::Allocated { .. }
+        | EpochError::Spent { .. } => {
             eprintln!("holdfastctl: refused: {e}");
             exit::INVALID
         }
@@ -406,6 +438,8 @@ fn refused(e: EpochError) -> u8 {
 struct InitArgs {
     #[command(flatten)]
     etcd: EtcdArgs,
+    #[command(flatten)]
+    coord: CoordArgs,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -425,8 +459,12 @@ async fn init(args: InitArgs) -> u8 {
         Ok(e) => e,
         Err(code) => return code,
     };
+    let coord = match connect_coord(&args.coord, &args.etcd).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let quiet = args.json;
-    match epoch::init(&etcd, |m| {
+    match epoch::init_via(&etcd, coord.as_ref(), |m| {
         if !quiet {
             eprintln!("holdfastctl: {m}")
         }

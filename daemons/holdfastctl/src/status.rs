@@ -6,7 +6,7 @@
 //! arbiter's seal check uses) and the controller leader (its election key).
 //! Nothing about holds is read, so nothing printed can rebuild a token.
 
-use holdfast_cli::conn::EtcdArgs;
+use holdfast_cli::conn::{CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_model::layout::{CONTROLLER_ELECTION, EpochRecord, POLICY_KEY, POLICY_STATUS_KEY, SealRecord};
 use holdfast_store::epoch::{self, EpochError};
@@ -24,8 +24,11 @@ Reads etcd directly (the same --etcd-* flags and HOLDFAST_ETCD_* variables as
   refused     the controller's last refused change (/sys/policy-status): when,
               and every problem as FILE:LINE: message [rule]
   epoch       the epoch at /sys/epoch, and whether the cluster is sealed
+  tiers       whether one cluster serves both tiers, or which cluster is
+              coord (--coord-endpoint, HOLDFAST_COORD_ENDPOINT) and which
+              entity (--etcd-endpoint), by etcd cluster ID
   allocator   the highest epoch ever allocated (/sys/epochs, raised by every
-              init and advance; the tiers share this cluster for now)
+              init and advance; on the coord cluster when it is separate)
   controller  the current holdfast-controller leader (HOST pid PID)
 
 Exit status:
@@ -46,6 +49,8 @@ const NEEDS_ATTENTION: u8 = 1;
 pub struct StatusArgs {
     #[command(flatten)]
     etcd: EtcdArgs,
+    #[command(flatten)]
+    coord: CoordArgs,
     /// The controllers' etcd election name (their `election.name`).
     #[arg(long, value_name = "NAME", default_value = CONTROLLER_ELECTION)]
     election: String,
@@ -68,6 +73,9 @@ struct Snapshot {
     /// The epoch allocator's highest (`/sys/epochs`; 0: nothing allocated
     /// through it yet), or why it could not be read.
     allocated: Result<u32, String>,
+    /// The etcd cluster IDs of the entity cluster and (when it is another
+    /// one) the coord cluster.
+    tiers: (u64, Option<u64>),
     leader: Option<String>,
 }
 
@@ -102,7 +110,24 @@ fn check_files(args: &EtcdArgs) -> Result<(), u8> {
     Ok(())
 }
 
-async fn read(etcd: &Etcd, election: &str) -> Result<Snapshot, u8> {
+async fn read(etcd: &Etcd, coord: Option<&Etcd>, election: &str) -> Result<Snapshot, u8> {
+    let id = |e: EpochError| match e {
+        EpochError::Etcd(e) => etcd_failure("the cluster ID", &e),
+        e => {
+            eprintln!("holdfastctl: {e}");
+            exit::UNAVAILABLE
+        }
+    };
+    let entity_id = epoch::cluster_id(etcd).await.map_err(id)?;
+    // A coord cluster with the entity cluster's ID is that same cluster.
+    let (coord, coord_id) = match coord {
+        Some(c) => match epoch::cluster_id(c).await.map_err(id)? {
+            coord_id if coord_id != entity_id => (Some(c), Some(coord_id)),
+            _ => (None, None),
+        },
+        None => (None, None),
+    };
+    let tiers = (entity_id, coord_id);
     let published = policy::read_published(etcd).await.map_err(|e| etcd_failure(POLICY_KEY, &e))?;
     let status = policy::read_status(etcd).await.map_err(|e| etcd_failure(POLICY_STATUS_KEY, &e))?;
     let epoch = match epoch::read_sys(etcd).await {
@@ -110,13 +135,13 @@ async fn read(etcd: &Etcd, election: &str) -> Result<Snapshot, u8> {
         Err(EpochError::Etcd(e)) => return Err(etcd_failure("/sys/epoch", &e)),
         Err(e) => EpochState::Malformed(e.to_string()),
     };
-    let allocated = match epoch::read_allocator(etcd).await {
+    let allocated = match epoch::read_allocator(coord.unwrap_or(etcd)).await {
         Ok((a, _)) => Ok(a.highest),
         Err(EpochError::Etcd(e)) => return Err(etcd_failure(holdfast_model::layout::EPOCHS_KEY, &e)),
         Err(e) => Err(e.to_string()),
     };
     let leader = policy::read_controller_leader(etcd, election).await.map_err(|e| etcd_failure(election, &e))?;
-    Ok(Snapshot { published, status, epoch, allocated, leader })
+    Ok(Snapshot { published, status, epoch, allocated, tiers, leader })
 }
 
 impl Snapshot {
@@ -192,11 +217,16 @@ fn text(s: &Snapshot, attention: &[String]) -> String {
         EpochState::Read { epoch: None, .. } => line("epoch", "not initialised (`holdfastctl epoch init`)".into()),
         EpochState::Malformed(e) => line("epoch", format!("MALFORMED: {e}")),
     }
+    let (at, tiers) = match s.tiers {
+        (entity, None) => ("this cluster", format!("one cluster serves both tiers (coord and entity: etcd cluster {entity:x})")),
+        (entity, Some(coord)) => ("the coord cluster", format!("coord etcd cluster {coord:x}, entity etcd cluster {entity:x} (separate)")),
+    };
+    line("tiers", tiers);
     line(
         "allocator",
         match &s.allocated {
-            Ok(0) => "nothing allocated yet (/sys/epochs)".into(),
-            Ok(n) => format!("highest epoch allocated {n} (/sys/epochs; the tiers share this cluster)"),
+            Ok(0) => format!("nothing allocated yet (/sys/epochs on {at})"),
+            Ok(n) => format!("highest epoch allocated {n} (/sys/epochs on {at})"),
             Err(e) => format!("MALFORMED: {e}"),
         },
     );
@@ -238,6 +268,11 @@ fn to_json(s: &Snapshot, election: &str, attention: &[String]) -> Value {
         "controller_report": controller_report,
         "epoch": epoch,
         "allocator": match &s.allocated { Ok(n) => json!({"highest": n}), Err(e) => json!({"malformed": e}) },
+        "tiers": json!({
+            "shared": s.tiers.1.is_none(),
+            "entity_cluster_id": format!("{:x}", s.tiers.0),
+            "coord_cluster_id": format!("{:x}", s.tiers.1.unwrap_or(s.tiers.0)),
+        }),
         "sealed": s.sealed().is_some(),
         "seal": seal,
         "controller_leader": s.leader,
@@ -257,7 +292,17 @@ pub async fn run(args: StatusArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let snapshot = match read(&etcd, &args.election).await {
+    let coord = match args.coord.config(&args.etcd) {
+        None => None,
+        Some(config) => match Etcd::connect(&config).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("holdfastctl: the coord cluster (--coord-endpoint): {e:#}");
+                return exit::UNAVAILABLE;
+            }
+        },
+    };
+    let snapshot = match read(&etcd, coord.as_ref(), &args.election).await {
         Ok(s) => s,
         Err(code) => return code,
     };
