@@ -122,3 +122,60 @@ async fn force_release_ends_exactly_the_named_hold_with_two_approvals() {
     }
     assert!(session_gone, "the holder's session record outlived the revoke");
 }
+
+/// With a separate coord cluster the request's nonce is recorded there, so a
+/// restore of the entity cluster from before the force-release (the hold is
+/// back) cannot make the request run again; the coord cluster has its own
+/// etcd CA here, given by the --coord-* flags.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_force_release_recorded_on_coord_is_not_replayed_after_an_entity_restore() {
+    let dir = TestDir::new("force-release-coord");
+    let mut etcd = Etcd::start_secure(&dir.path, 1).await;
+    etcd.enable_auth().await;
+    etcd.init_epoch().await;
+    let coord = Etcd::start_secure(&dir.path.join("coord"), 1).await;
+    coord.enable_auth().await;
+    let _controller = etcd.publish_policy(&dir.path, &[("fr", 10)], "").await;
+    let pki = Pki::new(&dir.path);
+    let arbiter_etcd = EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config_as(ARBITER.name) };
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = arbiter_etcd.clone());
+    let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let sa = a.open_session_for("fr", None).await.unwrap();
+    let _x = sa.acquire(&LockKey::parse("fr/x").unwrap(), Duration::ZERO).await.unwrap();
+    let snapshot = dir.path.join("entity.db");
+    etcd.snapshot(&snapshot);
+
+    let ops = ForceOps::new(&dir.path, &etcd);
+    let user = coord.config_as(holdfast_store::roles::FORCE_RELEASE.name);
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().unwrap().display().to_string();
+    let (endpoint, ca, cert, key) = (
+        format!("--coord-endpoint={}", user.endpoints.join(",")),
+        format!("--coord-ca={}", path(&user.ca_file)),
+        format!("--coord-cert={}", path(&user.cert_file)),
+        format!("--coord-key={}", path(&user.key_file)),
+    );
+    let (request, _) = ops.request("fr/x", &[]);
+    ops.sign(&request, &[0, 1]);
+    let apply = ["force-release", "apply", &request, &endpoint, &ca, &cert, &key];
+    let done = ops.ctl(&apply);
+    assert_eq!(done.code, 0, "{done}");
+    assert!(held(&etcd, "fr/x").await.is_none(), "fr/x is still held");
+    let text = std::fs::read_to_string(&request).unwrap();
+    let nonce = text.lines().find_map(|l| l.strip_prefix("nonce = ")).unwrap().trim_matches('"').to_string();
+    let key = layout::nonce_key(&nonce);
+    let (on_coord, on_entity) = (
+        coord.client().await.get(key.as_str(), None).await.unwrap().count(),
+        etcd.client().await.get(key.as_str(), None).await.unwrap().count(),
+    );
+    assert_eq!((on_coord, on_entity), (1, 0), "the nonce is recorded on the coord cluster only");
+
+    // The entity cluster restored from before the release: the hold is back,
+    // and the replay is refused by the coord cluster's record.
+    etcd.restore(&snapshot, false).await;
+    assert!(held(&etcd, "fr/x").await.is_some(), "the restore brought the hold back");
+    let replay = ops.ctl(&apply);
+    assert_eq!(replay.code, 65, "{replay}");
+    assert!(replay.stderr.contains("already carried out"), "{replay}");
+    assert!(held(&etcd, "fr/x").await.is_some(), "the replay deleted the restored hold");
+    assert!(force_record(&etcd, &request).await.is_none(), "the replay wrote a force record");
+}

@@ -151,10 +151,15 @@ pub async fn separate_coord<'a>(etcd: &Etcd, coord: Option<&'a Etcd>) -> Result<
     Ok((entity_id != coord_id).then_some(coord))
 }
 
-/// The cluster ID etcd reports in a response header.
+/// The cluster ID the members report (Status, which every etcd user may
+/// call: no key needs to be readable).
 pub async fn cluster_id(etcd: &Etcd) -> Result<u64, EpochError> {
-    let resp = etcd.get(layout::EPOCHS_KEY, Some(GetOptions::new().with_count_only())).await?;
-    resp.header().map(|h| h.cluster_id()).ok_or_else(|| EpochError::Malformed("etcd answered without a header".into()))
+    let answers = etcd.member_status().await;
+    if let Some(id) = answers.iter().find_map(|a| a.as_ref().ok().map(|m| m.cluster_id)) {
+        return Ok(id);
+    }
+    let errors: Vec<String> = answers.into_iter().filter_map(Result::err).collect();
+    Err(EpochError::Members(errors.join("; ")))
 }
 
 /// The coord cluster's allocator, as refusals name it.

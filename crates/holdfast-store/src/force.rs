@@ -11,6 +11,13 @@
 //! force record (`/sys/force/<nonce>`, on a 24 h lease), record the nonce.
 //! With `revoke_session` the holder's session is then closed (the close
 //! transaction and the lease revoke, `crate::txn::close_session`).
+//!
+//! With a separate coord cluster ([`release_via`]) the nonce is recorded
+//! there, where a restore of the entity cluster cannot roll it back: first
+//! the coord transaction (the nonce compared absent and recorded), then the
+//! entity transaction (the hold compared, deleted, the force record
+//! written). A hold that changed in between is left alone and the request
+//! is spent ([`ForceError::Spent`]).
 
 use crate::etcd::Etcd;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
@@ -33,6 +40,10 @@ pub enum ForceError {
     NonceUsed(String),
     #[error("the hold changed while we worked; nothing was changed, retry")]
     Raced,
+    #[error(
+        "the hold changed after this request's nonce was recorded on the coord cluster; the hold was not touched: request again for the hold there now"
+    )]
+    Spent,
     #[error("{0}")]
     Malformed(String),
 }
@@ -64,6 +75,16 @@ pub struct Released {
 
 /// Carries out an approved force-release request (see the module docs).
 pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<Released, ForceError> {
+    release_via(etcd, None, approved, now_unix).await
+}
+
+/// [`release`] with the nonce recorded on the coord cluster when `coord`
+/// is another cluster than `etcd` (see the module docs).
+pub async fn release_via(etcd: &Etcd, coord: Option<&Etcd>, approved: &Approved, now_unix: u64) -> Result<Released, ForceError> {
+    let coord = crate::epoch::separate_coord(etcd, coord).await.map_err(|e| match e {
+        crate::epoch::EpochError::Etcd(e) => ForceError::Etcd(e),
+        e => ForceError::Malformed(e.to_string()),
+    })?;
     let r = &approved.request;
     let Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } = &r.operation else {
         return Err(ForceError::Malformed(format!("a {} request is not a force-release", r.operation.kind())));
@@ -71,8 +92,10 @@ pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<
     let lock_key =
         LockKey::new(namespace, key).map_err(|e| ForceError::Malformed(format!("the request's key: {} {}", e.field, e.message)))?;
     let nonce_key = layout::nonce_key(&r.nonce);
-    if etcd.get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
-        return Err(ForceError::NonceUsed(nonce_key));
+    for at in coord.into_iter().chain([etcd]) {
+        if at.get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
+            return Err(ForceError::NonceUsed(nonce_key));
+        }
     }
     let now = current_hold(etcd, &lock_key).await?.ok_or_else(|| ForceError::NotHeld(lock_key.to_string()))?;
     let named = now.record.spiffe_id == *holder && now.record.session == *session && now.record.granted_unix_ms == *granted_unix_ms;
@@ -108,9 +131,29 @@ pub async fn release(etcd: &Etcd, approved: &Approved, now_unix: u64) -> Result<
     };
     let record_lease = etcd.client.clone().lease_grant(layout::FORCE_RECORD_TTL.as_secs() as i64, None).await?.id();
     let nonce_ttl = r.expires_unix.saturating_sub(now_unix) + 86_400;
-    let nonce_lease = etcd.client.clone().lease_grant(nonce_ttl as i64, None).await?.id();
     let hold_key = layout::hold_key(&lock_key);
     let force_key = layout::force_key(&r.nonce);
+    if let Some(coord) = coord {
+        let nonce_lease = coord.client.clone().lease_grant(nonce_ttl as i64, None).await?.id();
+        let recorded = Txn::new().when([Compare::create_revision(nonce_key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
+            nonce_key.as_str(),
+            layout::encode(&nonce),
+            Some(PutOptions::new().with_lease(nonce_lease)),
+        )]);
+        if !coord.txn(recorded).await?.succeeded() {
+            return Err(ForceError::NonceUsed(nonce_key));
+        }
+        let txn = Txn::new().when([Compare::create_revision(hold_key.as_str(), CompareOp::Equal, now.create_revision)]).and_then([
+            TxnOp::delete(hold_key.as_str(), None),
+            TxnOp::put(force_key.as_str(), layout::encode(&record), Some(PutOptions::new().with_lease(record_lease))),
+        ]);
+        if !etcd.txn(txn).await?.succeeded() {
+            return Err(ForceError::Spent);
+        }
+        let session_revoked = *revoke_session && crate::txn::close_session(etcd, *session).await.is_ok();
+        return Ok(Released { record, session_revoked });
+    }
+    let nonce_lease = etcd.client.clone().lease_grant(nonce_ttl as i64, None).await?.id();
     let txn = Txn::new()
         .when([
             Compare::create_revision(hold_key.as_str(), CompareOp::Equal, now.create_revision),

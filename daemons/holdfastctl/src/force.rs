@@ -3,7 +3,7 @@
 
 use crate::approve::{Files, load_approvers, now_unix};
 use holdfast_approval::{Operation, Role};
-use holdfast_cli::conn::EtcdArgs;
+use holdfast_cli::conn::{CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_model::LockKey;
 use holdfast_store::force::{self, ForceError};
@@ -51,6 +51,11 @@ record /sys/force/<nonce> (requester, approver, reason, fenced, the hold) on
 a 24 h lease and records the nonce. With the request's revoke_session the
 holder's session is ended after. Anything refused changes nothing.
 
+With a separate coord cluster (--coord-endpoint, HOLDFAST_COORD_ENDPOINT)
+the nonce is recorded there first, so a restore of the entity cluster
+cannot make the request run twice; a hold that changed in between is left
+alone (65) and the request is spent.
+
 SIGNATURE...: the approvals; default every REQUEST.*.sig.
 
 Exit status: 0 released; 65 the hold is not the one named (released,
@@ -87,6 +92,8 @@ struct ApplyArgs {
     signatures: Vec<PathBuf>,
     #[command(flatten)]
     etcd: EtcdArgs,
+    #[command(flatten)]
+    coord: CoordArgs,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -180,7 +187,11 @@ async fn apply(args: ApplyArgs) -> u8 {
         Ok(e) => e,
         Err(code) => return code,
     };
-    match force::release(&etcd, &approved, now_unix()).await {
+    let coord = match crate::epoch::connect_coord(&args.coord, &args.etcd).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match force::release_via(&etcd, coord.as_ref(), &approved, now_unix()).await {
         Ok(done) => {
             let r = &done.record;
             if args.json {
@@ -204,7 +215,13 @@ async fn apply(args: ApplyArgs) -> u8 {
             }
             exit::OK
         }
-        Err(e @ (ForceError::NotHeld(_) | ForceError::OtherHold { .. } | ForceError::NonceUsed(_) | ForceError::Malformed(_))) => {
+        Err(
+            e @ (ForceError::NotHeld(_)
+            | ForceError::OtherHold { .. }
+            | ForceError::NonceUsed(_)
+            | ForceError::Malformed(_)
+            | ForceError::Spent),
+        ) => {
             eprintln!("holdfastctl: refused: {e}");
             exit::INVALID
         }
