@@ -369,7 +369,10 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
     advance_txn_via(etcd, None, target).await
 }
 
-async fn advance_txn_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target) -> Result<Advanced, EpochError> {
+/// [`advance_txn_to`] with the epoch allocated (and the nonce recorded) on
+/// the coord cluster when it is separate (see [`advance_via`]); the old
+/// sessions' leases are not revoked yet.
+pub async fn advance_txn_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target) -> Result<Advanced, EpochError> {
     let coord = separate_coord(etcd, coord).await?;
     nonce_unused_via(etcd, coord, target).await?;
     let sys = read_sys(etcd).await?;

@@ -79,8 +79,9 @@ impl Approvals {
 
     /// The approved advance's transaction alone (the old leases are the
     /// caller's to revoke).
-    pub async fn advance_txn(etcd: &Etcd, approved: &Approved) -> anyhow::Result<Advanced> {
+    /// The epoch is allocated and the nonce recorded on `coord`.
+    pub async fn advance_txn(etcd: &Etcd, coord: &Etcd, approved: &Approved) -> anyhow::Result<Advanced> {
         let target = epoch::approved_target(approved, now_unix())?;
-        Ok(epoch::advance_txn_to(etcd, &target).await?)
+        Ok(epoch::advance_txn_via(etcd, Some(coord), &target).await?)
     }
 }

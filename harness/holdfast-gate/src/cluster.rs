@@ -67,6 +67,11 @@ pub struct Cluster {
     /// The controller that published the `gate` class (host namespace,
     /// outside every fault).
     pub controller: Option<holdfast_devkit::controller::ControllerProcess>,
+    /// The coord cluster: one member on loopback in the host namespace
+    /// (outside every network fault), plain HTTP; epochs are allocated and
+    /// approval nonces recorded there. The restore fault restores it too.
+    pub coord: ClusterSpec,
+    coord_process: Option<EtcdProcess>,
 }
 
 /// The namespace of every key the gate's clients lock.
@@ -116,7 +121,21 @@ impl Cluster {
             etcd_pki,
             approvals: crate::approvals::Approvals::create(dir)?,
             controller: None,
+            coord: ClusterSpec {
+                members: vec![MemberSpec {
+                    name: "coord".into(),
+                    host: "127.0.0.1".into(),
+                    data_dir: dir.join("coord-etcd"),
+                    client_port: holdfast_devkit::ports::free_port(),
+                    peer_port: holdfast_devkit::ports::free_port(),
+                    tls: None,
+                    metrics_port: None,
+                }],
+                token: format!("holdfast-gate-coord-{}", std::process::id()),
+            },
+            coord_process: None,
         };
+        cluster.start_coord().await?;
         for i in 0..3 {
             let p = cluster.spawn_member(i, net)?;
             cluster.members.push(Some(p));
@@ -128,7 +147,9 @@ impl Cluster {
         let changes = roles::ensure(&mut cluster.etcd().await?, true).await.context("creating the etcd roles")?;
         say(&format!("etcd over mTLS, authentication on: {} roles ({} change(s))", roles::ROLES.len(), changes.len()));
         let etcd = cluster.holdfast_etcd().await?;
-        holdfast_store::epoch::init(&etcd, |m| say(m)).await.context("initialising the epoch")?;
+        holdfast_store::epoch::init_via(&etcd, Some(&cluster.coord_etcd().await?), |m| say(m))
+            .await
+            .context("initialising the epoch (allocated on the coord cluster)")?;
         // Policy on: the `gate` class (the clients' TTL) and a grant for
         // the gate's identities, published by a real controller.
         let class = holdfast_fixtures::policy::FixtureClass::new(GATE_NAMESPACE, crate::CLIENT_TTL);
@@ -232,6 +253,37 @@ impl Cluster {
         self.snapshots += 1;
         holdfast_devkit::etcd::snapshot_save(&self.bin, &root, &file)?;
         Ok((file, revision.context("no revision in etcd's answer")?))
+    }
+
+    async fn start_coord(&mut self) -> anyhow::Result<()> {
+        let log = self.dir.join("coord-etcd.log");
+        self.coord_process = Some(EtcdProcess::start(&self.bin, &self.coord, 0, &log)?);
+        holdfast_devkit::etcd::wait_ready(&self.coord.client_urls(), Duration::from_secs(60))
+            .await
+            .context("the gate's coord etcd did not start; see coord-etcd.log")
+    }
+
+    /// The coord cluster (plain HTTP on loopback).
+    pub async fn coord_etcd(&self) -> anyhow::Result<Etcd> {
+        Etcd::connect(&EtcdConfig::plain(self.coord.client_urls())).await
+    }
+
+    /// Saves a snapshot of the coord cluster into the run's directory.
+    pub fn snapshot_coord(&mut self) -> anyhow::Result<PathBuf> {
+        let file = self.dir.join(format!("coord-snapshot-{}.db", self.snapshots));
+        holdfast_devkit::etcd::snapshot_save(&self.bin, &EtcdConfig::plain(self.coord.client_urls()), &file)?;
+        Ok(file)
+    }
+
+    /// Stops the coord member, restores `snapshot` into a fresh data
+    /// directory with the same token and peer URL, and starts it again.
+    pub async fn restore_coord(&mut self, snapshot: &Path) -> anyhow::Result<()> {
+        if let Some(mut p) = self.coord_process.take() {
+            p.stop(Duration::from_secs(10));
+        }
+        self.coord.members[0].data_dir = self.dir.join(format!("coord-etcd-restored{}", self.restores));
+        holdfast_devkit::etcd::snapshot_restore(&self.bin, snapshot, &self.coord, 0).context("restoring the coord cluster")?;
+        self.start_coord().await
     }
 
     /// Stops every member, restores `snapshot` into fresh data directories

@@ -2,7 +2,9 @@
 //! its history was checked: every arbiter stopped, every member stopped and
 //! restored from the snapshot the fault took mid-run (same cluster token and
 //! peer URLs, so the cluster and member IDs are unchanged and only the log
-//! offset shows the rewind), every arbiter started again (as a reboot during
+//! offset shows the rewind), the coord cluster restored from the snapshot
+//! taken with it (its allocator and nonces go back too), every arbiter
+//! started again (as a reboot during
 //! the incident would: what each served is on its disk, not in its memory),
 //! clients started on fresh keys, both arbiters confirmed sealed, the epoch
 //! advanced the way the two-person DR procedure does (above the highest
@@ -13,8 +15,8 @@
 //! at or below one issued before it.
 //!
 //! The snapshot is older than the episode's epoch advances (the episode
-//! takes it before them), so the restored epoch record and allocator are
-//! behind the epochs already used: only the arbiters' own records keep the
+//! takes it before them), so the restored epoch record and both allocators
+//! are behind the epochs already used: only the arbiters' own records keep the
 //! new epoch above them. `--mutation advance_from_restored_record` advances
 //! by one from the restored record instead; `forget_served_epochs` makes
 //! the arbiters forget what they served.
@@ -54,11 +56,12 @@ pub async fn phase(
         setup.cluster.kill_arbiter(a);
     }
     setup.cluster.restore(&pending.file, setup.net).await?;
+    setup.cluster.restore_coord(&pending.coord_file).await?;
     for a in 0..arbiters {
         setup.cluster.start_arbiter(a, setup.net)?;
     }
     say(&format!(
-        "restored every member from the snapshot of e{} (revision {}); both arbiters restarted",
+        "restored every member from the snapshot of e{} (revision {}) and the coord cluster from its snapshot; both arbiters restarted",
         pending.member, pending.revision
     ));
     let from = cluster::epoch_of(&setup.cluster.holdfast_etcd().await?).await?;
@@ -69,9 +72,11 @@ pub async fn phase(
     let restored = Instant::now();
     let sealed_in = wait_for(Duration::from_secs(20), || c.all_sealed()).await.then(|| restored.elapsed());
     let etcd = c.holdfast_etcd().await?;
+    let coord = c.coord_etcd().await?;
     // What `holdfastctl epoch advance-request` reads: the restored record,
-    // the allocator and every arbiter's report of what it served.
-    let allocated = holdfast_store::epoch::read_allocator(&etcd).await?.0.highest;
+    // the allocators (both restored) and every arbiter's report of what it
+    // served.
+    let allocated = holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?;
     let highest_known = from.max(allocated).max(c.served_high().await?);
     let (to, highest_known) = if args.mutation.as_deref() == Some("advance_from_restored_record") {
         (from + 1, from)
@@ -79,7 +84,7 @@ pub async fn phase(
         (highest_known + 1, highest_known)
     };
     let advanced = match c.approvals.approve(&etcd, from, to, highest_known, "the gate's restore fault").await {
-        Ok(approved) => match crate::approvals::Approvals::advance_txn(&etcd, &approved).await {
+        Ok(approved) => match crate::approvals::Approvals::advance_txn(&etcd, &coord, &approved).await {
             Ok(done) => {
                 holdfast_store::epoch::revoke_sessions(&etcd, &done.old_leases).await;
                 Ok(done.record)
@@ -94,8 +99,9 @@ pub async fn phase(
         setup.cluster.expected_seals.push((a, *mark, now));
     }
     let what = format!(
-        "every member restored from the snapshot of e{} at revision {} (epoch {from}; the cluster had reached {before_epoch}), \
-         both arbiters restarted; epoch {from} -> {to} advanced after the seal",
+        "every member restored from the snapshot of e{} at revision {} (epoch {from}; the cluster had reached {before_epoch}) \
+         and the coord cluster from its own (the allocator and nonces went back too), both arbiters restarted; \
+         epoch {from} -> {to} advanced after the seal",
         pending.member, pending.revision
     );
     match (&sealed_in, &advanced, switched) {

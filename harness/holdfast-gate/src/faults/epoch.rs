@@ -37,7 +37,7 @@ pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Eff
             signal(p.pid, Signal::SIGSTOP);
         }
     }
-    let advanced = crate::approvals::Approvals::advance_txn(&etcd, &approved).await;
+    let advanced = crate::approvals::Approvals::advance_txn(&etcd, &c.coord_etcd().await?, &approved).await;
     let switched = wait_for(Duration::from_secs(10), || async { c.all_serve(to) }).await;
     if frozen {
         for p in clients {

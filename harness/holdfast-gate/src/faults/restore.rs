@@ -1,5 +1,5 @@
-//! The restore fault's first half: a snapshot of one member, taken while
-//! the clients keep granting (so grants after it are lost by the restore).
+//! The restore fault's first half: a snapshot of the coord cluster and of
+//! one member of the entity cluster, taken while the clients keep granting (so grants after it are lost by the restore).
 //! The restore itself runs once the episode's workload has stopped
 //! (`crate::restore::phase`).
 
@@ -15,10 +15,14 @@ pub struct Pending {
     /// etcd's revision when the snapshot was taken (at most the snapshot's).
     pub revision: i64,
     pub member: usize,
+    /// A snapshot of the coord cluster taken just before it, restored with
+    /// it: the allocator and the nonces go back too.
+    pub coord_file: PathBuf,
 }
 
 pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
     let member = rng.random_range(0..ctx.cluster.spec.members.len());
+    let coord_file = ctx.cluster.snapshot_coord()?;
     let (file, revision) = ctx.cluster.snapshot(member).await?;
     let bytes = std::fs::metadata(&file)?.len();
     // The episode restores its oldest snapshot: the hardest case.
@@ -27,9 +31,9 @@ pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Resul
     } else {
         "an older snapshot of this episode is the one restored"
     };
-    ctx.pending_restore.get_or_insert(Pending { file: file.clone(), revision, member });
+    ctx.pending_restore.get_or_insert(Pending { file: file.clone(), revision, member, coord_file });
     Ok(Effect {
-        what: format!("snapshot of member e{member} at revision {revision} ({bytes} bytes); {kept}"),
+        what: format!("snapshot of the coord cluster, then of member e{member} at revision {revision} ({bytes} bytes); {kept}"),
         confirmed: format!("{} saved", file.display()),
     })
 }
