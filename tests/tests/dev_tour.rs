@@ -36,11 +36,16 @@ fn the_dev_tour_works_as_the_readme_says() {
         ..holdfast_config::EtcdConfig::plain(vec![first["HOLDFAST_ETCD_ENDPOINT"].clone()])
     };
     assert!(observer.endpoints[0].starts_with("https://"), "{observer:?}");
+    // The class set is published on the coord cluster, not the entity one.
+    let coord = holdfast_config::EtcdConfig { endpoints: vec![first["HOLDFAST_COORD_ENDPOINT"].clone()], ..observer.clone() };
     let published = tokio::runtime::Runtime::new().unwrap().block_on(async move {
         let mut etcd = Etcd::client_for(&observer).await;
         assert!(etcd.put("/sys/policy", "x", None).await.is_err(), "the observer wrote the class set");
         assert!(etcd.get("/l/demo/report", None).await.is_err(), "the observer read a hold");
-        let r = etcd.get("/sys/policy", None).await.unwrap();
+        assert_eq!(etcd.get("/sys/policy", None).await.unwrap().count(), 0, "a class set on the entity cluster");
+        let mut coord = Etcd::client_for(&coord).await;
+        assert!(coord.put("/sys/policy", "x", None).await.is_err(), "the observer wrote the class set");
+        let r = coord.get("/sys/policy", None).await.unwrap();
         serde_json::from_slice::<serde_json::Value>(r.kvs()[0].value()).unwrap()
     });
     assert_eq!(published["version"], 1, "{published}");

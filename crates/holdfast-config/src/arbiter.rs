@@ -39,8 +39,13 @@ pub struct ArbiterConfig {
     pub region: Option<String>,
     /// Server certificate and the CA that client certificates must chain to.
     pub tls: TlsConfig,
-    /// The etcd cluster holding the lock key space.
+    /// The etcd cluster holding the lock key space (the entity cluster).
     pub etcd: EtcdConfig,
+    /// The coord cluster, where the controller publishes the class set
+    /// (`/sys/policy`) and epochs are allocated. Left out: the `[etcd]`
+    /// cluster serves both tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coord: Option<EtcdConfig>,
     /// Restore detection.
     #[serde(default)]
     pub seal: SealConfig,
@@ -412,6 +417,7 @@ impl ArbiterConfig {
             region: None,
             tls,
             etcd,
+            coord: None,
             seal: SealConfig::default(),
             waiters: WaitersConfig::default(),
             grants: GrantsConfig::default(),
@@ -451,6 +457,9 @@ impl ArbiterConfig {
             ));
         }
         p.extend(self.etcd.problems());
+        if let Some(coord) = &self.coord {
+            p.extend(coord.problems_in("coord"));
+        }
         if self.seal.check_interval < Duration::from_millis(100) || self.seal.check_interval > Duration::from_secs(30) {
             p.push("seal.check_interval must be between 100ms and 30s (default 1s)".into());
         }

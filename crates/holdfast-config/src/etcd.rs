@@ -37,8 +37,15 @@ impl EtcdConfig {
     /// fix: certificate files exist, the key is private, endpoints have a
     /// scheme, the timeout is sane.
     pub fn problems(&self) -> Vec<String> {
+        self.problems_in("etcd")
+    }
+
+    /// [`EtcdConfig::problems`] for the section named `section` (`etcd`,
+    /// `coord`).
+    pub fn problems_in(&self, section: &str) -> Vec<String> {
         let mut p = Vec::new();
-        for (key, file) in [("etcd.ca_file", self.ca_file.as_ref()), ("etcd.cert_file", self.cert_file.as_ref())] {
+        let (ca, cert) = (format!("{section}.ca_file"), format!("{section}.cert_file"));
+        for (key, file) in [(ca.as_str(), self.ca_file.as_ref()), (cert.as_str(), self.cert_file.as_ref())] {
             if let Some(file) = file
                 && let Err(e) = std::fs::metadata(file)
             {
@@ -48,21 +55,21 @@ impl EtcdConfig {
         if let Some(file) = &self.key_file
             && let Some(problem) = crate::arbiter::secret_file_problem(file)
         {
-            p.push(format!("etcd.key_file = {:?}: {problem}", file.display().to_string()));
+            p.push(format!("{section}.key_file = {:?}: {problem}", file.display().to_string()));
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
-            p.push("etcd.cert_file and etcd.key_file go together; set both or neither".into());
+            p.push(format!("{section}.cert_file and {section}.key_file go together; set both or neither"));
         }
         if self.endpoints.is_empty() {
-            p.push("etcd.endpoints is empty; list the client URL of every etcd member, e.g. [\"https://10.0.0.1:2379\"]".into());
+            p.push(format!("{section}.endpoints is empty; list the client URL of every etcd member, e.g. [\"https://10.0.0.1:2379\"]"));
         }
         for e in &self.endpoints {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
-                p.push(format!("etcd.endpoints: {e:?} needs a scheme, e.g. \"https://{e}\""));
+                p.push(format!("{section}.endpoints: {e:?} needs a scheme, e.g. \"https://{e}\""));
             }
         }
         if self.request_timeout < Duration::from_millis(100) {
-            p.push("etcd.request_timeout is below 100ms; etcd cannot commit that fast under load".into());
+            p.push(format!("{section}.request_timeout is below 100ms; etcd cannot commit that fast under load"));
         }
         p
     }

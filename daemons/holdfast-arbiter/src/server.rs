@@ -80,9 +80,15 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         }
     });
 
+    // The class set is published on the coord cluster ([coord]; without
+    // it, the one cluster serves both tiers).
+    let coord = match &config.coord {
+        Some(c) => Etcd::connect(c).await.context("[coord]")?,
+        None => etcd.clone(),
+    };
     let policy = Arc::new(crate::policy::Policy::new(config.region.clone()));
-    crate::policy::load(&etcd, &policy).await;
-    tokio::spawn(crate::policy::run(etcd.clone(), policy.clone()));
+    crate::policy::load(&coord, &policy).await;
+    tokio::spawn(crate::policy::run(coord, policy.clone()));
     // Quotas count what etcd holds; listed before READY when etcd answers.
     crate::metrics::set_limits(&config.limits);
     let limits = Arc::new(crate::limits::Limits::new(config.limits.clone()));

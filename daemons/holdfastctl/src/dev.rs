@@ -442,7 +442,8 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
             std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
         }
     }
-    let mut cconfig = ControllerConfig::new(as_user(roles::CONTROLLER.name)?);
+    // The controller publishes on the coord cluster (and campaigns there).
+    let mut cconfig = ControllerConfig::new(etcd_pki.config_as(roles::CONTROLLER.name, coord_urls.clone())?);
     cconfig.policy_dir = policy.clone();
     let controller_metrics_port = still_free(controller_metrics_port, "the controller's metrics");
     cconfig.metrics_listen = ([127, 0, 0, 1], controller_metrics_port).into();
@@ -467,6 +468,8 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
 
     // Arbiter.
     let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
+    // The class set is read from the coord cluster.
+    config.coord = Some(etcd_pki.config_as(roles::ARBITER.name, coord_urls.clone())?);
     let (arbiter_port, metrics_port) = (still_free(arbiter_port, "the arbiter's"), still_free(metrics_port, "the arbiter's metrics"));
     let (m, c) = (&children.tiers[0].cluster.members[0], &children.tiers[1].cluster.members[0]);
     let ports = [
@@ -528,7 +531,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env"), &env)?;
     std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the epoch allocator and approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the class set, the controller's election, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = entity_urls.join(","),
         coord_url = coord_urls.join(","),

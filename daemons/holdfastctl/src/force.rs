@@ -68,6 +68,8 @@ struct RequestArgs {
     key: String,
     #[command(flatten)]
     etcd: EtcdArgs,
+    #[command(flatten)]
+    coord: CoordArgs,
     /// Your name in approvers.toml (you sign the request too).
     #[arg(long)]
     requester: String,
@@ -139,7 +141,12 @@ async fn request(args: RequestArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let class = match holdfast_store::policy::read_published(&etcd).await {
+    // The class set is published on the coord cluster (when separate).
+    let coord = match crate::epoch::connect_coord(&args.coord, &args.etcd).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let class = match holdfast_store::policy::read_published(coord.as_ref().unwrap_or(&etcd)).await {
         Ok(stored) => stored.doc().and_then(|p| p.set.class_for(key.namespace()).cloned()),
         Err(e) => {
             eprintln!("holdfastctl: reading the published class set: {e}");

@@ -17,7 +17,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 pub const STATUS_HELP: &str = "\
 Reads etcd directly (the same --etcd-* flags and HOLDFAST_ETCD_* variables as
-`holdfastctl epoch init`); no arbiter is needed. Shows:
+`holdfastctl epoch init`; with a separate coord cluster, --coord-endpoint or
+HOLDFAST_COORD_ENDPOINT, the class set, the refused change, the allocator
+and the controller are read there); no arbiter is needed. Shows:
 
   class set   the set at /sys/policy: version, hash, source commit, when it
               was published and by which controller
@@ -128,8 +130,11 @@ async fn read(etcd: &Etcd, coord: Option<&Etcd>, election: &str) -> Result<Snaps
         None => (None, None),
     };
     let tiers = (entity_id, coord_id);
-    let published = policy::read_published(etcd).await.map_err(|e| etcd_failure(POLICY_KEY, &e))?;
-    let status = policy::read_status(etcd).await.map_err(|e| etcd_failure(POLICY_STATUS_KEY, &e))?;
+    // The class set, the controller's report and its election are on the
+    // coord cluster; the epoch and the seal on the entity cluster.
+    let at = coord.unwrap_or(etcd);
+    let published = policy::read_published(at).await.map_err(|e| etcd_failure(POLICY_KEY, &e))?;
+    let status = policy::read_status(at).await.map_err(|e| etcd_failure(POLICY_STATUS_KEY, &e))?;
     let epoch = match epoch::read_sys(etcd).await {
         Ok(sys) => EpochState::Read { epoch: sys.epoch.map(|(r, _)| r), seal: sys.seal },
         Err(EpochError::Etcd(e)) => return Err(etcd_failure("/sys/epoch", &e)),
@@ -140,7 +145,7 @@ async fn read(etcd: &Etcd, coord: Option<&Etcd>, election: &str) -> Result<Snaps
         Err(EpochError::Etcd(e)) => return Err(etcd_failure(holdfast_model::layout::EPOCHS_KEY, &e)),
         Err(e) => Err(e.to_string()),
     };
-    let leader = policy::read_controller_leader(etcd, election).await.map_err(|e| etcd_failure(election, &e))?;
+    let leader = policy::read_controller_leader(at, election).await.map_err(|e| etcd_failure(election, &e))?;
     Ok(Snapshot { published, status, epoch, allocated, tiers, leader })
 }
 
