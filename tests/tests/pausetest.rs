@@ -39,6 +39,8 @@ struct Kit<'a> {
     app: &'a Appliance,
     pg: &'a Postgres,
     s3: &'a S3,
+    /// A separate coord cluster the kit is told of (HOLDFAST_COORD_ENDPOINT).
+    coord: Option<&'a Etcd>,
 }
 
 impl Kit<'_> {
@@ -61,6 +63,7 @@ impl Kit<'_> {
         let out = tokio::process::Command::new(bin("holdfast-pausetest"))
             .envs(self.app.ctl_env("teams/pausetest"))
             .env("HOLDFAST_ETCD_ENDPOINT", self.app.etcd.endpoints().join(","))
+            .envs(self.coord.map(|c| ("HOLDFAST_COORD_ENDPOINT", c.endpoints().join(","))))
             .envs(self.s3.env())
             .args(args)
             .output()
@@ -133,7 +136,7 @@ async fn kit_passes_on_the_reference_fences_and_status_honours_expiry_and_schema
     let app = Appliance::start("pausetest-pass", 1).await;
     let pg = Postgres::start(&app.dir.path);
     let s3 = S3::start(&app.dir.path, &["fences"]);
-    let kit = Kit { app: &app, pg: &pg, s3: &s3 };
+    let kit = Kit { app: &app, pg: &pg, s3: &s3, coord: None };
 
     let (on_pg, on_s3) = tokio::join!(
         kit.run("ledger", "pausetest/pg", Resource::Postgres, "correct"),
@@ -195,7 +198,7 @@ async fn kit_fails_and_records_the_failure_on_wrong_fences() {
     let app = Appliance::start("pausetest-fail", 1).await;
     let pg = Postgres::start(&app.dir.path);
     let s3 = S3::start(&app.dir.path, &["fences"]);
-    let kit = Kit { app: &app, pg: &pg, s3: &s3 };
+    let kit = Kit { app: &app, pg: &pg, s3: &s3, coord: None };
 
     let cases = [
         ("ledger-lte", "pausetest/pg-lte", Resource::Postgres, "less-or-equal", "compares with <= instead of <"),
@@ -230,7 +233,7 @@ async fn kit_refuses_bad_input_before_touching_anything() {
     let app = Appliance::start("pausetest-usage", 1).await;
     let pg = Postgres::start(&app.dir.path);
     let s3 = S3::start(&app.dir.path, &["fences"]);
-    let kit = Kit { app: &app, pg: &pg, s3: &s3 };
+    let kit = Kit { app: &app, pg: &pg, s3: &s3, coord: None };
     for (args, needle) in [
         (vec!["--class", "Bad_Class", "--lock", "a/b", "--resource", "s3://fences/x"], "class"),
         (vec!["--class", "c", "--lock", "nokey", "--resource", "s3://fences/x"], "--lock"),
@@ -302,7 +305,7 @@ async fn a_fenced_class_is_refused_until_the_pause_test_passes_on_postgres() {
     app.controller.stop(Duration::from_secs(10));
     let pg = Postgres::start(&app.dir.path);
     let s3 = S3::start(&app.dir.path, &["fences"]);
-    let kit = Kit { app: &app, pg: &pg, s3: &s3 };
+    let kit = Kit { app: &app, pg: &pg, s3: &s3, coord: None };
     let mut kv = app.etcd.client().await;
 
     // A class set whose one class is fenced, guarded by the reference
@@ -382,4 +385,25 @@ async fn a_fenced_class_is_refused_until_the_pause_test_passes_on_postgres() {
 fn percent_fixture() -> String {
     let key = layout::pausetest_key("x", holdfast_fixtures::policy::FIXTURE_RESOURCE);
     key.rsplit('/').next().unwrap().to_string()
+}
+
+/// With a separate coord cluster named, the result is recorded there (where
+/// the controller reads it), not on the lock cluster, and `status` reads it
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kit_records_on_the_coord_cluster_when_one_is_named() {
+    let app = Appliance::start("pausetest-coord", 1).await;
+    let pg = Postgres::start(&app.dir.path);
+    let s3 = S3::start(&app.dir.path, &["fences"]);
+    let coord = Etcd::start(&app.dir.path.join("coord"), 1).await;
+    let kit = Kit { app: &app, pg: &pg, s3: &s3, coord: Some(&coord) };
+    let out = kit.run("ledger", "pausetest/pg", Resource::Postgres, "correct").await;
+    assert_eq!(out.code, 0, "{out}");
+    let key = layout::pausetest_key("ledger", &kit.describe(Resource::Postgres));
+    let on_coord = coord.client().await.get(key.as_str(), None).await.unwrap().count();
+    let on_entity = app.etcd.client().await.get(key.as_str(), None).await.unwrap().count();
+    assert_eq!((on_coord, on_entity), (1, 0), "the result is on the coord cluster only");
+    let (out, status) = kit.status("ledger", Resource::Postgres).await;
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(status["present"], true, "{status}");
 }

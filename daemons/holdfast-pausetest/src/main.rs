@@ -5,7 +5,7 @@ mod record;
 mod run;
 
 use clap::{Parser, Subcommand};
-use holdfast_cli::conn::{ConnArgs, EtcdArgs};
+use holdfast_cli::conn::{ConnArgs, CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use std::process::ExitCode;
 
@@ -52,7 +52,10 @@ use std::process::ExitCode;
 /// Connection: --endpoint --ca --cert --key (or HOLDFAST_ENDPOINT,
 /// HOLDFAST_CA, HOLDFAST_CERT, HOLDFAST_KEY) for the arbiter, as for
 /// holdfastctl; --etcd-endpoint (HOLDFAST_ETCD_ENDPOINT) and --etcd-ca/-cert/
-/// -key for recording. Tokens are never printed.
+/// -key for recording, or, with a separate coord cluster (where the
+/// controller reads the results), --coord-endpoint (HOLDFAST_COORD_ENDPOINT)
+/// and --coord-ca/-cert/-key (default: the --etcd-* ones). Tokens are never
+/// printed.
 #[derive(Parser)]
 #[command(version, about, long_about, propagate_version = true, verbatim_doc_comment)]
 struct Cli {
@@ -96,6 +99,8 @@ pub struct Target {
     pub resource: holdfast_pausetest::ResourceArgs,
     #[command(flatten)]
     pub etcd: EtcdArgs,
+    #[command(flatten)]
+    pub coord: CoordArgs,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -12,8 +12,11 @@ pub fn now_unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Where results are recorded: the coord cluster when one is named (the
+/// controller reads them there), else the --etcd-endpoint cluster.
 pub async fn connect(target: &Target) -> Result<Etcd, String> {
-    Etcd::connect(&target.etcd.config()).await.map_err(|e| format!("{e:#}"))
+    let config = target.coord.config(&target.etcd).unwrap_or_else(|| target.etcd.config());
+    Etcd::connect(&config).await.map_err(|e| format!("{e:#}"))
 }
 
 /// The version of the first etcd member that answers.

@@ -86,8 +86,9 @@ struct CheckArgs {
     #[arg(value_name = "DIR")]
     dir: PathBuf,
     /// etcd client URLs, comma-separated: read the pause-test results under
-    /// /sys/pausetest/ and check every fenced class. Not read from the
-    /// environment: the check is offline unless you ask.
+    /// /sys/pausetest/ and check every fenced class. Name the cluster the
+    /// controller publishes to (the coord cluster, when separate). Not read
+    /// from the environment: the check is offline unless you ask.
     #[arg(long, visible_alias = "etcd", value_delimiter = ',', value_name = "URL[,URL]")]
     etcd_endpoint: Vec<String>,
     /// CA of the etcd server certificates (https endpoints).
