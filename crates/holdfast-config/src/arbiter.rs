@@ -554,6 +554,25 @@ mod tests {
     }
 
     #[test]
+    fn the_coord_section_reads_back_and_its_problems_name_it() {
+        let tls = TlsConfig {
+            cert_file: "/t/c.pem".into(),
+            key_file: "/t/k.pem".into(),
+            client_ca_file: "/t/ca.pem".into(),
+            trust_domain: "example.org".into(),
+        };
+        let mut c = ArbiterConfig::new(tls, EtcdConfig::plain(vec!["http://127.0.0.1:2379".into()]));
+        assert!(!c.to_toml().unwrap().contains("[coord]"), "no [coord] unless set");
+        c.coord = Some(EtcdConfig::plain(vec!["127.0.0.1:2479".into()]));
+        let text = c.to_toml().unwrap();
+        let back: ArbiterConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.coord, c.coord);
+        let p = c.problems();
+        assert!(p.iter().any(|p| p.starts_with("coord.endpoints: \"127.0.0.1:2479\" needs a scheme")), "{p:?}");
+        assert!(!p.iter().any(|p| p.starts_with("etcd.endpoints")), "{p:?}");
+    }
+
+    #[test]
     fn a_zero_limit_is_refused_naming_its_key() {
         let mut c = LimitsConfig { max_holds_per_namespace: 0, ..LimitsConfig::default() };
         c.namespaces.insert("pay".into(), NamespaceLimits { max_holds: 0 });
