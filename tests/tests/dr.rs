@@ -580,9 +580,13 @@ async fn a_coord_restore_older_than_an_advance_never_reissues_an_epoch() {
         holdfast_store::epoch::read_allocator(&holdfast_store::Etcd::connect(&drill.coord_root()).await.unwrap()).await.unwrap();
     assert_eq!(allocator.highest, 2, "the advance allocated epoch 2 on the coord cluster");
 
-    // Both clusters restored from before that advance; every daemon restarted.
+    // Both clusters restored from before that advance; every daemon
+    // restarted. The coord restore alone seals nothing: the entity
+    // cluster's locks and epoch are untouched, and grants go on.
     let restored = drill.restore_cluster(&coord_snapshot, "coord");
     assert!(restored.stdout.contains("coord etcd restored"), "{restored}");
+    assert_eq!(drill.wait(false).await.epoch, 2, "a coord restore sealed the arbiter");
+    issued.extend(drill.grants("after-coord-restore", 3).await);
     drill.restore(&entity_snapshot);
     drill.wait(true).await;
     drop(stop);
