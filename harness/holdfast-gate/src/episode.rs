@@ -368,7 +368,17 @@ pub(crate) async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, b
         key: cluster.client_cert.key.clone(),
     })
     .await?;
-    let session = client.open_session(CLIENT_TTL).await?;
+    // Opened like the keys are acquired: retried until the budget is spent
+    // (right after a fault heals, the arbiter may still be re-checking etcd
+    // and answer UNAVAILABLE); never opened in time, every key counts as
+    // not granted.
+    let session = loop {
+        match client.open_session(CLIENT_TTL).await {
+            Ok(s) => break s,
+            Err(_) if healed.elapsed() < budget => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(_) => return Ok((healed.elapsed(), ep.keys)),
+        }
+    };
     // Recorded like any client (process 1000): its grants are in etcd's log.
     let log = client::Log::create(&ep.dir.join("liveness.jsonl"), 1000)?;
     let mut keys = Vec::new();
