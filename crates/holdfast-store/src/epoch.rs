@@ -374,7 +374,11 @@ pub async fn advance_txn_to(etcd: &Etcd, target: &Target) -> Result<Advanced, Ep
 /// sessions' leases are not revoked yet.
 pub async fn advance_txn_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target) -> Result<Advanced, EpochError> {
     let coord = separate_coord(etcd, coord).await?;
-    nonce_unused_via(etcd, coord, target).await?;
+    // `coord` is resolved already: check where the nonce would be recorded
+    // without asking both clusters for their IDs again.
+    for at in coord.into_iter().chain([etcd]) {
+        nonce_unused(at, target).await?;
+    }
     let sys = read_sys(etcd).await?;
     let (current, bytes) = sys.epoch.ok_or(EpochError::NotInitialised)?;
     if current.epoch != target.expected {
