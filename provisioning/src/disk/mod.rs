@@ -209,17 +209,11 @@ pub fn format_and_bind(
         remove_other_keyslots(dev)?;
         return Ok(FormatOutcome { changed: true, steps, state: finished(dev)? });
     }
-    if !force {
-        if let Some(what) = state.luks.clone().or(state.signature.clone()) {
-            return Err(ProvisionError::DeviceInUse {
-                device: dev.display().to_string(),
-                what: if state.luks.is_some() {
-                    format!("a {what} header without a Clevis binding")
-                } else {
-                    format!("a {what} signature")
-                },
-            });
-        }
+    if !force && let Some(what) = state.luks.clone().or(state.signature.clone()) {
+        return Err(ProvisionError::DeviceInUse {
+            device: dev.display().to_string(),
+            what: if state.luks.is_some() { format!("a {what} header without a Clevis binding") } else { format!("a {what} signature") },
+        });
     }
     if state.signature.is_some() {
         steps.push(format!("wipe signatures ({}) with wipefs (forced)", state.signature.as_deref().unwrap_or("")));
