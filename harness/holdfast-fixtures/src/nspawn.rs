@@ -167,7 +167,17 @@ pub fn cached_root(extra: &[&str], prepare: impl FnOnce(&Path) -> anyhow::Result
     }
     let started = Instant::now();
     std::fs::create_dir_all(cache_dir()).with_context(|| format!("creating {}", cache_dir().display()))?;
-    // Build beside, rename into place: two builds racing both finish, one wins.
+    // One debootstrap per root at a time: a test that asks while another
+    // (the install test beside the fleet test) is making it waits, then
+    // takes the finished root, instead of making a second copy side by side.
+    let lock_path = dir.with_extension("lock");
+    let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    lock.lock().with_context(|| format!("locking {}", lock_path.display()))?;
+    if dir.join("complete").is_file() {
+        return Ok((root, Duration::ZERO));
+    }
+    // Build beside, rename into place: a build that dies leaves no root
+    // that looks complete.
     let building = cache_dir().join(format!("{}.building-{}", dir.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
     let _ = std::fs::remove_dir_all(&building);
     std::fs::create_dir_all(&building)?;
