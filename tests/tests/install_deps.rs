@@ -1,7 +1,8 @@
 //! `scripts/install-deps` decides "missing" exactly: the libclang that
 //! bindgen needs is not satisfied by `libclang-cpp14`, which a fresh Debian
 //! 12 machine may have without `libclang-dev` (the first-run failure of
-//! `scripts/dev`).
+//! `scripts/dev`); and `--dev` (what `scripts/dev` runs) installs only what
+//! the dev appliance needs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +14,13 @@ fn script() -> PathBuf {
 /// What `install-deps --print-missing` would install with the libclang probe
 /// looking under `root`.
 fn missing_with_root(root: &Path) -> Vec<String> {
-    let out = Command::new("bash").arg(script()).arg("--print-missing").env("HOLDFAST_PROBE_ROOT", root).output().unwrap();
+    missing_in(root, &[])
+}
+
+/// What `install-deps --print-missing ARGS` would install and build with
+/// every probe looking under `root`.
+fn missing_in(root: &Path, args: &[&str]) -> Vec<String> {
+    let out = Command::new("bash").arg(script()).arg("--print-missing").args(args).env("HOLDFAST_PROBE_ROOT", root).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
@@ -60,4 +67,52 @@ fn the_real_probe_agrees_with_dpkg() {
     let out = Command::new("bash").arg(script()).arg("--print-missing").env_remove("HOLDFAST_PROBE_ROOT").output().unwrap();
     let missing = String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "libclang-dev");
     assert_eq!(missing, !installed, "probe says missing={missing}, dpkg says installed={installed}");
+}
+
+fn executable(root: &Path, rel: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    touch(root, rel);
+    std::fs::set_permissions(root.join(rel), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Whether install-deps will find Go (it builds etcd 3.6 with it).
+fn have_go() -> bool {
+    Command::new("bash").args(["-c", "command -v go"]).status().map(|s| s.success()).unwrap_or(false)
+}
+
+/// `scripts/dev` runs `install-deps --dev`: on a machine with nothing, the
+/// build's tools and etcd, and nothing the tests alone need (no gate tools,
+/// no PostgreSQL, no packaging tools, no versitygw, grpcurl or ansible).
+#[test]
+fn dev_mode_installs_only_what_the_dev_appliance_needs() {
+    let root = tempfile::tempdir().unwrap();
+    let mut want: Vec<String> = ["protobuf-compiler", "libprotobuf-dev", "build-essential", "pkg-config"].map(String::from).to_vec();
+    if have_go() {
+        want.push("build: etcd".into());
+    } else {
+        want.extend(["etcd-server".into(), "etcd-client".into()]);
+    }
+    assert_eq!(missing_in(root.path(), &["--dev"]), want);
+    // The full run wants all of that and the tests' own tools besides.
+    let full = missing_in(root.path(), &[]);
+    for w in &want {
+        assert!(full.contains(w), "the full install lacks {w}: {full:?}");
+    }
+    for w in ["etcd-server", "postgresql", "iptables", "debootstrap", "build: ansible", "build: cargo-deb"] {
+        assert!(full.contains(&w.to_string()), "the full install lacks {w}: {full:?}");
+    }
+}
+
+/// With the files those packages install, `--dev` wants nothing.
+#[test]
+fn dev_mode_is_satisfied_by_the_exact_files() {
+    let root = tempfile::tempdir().unwrap();
+    for f in ["usr/bin/protoc", "usr/bin/cc", "usr/bin/pkg-config", "usr/local/bin/etcd", "usr/bin/etcd", "usr/bin/etcdctl"] {
+        executable(root.path(), f);
+    }
+    touch(root.path(), "usr/include/google/protobuf/descriptor.proto");
+    assert_eq!(missing_in(root.path(), &["--dev"]), Vec::<String>::new());
+    // A header without protoc (another package's) is not the compiler.
+    std::fs::remove_file(root.path().join("usr/bin/protoc")).unwrap();
+    assert_eq!(missing_in(root.path(), &["--dev"]), vec!["protobuf-compiler".to_string()]);
 }
