@@ -21,6 +21,10 @@
 //!   one host at a time, each gated on health) while a client holds a lock
 //!   through `holdfastctl lock exec` and renews it: it keeps the lock
 //!   throughout (exit 0, not 79 for a lost lock).
+//! - Then `epoch-advance.yml` with a request written and signed on
+//!   etcd-a1: with one signer the packaged unit refuses (exit 77) and
+//!   `/sys/epoch` and `/sys/epochs` keep their mod revisions; with two it
+//!   advances, and every host's arbiter serves epoch 2.
 //!
 //! Needs root, debootstrap, systemd-container, openssl, ssh and the
 //! ansible venv from scripts/install-deps; a Debian mirror the first time
@@ -225,6 +229,11 @@ all:
 /// Runs a playbook from ansible/ against the inventory inside the test's
 /// namespace; its output goes to `log` (and is returned).
 fn playbook(ns: &Netns, work: &Path, playbook: &str, log: &Path) -> (bool, String) {
+    playbook_with(ns, work, playbook, &[], log)
+}
+
+/// [`playbook`] with extra ansible-playbook arguments (`-e ...`).
+fn playbook_with(ns: &Netns, work: &Path, playbook: &str, extra: &[String], log: &Path) -> (bool, String) {
     let venv = Path::new(ANSIBLE_VENV);
     assert!(
         venv.join("ansible-playbook").is_file(),
@@ -236,6 +245,7 @@ fn playbook(ns: &Netns, work: &Path, playbook: &str, log: &Path) -> (bool, Strin
     cmd.args(["-i"])
         .arg(work.join("inventory.yml"))
         .arg(playbook)
+        .args(extra)
         .current_dir(&ansible)
         .env("PATH", format!("{ANSIBLE_VENV}:{}", std::env::var("PATH").unwrap_or_default()))
         .env("ANSIBLE_CONFIG", ansible.join("ansible.cfg"))
@@ -505,7 +515,150 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             all_diagnostics(&cs)
         );
     });
+
+    // The two-person epoch advance as the DR runbook carries it out on a
+    // fleet: the request written and signed on etcd-a1, then
+    // `epoch-advance.yml`, which copies it with its signatures to the host
+    // and starts the packaged holdfast-epoch-advance@ unit. One signer
+    // (alice's signature given twice) is refused by the unit and changes
+    // nothing in etcd; two advance the epoch, and every arbiter serves it.
+    clock.step("epoch-advance.yml refuses one signer and advances with two", || {
+        for f in ["etcd-ca.pem", "etcd-holdfast-epoch.pem", "etcd-holdfast-epoch-key.pem"] {
+            cs[0].copy_in(&w.join("tls").join(f), &format!("/root/dr/{f}")).expect("the holdfast-epoch credentials");
+        }
+        let setup = must(&cs, 0, "approvers, credentials and a request", &epoch_advance_setup());
+        let request = setup.stdout.lines().filter_map(|l| l.strip_prefix("request ")).next_back().map(str::to_string);
+        let request = request.unwrap_or_else(|| panic!("no request was written:\n{setup}"));
+        let sig = |who: &str| cs[0].host_path(&format!("/root/dr/requests/{request}.{who}.sig")).display().to_string();
+        let (toml, before) = (cs[0].host_path(&format!("/root/dr/requests/{request}")).display().to_string(), epoch_record(&ns, &w));
+        must(&cs, 0, "alice signs", &format!("holdfastctl approve /root/dr/requests/{request} --ssh-key /root/dr/alice"));
+        let args = |sigs: [String; 2]| {
+            vec![
+                "-e".to_string(),
+                "epoch_advance_host=etcd-a1".to_string(),
+                "-e".to_string(),
+                format!("epoch_advance_request={toml}"),
+                "-e".to_string(),
+                format!("{{\"epoch_advance_signatures\": [\"{}\", \"{}\"]}}", sigs[0], sigs[1]),
+            ]
+        };
+        let (ok, refused) = playbook_with(&ns, &w, "epoch-advance.yml", &args([sig("alice"), sig("alice")]), &w.join("epoch-1.log"));
+        assert!(!ok, "epoch-advance.yml advanced with one signer (log {}):\n{}", w.join("epoch-1.log").display(), tail(&refused, 60));
+        assert!(
+            refused.contains("only alice signed") && refused.contains("exit 77"),
+            "the playbook reports the unit's refusal and why (log {}):\n{}",
+            w.join("epoch-1.log").display(),
+            tail(&refused, 60)
+        );
+        assert_eq!(epoch_record(&ns, &w), before, "a refused advance changed /sys/epoch or /sys/epochs");
+        must(&cs, 0, "bob signs", &format!("holdfastctl approve /root/dr/requests/{request} --ssh-key /root/dr/bob"));
+        let (ok, advanced) = playbook_with(&ns, &w, "epoch-advance.yml", &args([sig("alice"), sig("bob")]), &w.join("epoch-2.log"));
+        if !ok {
+            panic!(
+                "epoch-advance.yml failed with two signers (log {}):\n{}\n{}",
+                w.join("epoch-2.log").display(),
+                tail(&advanced, 80),
+                all_diagnostics(&cs)
+            );
+        }
+        assert_ne!(epoch_record(&ns, &w), before, "the advance wrote neither /sys/epoch nor /sys/epochs");
+        for (i, (_, _, addr)) in HOSTS.iter().enumerate() {
+            let status = must(&cs, i, "epoch status", &epoch_status(addr)).stdout;
+            assert!(
+                status.contains("\"epoch\":2,") && status.contains("\"serving\":true"),
+                "the arbiter at {addr} serves epoch 2: {status}"
+            );
+        }
+        must(
+            &cs,
+            1,
+            "a lock after the advance",
+            &format!("{}; holdfastctl lock exec demo/after-advance --wait 30s -- true", client_env(HOSTS[1].2)),
+        );
+    });
     clock.summary();
     drop(cs);
     drop(ns);
+}
+
+/// On etcd-a1: two dr-operators' keys and approvers.toml, the unit's
+/// credentials (/etc/holdfast/epoch-advance.env: the holdfast-epoch etcd
+/// user, and every arbiter with the operator's certificate), and a request
+/// to advance the (unsealed) cluster, in /root/dr/requests/. Prints
+/// `request NAME.toml`.
+fn epoch_advance_setup() -> String {
+    let etcd = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
+    let arbiters = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
+    format!(
+        r#"cd /root/dr
+for who in alice bob; do ssh-keygen -q -t ed25519 -N '' -C $who -f /root/dr/$who; done
+for who in alice bob; do
+  printf '[approver.%s]\nroles = ["dr-operator"]\nkeys = ["%s"]\n' $who "$(cat /root/dr/$who.pub)"
+done > /root/dr/approvers.toml
+install -d -m 0750 -g holdfast /etc/holdfast/dr
+install -m 0640 -g holdfast /root/dr/approvers.toml /etc/holdfast/approvers.toml
+install -m 0644 etcd-ca.pem /etc/holdfast/dr/etcd-ca.pem
+install -m 0644 etcd-holdfast-epoch.pem /etc/holdfast/dr/etcd-epoch.pem
+install -m 0640 -g holdfast etcd-holdfast-epoch-key.pem /etc/holdfast/dr/etcd-epoch-key.pem
+install -m 0644 /root/fleet-client/holdfast-ca.pem /etc/holdfast/dr/holdfast-ca.pem
+install -m 0644 /root/fleet-client/operator.pem /etc/holdfast/dr/operator.pem
+install -m 0640 -g holdfast /root/fleet-client/operator-key.pem /etc/holdfast/dr/operator-key.pem
+cat > /etc/holdfast/epoch-advance.env <<'ENV'
+HOLDFAST_ETCD_ENDPOINT={etcd}
+HOLDFAST_ETCD_CA=/etc/holdfast/dr/etcd-ca.pem
+HOLDFAST_ETCD_CERT=/etc/holdfast/dr/etcd-epoch.pem
+HOLDFAST_ETCD_KEY=/etc/holdfast/dr/etcd-epoch-key.pem
+HOLDFAST_ENDPOINT={arbiters}
+HOLDFAST_CA=/etc/holdfast/dr/holdfast-ca.pem
+HOLDFAST_CERT=/etc/holdfast/dr/operator.pem
+HOLDFAST_KEY=/etc/holdfast/dr/operator-key.pem
+ENV
+chmod 0640 /etc/holdfast/epoch-advance.env
+chgrp holdfast /etc/holdfast/epoch-advance.env
+set -a; . /etc/holdfast/epoch-advance.env; set +a
+holdfastctl epoch advance-request --unsealed --requester alice --reason 'fleet test' \
+  --approvers /etc/holdfast/approvers.toml --state-dir /root/dr
+echo "request $(basename "$(ls -t /root/dr/requests/epoch-advance-*.toml | head -1)")""#
+    )
+}
+
+/// `/sys/epoch` and `/sys/epochs` with their mod revisions, read as etcd's
+/// root from the test's namespace.
+fn epoch_record(ns: &Netns, work: &Path) -> String {
+    let endpoints = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
+    let t = work.join("tls");
+    let mut text = String::new();
+    for key in ["/sys/epoch", "/sys/epochs"] {
+        let got = run_ok(
+            ns.exec("etcdctl")
+                .arg(format!("--endpoints={endpoints}"))
+                .arg(format!("--cacert={}", t.join("etcd-ca.pem").display()))
+                .arg(format!("--cert={}", t.join("etcd-root.pem").display()))
+                .arg(format!("--key={}", t.join("etcd-root-key.pem").display()))
+                .args(["get", key, "-w", "fields"])
+                .env("ETCDCTL_API", "3"),
+            "etcdctl get",
+        );
+        text.extend(
+            got.lines()
+                .filter(|l| l.starts_with("\"Key\"") || l.starts_with("\"Value\"") || l.starts_with("\"ModRevision\""))
+                .map(|l| format!("{l}\n")),
+        );
+    }
+    text
+}
+
+/// The arbiter at `addr`'s epoch status, once it serves epoch 2 (up to
+/// 30 s after the advance).
+fn epoch_status(addr: &str) -> String {
+    format!(
+        r#"{}
+for i in $(seq 60); do
+  s=$(holdfastctl epoch status --json)
+  case $s in *'"serving":true'*) case $s in *'"epoch":2,'*) break;; esac;; esac
+  sleep 0.5
+done
+echo "$s""#,
+        client_env(addr)
+    )
 }
