@@ -45,6 +45,13 @@ fn the_dev_tour_works_as_the_readme_says() {
         assert_eq!(etcd.get("/sys/policy", None).await.unwrap().count(), 0, "a class set on the entity cluster");
         let mut coord = Etcd::client_for(&coord).await;
         assert!(coord.put("/sys/policy", "x", None).await.is_err(), "the observer wrote the class set");
+        // The controller and the tailer campaign on the coord cluster: the
+        // entity cluster (its history recorded by the tailer) holds no election.
+        for election in ["/sys/election/controller", "/sys/election/tailer"] {
+            let prefix = || Some(etcd_client::GetOptions::new().with_prefix().with_count_only());
+            assert_eq!(etcd.get(election, prefix()).await.unwrap().count(), 0, "{election} on the entity cluster");
+            assert_eq!(coord.get(election, prefix()).await.unwrap().count(), 1, "{election} on the coord cluster: one candidate");
+        }
         let r = coord.get("/sys/policy", None).await.unwrap();
         serde_json::from_slice::<serde_json::Value>(r.kvs()[0].value()).unwrap()
     });

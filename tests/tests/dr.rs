@@ -486,11 +486,28 @@ async fn older_snapshot_drill(tiers: Tiers) {
     assert_eq!(status.cluster, "dev");
     assert_eq!(status.served.iter().map(|s| (s.cluster.as_str(), s.epoch)).collect::<Vec<_>>(), [("dev", 2)], "{status:?}");
 
+    // The tailer has recorded those grants (its checkpoint is past them,
+    // so past S): after the restore its store is ahead of etcd.
+    let last = issued.iter().map(|t| t.revision()).max().unwrap_or_default();
+    let recorded = || holdfast_audit::store::read_checkpoint(&state.join("audit")).ok().flatten().map(|c| c.revision as u64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while recorded().is_none_or(|r| r < last) {
+        assert!(std::time::Instant::now() < deadline, "the tailer did not record past revision {last} in 30 s: {:?}", recorded());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Restore S again (older than that advance), and restart every daemon.
     drill.restore(&snapshot);
     drill.wait(true).await;
     drop(stop);
-    let (_, _stop) = dev_detach(&state);
+    let (banner, _stop) = dev_detach(&state);
+    // The tailer's store recorded revisions the restored etcd reuses: the
+    // appliance kept it aside and the tailer started a new one (the runbook's step).
+    let kept = std::fs::read_dir(&state)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("audit.before-restore-"))
+        .count();
+    assert_eq!(kept, 1, "the audit store recorded before the restore is kept aside: {banner}");
     let status = drill.wait(true).await;
     assert_eq!(status.served.iter().map(|s| s.epoch).max(), Some(2), "the arbiter remembers epoch 2 across the restart: {status:?}");
     let shown =

@@ -42,6 +42,14 @@ pub struct TailerConfig {
     /// Leader election among the tailers of one cluster.
     #[serde(default)]
     pub election: TailerElection,
+    /// The coord cluster, where the tailers of this cluster campaign
+    /// (`[election]` there), so a restore of the recorded cluster never
+    /// rolls the election back and the recorded history holds no election
+    /// traffic. Absent: they campaign on the cluster they record (the tiers
+    /// share one cluster). The tailers of each entity cluster that share a
+    /// coord cluster need an `election.name` of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coord: Option<EtcdConfig>,
     /// Also write every event into a ClickHouse table (off when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clickhouse: Option<ClickHouseConfig>,
@@ -102,6 +110,7 @@ impl TailerConfig {
             compaction_window: default_compaction_window(),
             etcd,
             election: TailerElection::default(),
+            coord: None,
             clickhouse: None,
             archive: None,
         }
@@ -137,6 +146,9 @@ impl TailerConfig {
             p.push("compaction_window must be at least 1m: set it to etcd's --auto-compaction-retention (default 1h)".into());
         }
         p.extend(election_problems(&self.election.name, self.election.ttl, "/sys/election/tailer", "5s"));
+        if let Some(coord) = &self.coord {
+            p.extend(coord.problems_in("coord"));
+        }
         if let Some(c) = &self.clickhouse {
             p.extend(c.problems());
         }
@@ -159,6 +171,17 @@ mod tests {
         assert!(c.problems().is_empty(), "{:?}", c.problems());
         let text = c.to_toml().unwrap();
         assert_eq!(toml::from_str::<TailerConfig>(&text).unwrap().to_toml().unwrap(), text);
+    }
+
+    #[test]
+    fn the_coord_section_reads_back_and_its_problems_name_it() {
+        let mut c = TailerConfig::new(EtcdConfig::plain(vec!["http://127.0.0.1:2379".into()]));
+        assert!(!c.to_toml().unwrap().contains("[coord]"), "no [coord] unless set");
+        c.coord = Some(EtcdConfig::plain(vec!["127.0.0.1:2479".into()]));
+        let back: TailerConfig = toml::from_str(&c.to_toml().unwrap()).unwrap();
+        assert_eq!(back.coord, c.coord);
+        let p = back.problems();
+        assert!(p.iter().any(|p| p.starts_with("coord.endpoints: \"127.0.0.1:2479\" needs a scheme")), "{p:?}");
     }
 
     #[test]

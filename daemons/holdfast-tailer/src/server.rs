@@ -25,18 +25,27 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
     let mut stop = Stop::new()?;
     let etcd = Etcd::connect(&config.etcd).await?;
     let waiting = holdfast_store::etcd::connect_for_waiting_calls(&config.etcd).await?;
+    // The election: on the coord cluster when one is named, else on the
+    // recorded cluster.
+    let elections = config.coord.as_ref().unwrap_or(&config.etcd);
+    let (elect, elect_waiting) = if config.coord.is_some() {
+        (Etcd::connect(elections).await?, holdfast_store::etcd::connect_for_waiting_calls(elections).await?)
+    } else {
+        (etcd.clone(), waiting.clone())
+    };
     let identity = holdfast_daemon::identity();
     tracing::info!(
         identity = %identity,
         store = %config.store_dir.display(),
         election = %config.election.name,
         etcd = %config.etcd.endpoints.join(","),
+        election_etcd = %elections.endpoints.join(","),
         "starting"
     );
     let mut notifier = Notifier::new();
     loop {
         let lease = tokio::select! {
-            r = Lease::grant(&etcd, config.election.ttl) => r,
+            r = Lease::grant(&elect, config.election.ttl) => r,
             _ = stop.stop() => return Ok(()),
         };
         let mut lease = match lease {
@@ -49,7 +58,7 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
                 }
             }
         };
-        let campaign = election::campaign(&waiting, &config.election.name, &identity, lease.id);
+        let campaign = election::campaign(&elect_waiting, &config.election.name, &identity, lease.id);
         let won = tokio::select! {
             biased;
             r = campaign => match r {
@@ -65,14 +74,14 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
                 None
             }
             _ = stop.stop() => {
-                lease.revoke(&etcd).await;
+                lease.revoke(&elect).await;
                 tracing::info!("stopped (standby)");
                 return Ok(());
             }
-            () = standby(&config, &etcd, &mut notifier) => None,
+            () = standby(&config, &elect, &mut notifier) => None,
         };
         let Some(won) = won else {
-            lease.revoke(&etcd).await;
+            lease.revoke(&elect).await;
             continue;
         };
         METRICS.set_leader(true);
@@ -81,18 +90,18 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
         METRICS.set_leader(false);
         match outcome {
             Led::Stopped => {
-                resign(&etcd, &won, lease).await;
+                resign(&elect, &won, lease).await;
                 notifier.stopping();
                 tracing::info!("stopped");
                 return Ok(());
             }
             Led::Lost(why) => {
                 tracing::warn!("lost the leadership ({why}); stopped recording, campaigning again");
-                lease.revoke(&etcd).await;
+                lease.revoke(&elect).await;
             }
             Led::Failed(e) => {
                 tracing::warn!(error = format!("{e:#}"), "recording failed; resigning and trying again from the checkpoint");
-                resign(&etcd, &won, lease).await;
+                resign(&elect, &won, lease).await;
                 tokio::select! {
                     _ = tokio::time::sleep(ROUND * 2) => {}
                     _ = stop.stop() => return Ok(()),
@@ -107,8 +116,8 @@ async fn resign(etcd: &Etcd, won: &Won, lease: Lease) {
     lease.revoke(etcd).await;
 }
 
-/// Reports the leader once a round while waiting as a standby; never
-/// returns.
+/// Reports the leader once a round while waiting as a standby (asking the
+/// cluster the election runs on); never returns.
 async fn standby(config: &TailerConfig, etcd: &Etcd, notifier: &mut Notifier) {
     // An uncontested campaign wins at once: READY should then report the
     // active tailer's first round, so the first standby round waits.

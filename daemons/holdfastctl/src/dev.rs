@@ -454,8 +454,33 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     c.wait_ready(Duration::from_secs(60))?;
     children.controller = Some(c);
 
-    // The audit tailer, recording into DIR/audit from etcd's first revision.
+    // After a restore of the entity cluster the tailer's store is ahead of
+    // etcd's revision, and the tailer refuses to record into it (the
+    // revisions will be reused): as docs/runbook-dr.md says, the store is
+    // kept aside and a new one started.
+    let audit = dir.join("audit");
+    if let Ok(Some(checkpoint)) = holdfast_audit::store::read_checkpoint(&audit) {
+        let revision =
+            etcd.client.clone().status().await.context("asking the entity etcd for its revision")?.header().map(|h| h.revision());
+        if revision.is_some_and(|r| checkpoint.revision > r) {
+            let kept = dir.join(format!(
+                "audit.before-restore-{}",
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+            ));
+            std::fs::rename(&audit, &kept).with_context(|| format!("moving {} aside", audit.display()))?;
+            say(&format!(
+                "the audit store recorded up to revision {}, past the restored etcd's {}: kept it as {} (the audit trail up to the restore); the tailer starts a new one",
+                checkpoint.revision,
+                revision.unwrap_or_default(),
+                kept.display()
+            ));
+        }
+    }
+
+    // The audit tailer, recording the entity cluster into DIR/audit from its
+    // first revision; it campaigns on the coord cluster.
     let mut tconfig = TailerConfig::new(as_user(roles::TAILER.name)?);
+    tconfig.coord = Some(etcd_pki.config_as(roles::TAILER.name, coord_urls.clone())?);
     tconfig.store_dir = dir.join("audit");
     let tailer_metrics_port = still_free(tailer_metrics_port, "the tailer's metrics");
     tconfig.metrics_listen = ([127, 0, 0, 1], tailer_metrics_port).into();
@@ -531,7 +556,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env"), &env)?;
     std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the class set, the controller's election, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the class set, the controller's and the tailer's elections, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = entity_urls.join(","),
         coord_url = coord_urls.join(","),
