@@ -412,18 +412,7 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
                 ),
             );
         }
-        let endpoints = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
-        let t = w.join("tls");
-        let listed = run_ok(
-            ns.exec("etcdctl")
-                .arg(format!("--endpoints={endpoints}"))
-                .arg(format!("--cacert={}", t.join("etcd-ca.pem").display()))
-                .arg(format!("--cert={}", t.join("etcd-root.pem").display()))
-                .arg(format!("--key={}", t.join("etcd-root-key.pem").display()))
-                .args(["member", "list"])
-                .env("ETCDCTL_API", "3"),
-            "etcdctl member list",
-        );
+        let listed = run_ok(etcdctl_root(&ns, &w).args(["member", "list"]), "etcdctl member list");
         eprintln!("{listed}");
         let started: Vec<&str> = listed.lines().filter(|l| l.contains(", started, ")).collect();
         assert_eq!(started.len(), 3, "etcdctl member list should show three started members:\n{listed}");
@@ -625,20 +614,9 @@ echo "request $(basename "$(ls -t /root/dr/requests/epoch-advance-*.toml | head 
 /// `/sys/epoch` and `/sys/epochs` with their mod revisions, read as etcd's
 /// root from the test's namespace.
 fn epoch_record(ns: &Netns, work: &Path) -> String {
-    let endpoints = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
-    let t = work.join("tls");
     let mut text = String::new();
     for key in ["/sys/epoch", "/sys/epochs"] {
-        let got = run_ok(
-            ns.exec("etcdctl")
-                .arg(format!("--endpoints={endpoints}"))
-                .arg(format!("--cacert={}", t.join("etcd-ca.pem").display()))
-                .arg(format!("--cert={}", t.join("etcd-root.pem").display()))
-                .arg(format!("--key={}", t.join("etcd-root-key.pem").display()))
-                .args(["get", key, "-w", "fields"])
-                .env("ETCDCTL_API", "3"),
-            "etcdctl get",
-        );
+        let got = run_ok(etcdctl_root(ns, work).args(["get", key, "-w", "fields"]), "etcdctl get");
         text.extend(
             got.lines()
                 .filter(|l| l.starts_with("\"Key\"") || l.starts_with("\"Value\"") || l.starts_with("\"ModRevision\""))
@@ -646,6 +624,19 @@ fn epoch_record(ns: &Netns, work: &Path) -> String {
         );
     }
     text
+}
+
+/// `etcdctl` against every member as etcd's root, from the test's namespace.
+fn etcdctl_root(ns: &Netns, work: &Path) -> Command {
+    let endpoints = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
+    let t = work.join("tls");
+    let mut cmd = ns.exec("etcdctl");
+    cmd.arg(format!("--endpoints={endpoints}"))
+        .arg(format!("--cacert={}", t.join("etcd-ca.pem").display()))
+        .arg(format!("--cert={}", t.join("etcd-root.pem").display()))
+        .arg(format!("--key={}", t.join("etcd-root-key.pem").display()))
+        .env("ETCDCTL_API", "3");
+    cmd
 }
 
 /// The arbiter at `addr`'s epoch status, once it serves epoch 2 (up to

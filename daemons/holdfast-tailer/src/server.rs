@@ -27,11 +27,9 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
     let waiting = holdfast_store::etcd::connect_for_waiting_calls(&config.etcd).await?;
     // The election: on the coord cluster when one is named, else on the
     // recorded cluster.
-    let elections = config.coord.as_ref().unwrap_or(&config.etcd);
-    let (elect, elect_waiting) = if config.coord.is_some() {
-        (Etcd::connect(elections).await?, holdfast_store::etcd::connect_for_waiting_calls(elections).await?)
-    } else {
-        (etcd.clone(), waiting.clone())
+    let (elect, elect_waiting) = match &config.coord {
+        Some(coord) => (Etcd::connect(coord).await?, holdfast_store::etcd::connect_for_waiting_calls(coord).await?),
+        None => (etcd.clone(), waiting.clone()),
     };
     let identity = holdfast_daemon::identity();
     tracing::info!(
@@ -39,7 +37,7 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
         store = %config.store_dir.display(),
         election = %config.election.name,
         etcd = %config.etcd.endpoints.join(","),
-        election_etcd = %elections.endpoints.join(","),
+        election_etcd = %config.coord.as_ref().unwrap_or(&config.etcd).endpoints.join(","),
         "starting"
     );
     let mut notifier = Notifier::new();
