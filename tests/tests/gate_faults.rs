@@ -56,7 +56,13 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
         s["faults_unconfirmed"]
     );
     assert!(s["deadlines"].as_u64().unwrap() >= 200, "client deadlines checked {}", s["deadlines"]);
-    assert!(s["lock_ops"].as_u64().unwrap() >= 5000, "lock ops {}", s["lock_ops"]);
+    // The workload ran: a floor well below what runs give, not a speed
+    // target (holdfast-bench measures speed). How many lock operations fit
+    // in the episode depends mostly on the fault schedule (the seed: one
+    // gave 4,205 and 4,273 on two builds) and on the other gate beside it:
+    // 4,205-8,589 over twelve runs on two cores, both targets at once
+    // (2026-12-05; the floor was 5,000 until a CI run gave 4,943).
+    assert!(s["lock_ops"].as_u64().unwrap() >= 3000, "lock ops {}", s["lock_ops"]);
     assert!(s["expiries"].as_u64().unwrap() >= 50, "expiries {}", s["expiries"]);
     assert!(s["leader_changes"].as_u64().unwrap() >= 3, "leader changes {}", s["leader_changes"]);
     assert!(s["stale_rejected"].as_u64().unwrap() >= 20, "stale writes rejected {}", s["stale_rejected"]);
