@@ -87,10 +87,51 @@ pub fn free_port() -> u16 {
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed) % span;
         let port = low + (start + n) % span;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && reserve(port) {
             return port;
         }
     }
+}
+
+/// Reserves `port` for this process until it exits, against every other
+/// process that draws ports here: an open-file-description lock on byte
+/// `port` of one file they all share ([`LOCK_FILE`] in the temporary
+/// directory). False if another living process reserved it. A port that is
+/// free is not enough: a daemon a test stops and starts again on its own
+/// ports (an etcd member restored from a snapshot) leaves them unbound for
+/// a while, and the DR drill once found its member's peer port taken by a
+/// process another test had started meanwhile ("bind: address already in
+/// use"). Without the file (it cannot be opened) ports are not reserved.
+fn reserve(port: u16) -> bool {
+    static FILE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    match FILE.get_or_init(open_lock_file) {
+        Some(file) => try_lock(file, port),
+        None => true,
+    }
+}
+
+/// The file whose bytes stand for ports.
+const LOCK_FILE: &str = "holdfast-ports.lock";
+
+fn open_lock_file() -> Option<std::fs::File> {
+    // Close-on-exec (std's default): a daemon started from this process
+    // does not inherit the reservations; they end with this process.
+    std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(std::env::temp_dir().join(LOCK_FILE)).ok()
+}
+
+/// A write lock on byte `port` of `file` (`F_OFD_SETLK`: held by this open
+/// file description, so it conflicts with any other, in this process or
+/// another, and is released when the description closes).
+fn try_lock(file: &std::fs::File, port: u16) -> bool {
+    use nix::libc;
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: libc::off_t::from(port),
+        l_len: 1,
+        l_pid: 0,
+    };
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&lock)).is_ok()
 }
 
 /// Whether process `pid` holds a socket listening on TCP `port` on this
@@ -163,6 +204,21 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), ports.len(), "a port handed out twice: {ports:?}");
+    }
+
+    /// What another process sees: its own open file description of the
+    /// lock file.
+    #[test]
+    fn a_port_handed_out_is_reserved_against_other_processes_and_theirs_against_it() {
+        let port = free_port();
+        let other = open_lock_file().expect("the lock file opens");
+        assert!(!try_lock(&other, port), "another process could reserve port {port}, which this one handed out");
+        // A port another process reserved is not handed out here, though
+        // nothing listens on it.
+        let theirs = (LOW..HIGH).find(|p| *p != port && try_lock(&other, *p)).unwrap();
+        assert!(!reserve(theirs), "port {theirs}, reserved by another process, was reserved here too");
+        drop(other);
+        assert!(reserve(theirs), "the other process's reservation ended with its file description");
     }
 
     #[test]
