@@ -155,6 +155,18 @@ pub struct WaitersConfig {
     pub watch: bool,
 }
 
+/// The names `[mutation]` takes (one per field of [`MutationConfig`]).
+pub const MUTATION_NAMES: [&str; 8] = [
+    "release_unguarded",
+    "no_epoch_compare",
+    "no_session_compare",
+    "token_from_counter",
+    "no_withdrawal_marker",
+    "no_seal_check",
+    "no_keepalive_confirmation",
+    "forget_served_epochs",
+];
+
 /// Test-build-only mutations of the arbiter (see `[mutation]`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -213,12 +225,7 @@ impl MutationConfig {
             "no_seal_check" => &mut self.no_seal_check,
             "no_keepalive_confirmation" => &mut self.no_keepalive_confirmation,
             "forget_served_epochs" => &mut self.forget_served_epochs,
-            _ => {
-                return Err(format!(
-                    "no mutation {name:?}; the mutations are release_unguarded, no_epoch_compare, no_session_compare, \
-                     token_from_counter, no_withdrawal_marker, no_seal_check, no_keepalive_confirmation and forget_served_epochs"
-                ));
-            }
+            _ => return Err(format!("no mutation {name:?}; the mutations are {}", MUTATION_NAMES.join(", "))),
         };
         *flag = true;
         Ok(())
@@ -525,6 +532,17 @@ pub fn secret_file_problem(path: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_mutation_name_sets_its_own_field_and_no_other() {
+        for name in MUTATION_NAMES {
+            let mut m = MutationConfig::default();
+            m.set(name).unwrap();
+            assert_eq!(m.on(), vec![name]);
+        }
+        let err = MutationConfig::default().set("no_such_bug").unwrap_err();
+        assert!(err.contains("forget_served_epochs"), "{err}");
+    }
 
     #[test]
     fn a_rendered_config_reads_back_the_same() {

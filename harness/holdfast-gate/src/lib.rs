@@ -13,6 +13,7 @@
 
 mod approvals;
 mod audit;
+pub mod catalog;
 pub mod client;
 mod cluster;
 mod episode;
@@ -66,7 +67,8 @@ kept, and a timeline of the offending key printed); 2 the gate could not run.
 
 Examples:
   sudo holdfast-gate --profile short --resource postgres-local
-  sudo holdfast-gate --profile long --duration 60s --json")]
+  sudo holdfast-gate --profile long --duration 60s --json
+  holdfast-gate --list-faults --list-mutations    (no root needed)")]
 pub struct GateArgs {
     #[command(subcommand)]
     action: Option<GateAction>,
@@ -124,6 +126,15 @@ pub struct GateArgs {
     /// that the gate catches it.
     #[arg(long, hide = true)]
     mutation: Option<String>,
+    /// Print every fault kind (how it strikes, what confirms it) as a
+    /// Markdown table, and exit: the README's table is this output.
+    #[arg(long)]
+    list_faults: bool,
+    /// Print every mutation (what it breaks, the faults its test runs, what
+    /// catches it) as a Markdown table, and exit: the README's table is this
+    /// output.
+    #[arg(long)]
+    list_mutations: bool,
 }
 
 #[derive(clap::Subcommand)]
@@ -161,6 +172,18 @@ pub async fn run(args: GateArgs) -> u8 {
             return check_file(&history, &linearizable::Config { max_steps_per_key, max_ops_per_key });
         }
         None => {}
+    }
+    if args.list_faults || args.list_mutations {
+        if args.list_faults {
+            print!("{}", catalog::faults_table());
+        }
+        if args.list_mutations {
+            if args.list_faults {
+                println!();
+            }
+            print!("{}", catalog::mutations_table());
+        }
+        return 0;
     }
     // Interrupted: dropping the run's future removes the namespaces and
     // stops every process it started.
