@@ -2,7 +2,8 @@
 //! config/, and property tests over random inventories.
 //!
 //! Regenerate the golden files after an intended change with
-//! `UPDATE_GOLDEN=1 cargo test -p holdfast-provision --test plan`, and review the diff.
+//! `UPDATE_GOLDEN=1 cargo test -p holdfast-provision --test plan` (the run that
+//! writes a golden file fails), review the diff, and run again without it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
 
@@ -23,11 +24,17 @@ fn config_dir() -> PathBuf {
 
 fn golden(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden");
+    let want = std::fs::read_to_string(&path).ok();
+    if want.as_deref() == Some(actual) {
         return;
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run with UPDATE_GOLDEN=1 to create it", path.display()));
+    // A run that writes the golden file never passes: the next run, without
+    // UPDATE_GOLDEN, compares against what was written (review the diff).
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+        panic!("{} written; review the diff, then run again without UPDATE_GOLDEN", path.display());
+    }
+    let Some(want) = want else { panic!("{} is missing; run with UPDATE_GOLDEN=1 to create it", path.display()) };
     assert_eq!(actual, want, "output differs from {}", path.display());
 }
 

@@ -677,9 +677,23 @@ pub async fn scrape(port: u16) -> String {
     buf.split_once("\r\n\r\n").unwrap().1.to_string()
 }
 
-/// The value of the sample whose series is exactly `series` (0 when absent).
+/// The value of the sample whose series is exactly `series`, if the scrape
+/// has it yet (for waits on a series that appears with its first event).
+pub fn sample_opt(text: &str, series: &str) -> Option<f64> {
+    let (_, v) = text.lines().filter_map(|l| l.rsplit_once(' ')).find(|(s, _)| *s == series)?;
+    Some(v.parse().unwrap_or_else(|e| panic!("{series}: {v:?} is not a number: {e}")))
+}
+
+/// The value of the sample whose series is exactly `series`. A series that
+/// is not in `text` fails the test, naming the series of the same metric
+/// that are: a renamed metric or label must not read as zero.
 pub fn sample(text: &str, series: &str) -> f64 {
-    text.lines().filter_map(|l| l.rsplit_once(' ')).find(|(s, _)| *s == series).map(|(_, v)| v.parse().unwrap()).unwrap_or(0.0)
+    if let Some(v) = sample_opt(text, series) {
+        return v;
+    }
+    let metric = series.split('{').next().unwrap_or(series);
+    let same: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && l.starts_with(metric)).collect();
+    panic!("no series {series} in the scrape; series of {metric}: {same:?}");
 }
 
 /// holdfastctl's arbiter flags (`--endpoint`, `--ca`, `--cert`, `--key`)

@@ -235,7 +235,7 @@ async fn workload(client: holdfast_client::Client, stop: std::sync::Arc<std::syn
 }
 
 fn leader(text: &str, name: &str) -> bool {
-    sample(text, &format!("holdfast_tailer_leader{{cluster=\"{name}\"}}")) == 1.0
+    sample_opt(text, &format!("holdfast_tailer_leader{{cluster=\"{name}\"}}")) == Some(1.0)
 }
 
 #[tokio::test(flavor = "multi_thread")]

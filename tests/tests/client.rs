@@ -503,14 +503,25 @@ async fn a_deposed_leader_never_extends_the_client_deadline_past_the_server_expi
         samples.push(sample("leader frozen").await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The frozen leader was deposed: the healthy members follow another.
+    let mut status_of_others = observer.clone();
+    let leader_while_frozen = tokio::time::timeout(Duration::from_secs(1), status_of_others.status()).await.map(|r| r.map(|s| s.leader()));
     sigcont(pid);
+    let leader_while_frozen = leader_while_frozen.expect("a healthy member answers status").expect("status");
+    assert!(
+        leader_while_frozen != 0 && leader_while_frozen != leader_id,
+        "the healthy members must have elected another leader while {leader_id:x} was frozen; they follow {leader_while_frozen:x}"
+    );
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(6) {
         samples.push(sample("leader resumed").await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let new_leader = h.member_status().await.into_iter().filter_map(Result::ok).map(|s| s.leader).next().unwrap();
-    eprintln!("leader {leader_id:x} frozen 2.5s; leader now {new_leader:x}; {} samples", samples.len());
+    eprintln!(
+        "leader {leader_id:x} frozen 2.5s; {leader_while_frozen:x} led meanwhile; leader now {new_leader:x}; {} samples",
+        samples.len()
+    );
     for label in ["before", "leader frozen", "leader resumed"] {
         let all: Vec<_> = samples.iter().filter(|s| s.0 == label).collect();
         eprintln!("{label}: {} samples, {} answered by a healthy member", all.len(), all.iter().filter(|s| s.2.is_some()).count());

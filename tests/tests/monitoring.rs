@@ -589,7 +589,7 @@ async fn wait_for_sample(port: u16, series: &str, at_least: f64, what: &str) {
     let end = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let text = scrape(port).await;
-        if sample(&text, series) >= at_least {
+        if sample_opt(&text, series).is_some_and(|v| v >= at_least) {
             return;
         }
         assert!(std::time::Instant::now() < end, "{what}: {series} not at {at_least} after 20 s:\n{text}");

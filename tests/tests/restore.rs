@@ -5,7 +5,7 @@ use holdfast_model::seal::{self, LogPosition};
 use holdfast_model::{LockKey, layout};
 use holdfast_proto::ErrorReason;
 use holdfast_tests::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn key() -> LockKey {
     LockKey::parse("orders/ledger-7").unwrap()
@@ -184,11 +184,25 @@ async fn an_etcd_restart_under_a_renewing_session_pauses_no_grant() {
     // etcd keepalive stream for the session.
     let session = client.open_session(Duration::from_secs(30)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(11)).await;
+    let restarted_at = Instant::now();
     app.etcd.restart_member(0).await;
     let mark = std::fs::metadata(&app.arbiter.log).unwrap().len() as usize;
     app.arbiter.wait_sealed(&client, false, Duration::from_secs(15)).await;
-    // At least one renewal after the restart.
-    tokio::time::sleep(Duration::from_secs(11)).await;
+    // At least one renewal after the restart, observed: the client's
+    // deadline counts from a confirmed keepalive's send time, so a deadline
+    // past restart + TTL comes from a keepalive sent after the restart.
+    let ttl = Duration::from_secs(30);
+    loop {
+        if Instant::now() + session.remaining_ttl() > restarted_at + ttl {
+            break;
+        }
+        assert!(
+            restarted_at.elapsed() < Duration::from_secs(25),
+            "no keepalive sent after the etcd restart was confirmed within 25 s (remaining {:?})",
+            session.remaining_ttl()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let log = std::fs::read(&app.arbiter.log).unwrap();
     let after = String::from_utf8_lossy(&log[mark.min(log.len())..]);
     assert!(!after.contains("granting paused"), "a renewal after the etcd restart paused granting:\n{after}");
