@@ -48,6 +48,20 @@ fn bench_reports_cpu_and_proposals_per_pair_against_an_authenticated_tls_baselin
                 .args(args),
         )
     };
+    // Without --dev-dir the direct paths would run as the shell's etcd user,
+    // the read-only observer: refused before any cell, saying what to give.
+    let refused = Ran::of(Command::new(bin("holdfast-bench")).envs(&env).env_remove("HOLDFAST_DEV_DIR").args([
+        "--duration",
+        "1s",
+        "--clients",
+        "1",
+        "--only",
+        "uncontended",
+    ]));
+    assert_ne!(refused.code, 0, "{refused}");
+    assert!(refused.stderr.contains("--dev-dir") && refused.stderr.contains("holdfast-observer"), "{refused}");
+    assert!(!refused.stderr.contains("holdfast bench against"), "refused before the first cell: {refused}");
+
     let ran = bench(&["--json", "--duration", "1s", "--clients", "1,4", "--only", "uncontended"]);
     assert_eq!(ran.code, 0, "{ran}");
     let json = ran.json();

@@ -33,6 +33,37 @@ pub const ROLE: Role = Role {
     read_write: &[Range::Prefix(layout::HOLD_PREFIX), Range::Prefix(layout::SESSION_PREFIX), Range::Prefix(LOCK_RPC_PREFIX)],
 };
 
+/// Refuses, before any cell runs, an etcd user that may not write what the
+/// direct paths write ([`ROLE`]'s read-write ranges). One transaction whose
+/// compare never holds (no create revision is below 0) carries a put into
+/// each range: etcd checks the permission of every operation in it, and
+/// writes nothing.
+pub async fn check_writes(client: &etcd_client::Client, user: Option<&str>) -> anyhow::Result<()> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let probe = |prefix: &str| format!("{prefix}.holdfast-bench-preflight");
+    let mut puts = Vec::new();
+    let mut names = Vec::new();
+    for range in ROLE.read_write {
+        if let Range::Prefix(prefix) = range {
+            puts.push(TxnOp::put(probe(prefix), "", None));
+            names.push(*prefix);
+        }
+    }
+    let never = Compare::create_revision(probe(LOCK_RPC_PREFIX), CompareOp::Less, 0);
+    let txn = Txn::new().when(vec![never]).and_then(puts);
+    match client.clone().txn(txn).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().to_lowercase().contains("permission denied") => anyhow::bail!(
+            "the direct etcd paths write under {} and etcd refuses etcd user {} that: give --dev-dir DIR (a \
+             `holdfastctl dev --dir`: the bench makes its own user {USER} there) or --etcd-cert/--etcd-key of \
+             a user that may (a dev shell's HOLDFAST_ETCD_* are the read-only observer's)",
+            names.join(", "),
+            user.unwrap_or("(no client certificate)")
+        ),
+        Err(e) => Err(e).context("checking that the direct etcd paths may write"),
+    }
+}
+
 /// Makes [`USER`] and its role in the dev appliance's etcd (with the
 /// appliance's root certificate), issues the user's certificate from
 /// `DIR/etcd-tls` if absent, and returns how to reach `endpoints` as it.

@@ -321,6 +321,7 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
     let cfg = holdfast_config::EtcdConfig { request_timeout: Duration::from_secs(10), ..cfg };
     let etcd = Etcd::connect(&cfg).await?;
     let identity = baseline::probe(&etcd.client, &cfg).await;
+    baseline::check_writes(&etcd.client, identity.user.as_deref()).await?;
     let sys = holdfast_store::epoch::read_sys(&etcd).await?;
     let (record, epoch_bytes) = sys.epoch.ok_or_else(|| anyhow::anyhow!("the epoch is not initialised"))?;
     let etcd_version = etcd.member_status().await.into_iter().find_map(Result::ok).map(|m| m.version).unwrap_or_default();
