@@ -65,6 +65,7 @@ fn the_real_probe_agrees_with_dpkg() {
         .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
         .unwrap_or(false);
     let out = Command::new("bash").arg(script()).arg("--print-missing").env_remove("HOLDFAST_PROBE_ROOT").output().unwrap();
+    assert!(out.status.success(), "install-deps --print-missing failed: {}", String::from_utf8_lossy(&out.stderr));
     let missing = String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "libclang-dev");
     assert_eq!(missing, !installed, "probe says missing={missing}, dpkg says installed={installed}");
 }
@@ -115,4 +116,86 @@ fn dev_mode_is_satisfied_by_the_exact_files() {
     // A header without protoc (another package's) is not the compiler.
     std::fs::remove_file(root.path().join("usr/bin/protoc")).unwrap();
     assert_eq!(missing_in(root.path(), &["--dev"]), vec!["protobuf-compiler".to_string()]);
+}
+
+/// ssh (the fleet test's Ansible connection) and ssh-keygen (the approvals'
+/// signatures) come from openssh-client; both files count, not either.
+#[test]
+fn openssh_client_is_wanted_until_ssh_and_ssh_keygen_are_both_there() {
+    let root = tempfile::tempdir().unwrap();
+    let wants = |root: &Path| missing_in(root, &[]).contains(&"openssh-client".to_string());
+    assert!(wants(root.path()));
+    executable(root.path(), "usr/bin/ssh-keygen");
+    assert!(wants(root.path()), "ssh-keygen alone is not the ssh client");
+    executable(root.path(), "usr/bin/ssh");
+    assert!(!wants(root.path()));
+    assert!(!missing_in(root.path(), &["--dev"]).contains(&"openssh-client".to_string()), "the dev appliance needs no ssh");
+}
+
+/// A copy of the script a user other than root can read and run.
+fn script_copy(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let copy = dir.join("install-deps");
+    std::fs::copy(script(), &copy).unwrap();
+    for p in [dir, copy.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    copy
+}
+
+/// Not root and no sudo: it says what to do and installs nothing (it
+/// stops before apt and before any build). Run as user nobody.
+#[test]
+fn without_root_or_sudo_it_says_so_and_installs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = script_copy(dir.path());
+    let empty = dir.path().join("root");
+    std::fs::create_dir(&empty).unwrap();
+    // A PATH with `id` and nothing else: no sudo, whatever this machine has.
+    let path = dir.path().join("path");
+    std::fs::create_dir(&path).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/id", path.join("id")).unwrap();
+    let out = Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash"])
+        .arg(&copy)
+        .arg("--dev")
+        .env("HOLDFAST_PROBE_ROOT", &empty)
+        .env("PATH", &path)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not root, and no sudo") && stderr.contains("nothing was installed"), "{stderr}");
+    assert!(!stderr.contains("apt packages:"), "{stderr}");
+}
+
+/// A Go too old for etcd 3.6 is refused up front, before apt or any build,
+/// with what to do; it is not asked when nothing needs building with Go.
+#[test]
+fn a_go_older_than_etcd_needs_is_refused_before_anything_is_installed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let go = bin.join("go");
+    std::fs::write(&go, "#!/bin/sh\n[ \"$1 $2\" = \"env GOVERSION\" ] && echo go1.22.12\n").unwrap();
+    std::fs::set_permissions(&go, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |root: &Path| {
+        Command::new("bash")
+            .arg(script())
+            .arg("--dev")
+            .env("HOLDFAST_PROBE_ROOT", root)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap()
+    };
+    // Everything missing, etcd among it: refused.
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let out = run(&root);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("Go 1.22.12 is too old to build etcd 3.6") && stderr.contains("nothing was installed"), "{stderr}");
+    assert!(!stderr.contains("apt packages:") && !stderr.contains("building etcd"), "{stderr}");
 }
