@@ -41,14 +41,8 @@ pub const ROLE: Role = Role {
 pub async fn check_writes(client: &etcd_client::Client, user: Option<&str>) -> anyhow::Result<()> {
     use etcd_client::{Compare, CompareOp, Txn, TxnOp};
     let probe = |prefix: &str| format!("{prefix}.holdfast-bench-preflight");
-    let mut puts = Vec::new();
-    let mut names = Vec::new();
-    for range in ROLE.read_write {
-        if let Range::Prefix(prefix) = range {
-            puts.push(TxnOp::put(probe(prefix), "", None));
-            names.push(*prefix);
-        }
-    }
+    let names: Vec<&str> = ROLE.read_write.iter().filter_map(|r| if let Range::Prefix(p) = r { Some(*p) } else { None }).collect();
+    let puts: Vec<TxnOp> = names.iter().map(|p| TxnOp::put(probe(p), "", None)).collect();
     let never = Compare::create_revision(probe(LOCK_RPC_PREFIX), CompareOp::Less, 0);
     let txn = Txn::new().when(vec![never]).and_then(puts);
     match client.clone().txn(txn).await {
