@@ -87,19 +87,28 @@ fn the_dev_tour_works_as_the_readme_says() {
     let inspect = String::from_utf8_lossy(&out.stdout);
     assert!(inspect.contains("dev/operator"), "inspect names the holder: {inspect}");
     let out = ctl(&first, &["epoch", "status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The arbiter grants on both clusters, each in its own epoch.
+    assert!(text.contains("epoch        1\n") && text.contains("coord        serving epoch 2 (cluster coord"), "{text}");
+    // A coord-tier class's keys are granted on the coord cluster, in its epoch.
+    let out = ctl(&first, &["lock", "exec", "jobs/nightly", "--", "sh", "-c", "echo $(($HOLDFAST_TOKEN >> 48))"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2", "a jobs token carries the coord cluster's epoch");
     // `holdfastctl status` reads etcd as the observer, from the shell's env.
     let out = ctl(&first, &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("class set    version 1\n"), "{text}{}", String::from_utf8_lossy(&out.stderr));
     // Two clusters: the banner names both, and status tells them apart (the
-    // shell's env names the coord cluster); the first epoch was allocated
-    // on the coord cluster.
+    // shell's env names the coord cluster); both clusters' first epochs
+    // were allocated on the coord cluster, and each has its own.
     assert!(banner.contains("coord") && first["HOLDFAST_COORD_ENDPOINT"] != first["HOLDFAST_ETCD_ENDPOINT"], "{banner}");
-    assert!(text.contains("(separate)") && text.contains("highest epoch allocated 1 (/sys/epochs on the coord cluster)"), "{text}");
+    assert!(text.contains("(separate)") && text.contains("highest epoch allocated 2 (/sys/epochs on the coord cluster)"), "{text}");
+    assert!(text.contains("epoch        1 (") && text.contains("coord epoch  2 (") && text.contains("coord sealed no\n"), "{text}");
     let out = ctl(&first, &["status", "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["tiers"]["shared"], false, "{json}");
+    assert_eq!((&json["coord"]["epoch"]["epoch"], &json["coord"]["sealed"]), (&serde_json::json!(2), &serde_json::json!(false)), "{json}");
     assert_ne!(json["tiers"]["coord_cluster_id"], json["tiers"]["entity_cluster_id"], "{json}");
     // Told of no coord cluster, status reads one cluster for both tiers.
     let mut one = first.clone();

@@ -124,7 +124,7 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     conn.push("--cluster=entity-9".into());
     let other = request_with(&conn);
     assert_eq!(other.code, 65, "{other}");
-    assert!(other.stderr.contains("serves cluster \"test\", not \"entity-9\""), "{other}");
+    assert!(other.stderr.contains("grants on cluster(s) [\"test\"], not \"entity-9\""), "{other}");
     assert!(!state.join("requests").exists(), "a refused request was written");
 
     // The request: epoch 1 -> 2, naming the cluster the restored etcd reports.
@@ -275,7 +275,8 @@ async fn the_dr_drill_on_the_dev_appliance() {
     sign_file(&req, &drill.bob);
     let done = drill.run(&host, &["epoch", "advance", "--request", &req]);
     assert_eq!(done.code, 0, "{done}");
-    assert_eq!(drill.wait(false).await.epoch, 2);
+    // Epoch 1 is the entity cluster's first, 2 the coord cluster's: one allocator.
+    assert_eq!(drill.wait(false).await.epoch, 3);
 
     let highest = *before.iter().max().unwrap();
     let after = drill.grants("after", 3).await;
@@ -326,8 +327,14 @@ impl Drill {
     /// arbiter's address as the appliance's env files say now (a restarted
     /// appliance may have moved a port another process took).
     fn run(&self, host: &Path, args: &[&str]) -> Ran {
+        self.run_on(host, "HOLDFAST_ETCD_ENDPOINT", args)
+    }
+
+    /// [`Drill::run`] with `--etcd-endpoint` at the cluster the root env
+    /// names by `endpoint` (the coord cluster's own epoch: `HOLDFAST_COORD_ENDPOINT`).
+    fn run_on(&self, host: &Path, endpoint: &str, args: &[&str]) -> Ran {
         let root_env = env_file(&self.state.join("env-etcd-root"));
-        let endpoints = vec![root_env["HOLDFAST_ETCD_ENDPOINT"].clone()];
+        let endpoints = vec![root_env[endpoint].clone()];
         let epoch_admin =
             holdfast_devkit::pki::EtcdPki::open_or_create(&self.state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
         let coord = match self.tiers {
@@ -356,9 +363,13 @@ impl Drill {
 
     /// Both signatures, then the advance the unit runs.
     fn approve_and_advance(&self, host: &Path, req: &str) -> Ran {
+        self.approve_and_advance_on(host, "HOLDFAST_ETCD_ENDPOINT", req)
+    }
+
+    fn approve_and_advance_on(&self, host: &Path, endpoint: &str, req: &str) -> Ran {
         sign_file(req, &self.alice);
         sign_file(req, &self.bob);
-        self.run(host, &["epoch", "advance", "--request", req, "--json"])
+        self.run_on(host, endpoint, &["epoch", "advance", "--request", req, "--json"])
     }
 
     /// etcd's root on the entity cluster.
@@ -398,6 +409,23 @@ impl Drill {
         .unwrap()
     }
 
+    /// Waits for the dev arbiter's coord cluster (the coord tier) to be
+    /// sealed (or serving) and returns the arbiter's status.
+    async fn wait_coord(&self, sealed: bool) -> holdfast_proto::v1::ServerStatusResponse {
+        let end = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(s) = self.client().await.server_status().await
+                && let Some(c) = s.clusters.get(1)
+                && c.sealed == sealed
+                && (sealed || c.serving)
+            {
+                return s;
+            }
+            assert!(tokio::time::Instant::now() < end, "the dev arbiter's coord tier never became sealed={sealed}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Waits for the dev arbiter to be sealed (or serving) and returns its status.
     async fn wait(&self, sealed: bool) -> holdfast_proto::v1::ServerStatusResponse {
         let end = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -413,12 +441,19 @@ impl Drill {
         }
     }
 
-    /// `n` grants in namespace demo, each on a key of its own.
+    /// `n` grants in namespace demo (an entity-tier class), each on a key of its own.
     async fn grants(&self, prefix: &str, n: usize) -> Vec<Token> {
-        let session = self.client().await.open_session_for("demo", None).await.unwrap();
+        self.grants_in("demo", prefix, n).await
+    }
+
+    /// `n` grants in `namespace`, each on a key of its own.
+    async fn grants_in(&self, namespace: &str, prefix: &str, n: usize) -> Vec<Token> {
+        let session = self.client().await.open_session_for(namespace, None).await.unwrap();
         let mut tokens = Vec::new();
         for i in 0..n {
-            tokens.push(session.acquire(&LockKey::parse(&format!("demo/{prefix}-{i}")).unwrap(), Duration::ZERO).await.unwrap().token());
+            tokens.push(
+                session.acquire(&LockKey::parse(&format!("{namespace}/{prefix}-{i}")).unwrap(), Duration::ZERO).await.unwrap().token(),
+            );
         }
         tokens
     }
@@ -438,9 +473,9 @@ impl Drill {
 /// The case the arbiters' own record exists for: a restore from a snapshot
 /// OLDER than an earlier advance, every daemon restarted, and the next
 /// advance requested from a host that never saw the first one. The
-/// restored etcd (and its allocator) remember epoch 1 only; the arbiter
-/// remembers serving epoch 2, so the request asks for 3, and no token is
-/// ever issued twice. Also: the first advance's request, replayed after the
+/// restored etcd (and its allocator) remember epoch 1 only (2 is the coord
+/// cluster's own); the arbiter remembers serving epoch 3, so the request
+/// asks for 4, and no token is ever issued twice. Also: the first advance's request, replayed after the
 /// second restore, is refused (with a separate coord cluster its nonce is
 /// still recorded there; with one cluster for both tiers the nonce record
 /// went back with etcd and the arbiter's record refuses it); so is a
@@ -473,18 +508,22 @@ async fn older_snapshot_drill(tiers: Tiers) {
     drill.snapshot(&drill.root(), &snapshot);
     issued.extend(drill.grants("lost", 3).await);
 
-    // Restore S; the two-person advance from host A: epoch 2.
+    // Restore S; the two-person advance from host A: epoch 3 (epoch 2 is
+    // the coord cluster's, which the arbiter reports serving, so the
+    // request goes above it even told of no coord cluster).
     drill.restore(&snapshot);
     drill.wait(true).await;
     let (first, text) = drill.request(&host_a, "first restore");
-    assert!(text.contains("new_epoch = 2"), "{text}");
+    assert!(text.contains("new_epoch = 3"), "{text}");
     let done = drill.approve_and_advance(&host_a, &first);
     assert_eq!(done.code, 0, "{done}");
-    assert_eq!(drill.wait(false).await.epoch, 2);
-    issued.extend(drill.grants("epoch2", 30).await);
+    assert_eq!(drill.wait(false).await.epoch, 3);
+    issued.extend(drill.grants("epoch3", 30).await);
     let status = drill.client().await.server_status().await.unwrap();
     assert_eq!(status.cluster, "dev");
-    assert_eq!(status.served.iter().map(|s| (s.cluster.as_str(), s.epoch)).collect::<Vec<_>>(), [("dev", 2)], "{status:?}");
+    let served =
+        |status: &holdfast_proto::v1::ServerStatusResponse| status.served.iter().map(|s| (s.cluster.clone(), s.epoch)).collect::<Vec<_>>();
+    assert_eq!(served(&status), [("coord".to_string(), 2), ("dev".to_string(), 3)], "{status:?}");
 
     // The tailer has recorded those grants (its checkpoint is past them,
     // so past S): after the restore its store is ahead of etcd.
@@ -509,11 +548,15 @@ async fn older_snapshot_drill(tiers: Tiers) {
         .count();
     assert_eq!(kept, 1, "the audit store recorded before the restore is kept aside: {banner}");
     let status = drill.wait(true).await;
-    assert_eq!(status.served.iter().map(|s| s.epoch).max(), Some(2), "the arbiter remembers epoch 2 across the restart: {status:?}");
+    assert_eq!(served(&status), [("coord".to_string(), 2), ("dev".to_string(), 3)], "the arbiter remembers epoch 3 across the restart");
     let shown =
         Ran::of(Command::new(bin("holdfastctl")).args(["epoch", "status", "--json"]).args(conn_flags(&env_file(&state.join("env")))));
     assert_eq!(shown.code, 0, "{shown}");
-    assert_eq!(shown.json()["served"][0]["epoch"], 2, "{shown}");
+    assert_eq!(
+        shown.json()["served"][1],
+        serde_json::json!({"cluster": "dev", "epoch": 3, "cluster_id": status.served[1].cluster_id}),
+        "{shown}"
+    );
     assert_eq!(shown.json()["sealed"], true, "{shown}");
 
     // The first request, replayed: the coord cluster still has its nonce;
@@ -524,7 +567,7 @@ async fn older_snapshot_drill(tiers: Tiers) {
     assert_eq!(replay.code, 65, "{replay}");
     let why = match tiers {
         Tiers::Separate => "this request was already carried out",
-        Tiers::Shared => "an arbiter already served epoch 2",
+        Tiers::Shared => "an arbiter already served epoch 3",
     };
     assert!(replay.stderr.contains(why), "{replay}");
     assert_eq!(written(&mut c).await, before, "a replayed advance wrote to etcd");
@@ -539,16 +582,16 @@ async fn older_snapshot_drill(tiers: Tiers) {
     assert!(capped.stderr.contains("more than 24h"), "{capped}");
     assert_eq!(written(&mut c).await, before, "a refused advance wrote to etcd");
 
-    // From host B, with no epochs.log: the request asks for epoch 3.
+    // From host B, with no epochs.log: the request asks for epoch 4.
     assert!(!host_b.join("epochs.log").exists());
     let (second, text) = drill.request(&host_b, "second restore");
-    assert!(text.contains("expected_epoch = 1") && text.contains("highest_known = 2") && text.contains("new_epoch = 3"), "{text}");
+    assert!(text.contains("expected_epoch = 1") && text.contains("highest_known = 3") && text.contains("new_epoch = 4"), "{text}");
     let done = drill.approve_and_advance(&host_b, &second);
     assert_eq!(done.code, 0, "{done}");
-    assert_eq!(done.json()["epoch"], 3, "{done}");
-    assert_eq!(drill.wait(false).await.epoch, 3);
+    assert_eq!(done.json()["epoch"], 4, "{done}");
+    assert_eq!(drill.wait(false).await.epoch, 4);
 
-    let after = drill.grants("epoch3", 30).await;
+    let after = drill.grants("epoch4", 30).await;
     let highest = *issued.iter().max().unwrap();
     assert!(after.iter().all(|t| *t > highest), "a token after the second advance is not above every token before it");
     assert_unique(issued.iter().chain(&after));
@@ -563,12 +606,14 @@ fn assert_unique<'a>(tokens: impl Iterator<Item = &'a Token>) {
 }
 
 /// A restore of the coord cluster from a snapshot older than an advance
-/// rolls the allocator and the approval nonces back. With the entity
-/// cluster also restored from before that advance and every daemon
+/// rolls the allocator and the approval nonces back, and seals the coord
+/// tier (its keys live there) while the entity tier grants on. With the
+/// entity cluster also restored from before that advance and every daemon
 /// restarted, the advance's request replayed is refused (the arbiter
 /// remembers serving its epoch) and changes neither cluster, and the next
 /// advance, requested from a host that never saw the first, asks above
-/// every epoch used: no token is ever issued twice.
+/// every epoch used; so does the coord cluster's own advance, which lifts
+/// its seal: no token of either tier is ever issued twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_coord_restore_older_than_an_advance_never_reissues_an_epoch() {
     let dir = TestDir::new("dr-coord");
@@ -577,58 +622,93 @@ async fn a_coord_restore_older_than_an_advance_never_reissues_an_epoch() {
     let drill = Drill::new(&dir.path, &state);
     let (host_a, host_b) = (dir.path.join("host-a"), dir.path.join("host-b"));
 
-    // Snapshots of both clusters at epoch 1 (allocator 1).
+    // Epoch 1 is the entity cluster's, 2 the coord cluster's (allocator 2):
+    // demo is an entity-tier class, jobs a coord-tier one.
     let mut issued = drill.grants("s", 3).await;
+    let mut jobs = drill.grants_in("jobs", "s", 3).await;
+    assert!(issued.iter().all(|t| t.epoch() == 1) && jobs.iter().all(|t| t.epoch() == 2), "{issued:?} {jobs:?}");
     let (coord_snapshot, entity_snapshot) = (dir.path.join("coord.db"), dir.path.join("entity.db"));
     drill.snapshot(&drill.coord_root(), &coord_snapshot);
     drill.snapshot(&drill.root(), &entity_snapshot);
     issued.extend(drill.grants("lost", 3).await);
+    jobs.extend(drill.grants_in("jobs", "lost", 3).await);
 
-    // An entity restore, the advance to epoch 2 (allocated on coord).
+    // An entity restore, the advance to epoch 3 (allocated on coord).
     drill.restore(&entity_snapshot);
     drill.wait(true).await;
     let (first, text) = drill.request(&host_a, "entity restore");
-    assert!(text.contains("new_epoch = 2"), "{text}");
+    assert!(text.contains("new_epoch = 3"), "{text}");
     let done = drill.approve_and_advance(&host_a, &first);
     assert_eq!(done.code, 0, "{done}");
-    assert_eq!(drill.wait(false).await.epoch, 2);
-    issued.extend(drill.grants("epoch2", 20).await);
+    assert_eq!(drill.wait(false).await.epoch, 3);
+    issued.extend(drill.grants("epoch3", 20).await);
     let (allocator, _) =
         holdfast_store::epoch::read_allocator(&holdfast_store::Etcd::connect(&drill.coord_root()).await.unwrap()).await.unwrap();
-    assert_eq!(allocator.highest, 2, "the advance allocated epoch 2 on the coord cluster");
+    assert_eq!(allocator.highest, 3, "the advance allocated epoch 3 on the coord cluster");
 
-    // Both clusters restored from before that advance; every daemon
-    // restarted. The coord restore alone seals nothing: the entity
-    // cluster's locks and epoch are untouched, and grants go on.
+    // The coord restore seals the coord tier only: the entity cluster's
+    // locks and epoch are untouched, and its grants go on.
     let restored = drill.restore_cluster(&coord_snapshot, "coord");
-    assert!(restored.stdout.contains("coord etcd restored"), "{restored}");
-    assert_eq!(drill.wait(false).await.epoch, 2, "a coord restore sealed the arbiter");
+    assert!(restored.stdout.contains("coord etcd restored") && restored.stdout.contains("seals the coord tier"), "{restored}");
+    let status = drill.wait_coord(true).await;
+    assert!(status.serving && status.epoch == 3, "a coord restore sealed the entity tier: {status:?}");
+    assert!(status.clusters[1].sealed_reason.contains("rewound"), "{status:?}");
     issued.extend(drill.grants("after-coord-restore", 3).await);
+    let session = drill.client().await.open_session_for("jobs", None).await.unwrap();
+    let refused = session.acquire(&LockKey::parse("jobs/while-sealed").unwrap(), Duration::ZERO).await.unwrap_err();
+    assert_eq!(refused.reason(), Some(holdfast_proto::ErrorReason::Sealed), "{refused}");
+    drop(session);
     drill.restore(&entity_snapshot);
     drill.wait(true).await;
     drop(stop);
     let (_, _stop) = dev_detach(&state);
     drill.wait(true).await;
+    drill.wait_coord(true).await;
     let coord = holdfast_store::Etcd::connect(&drill.coord_root()).await.unwrap();
-    assert_eq!(holdfast_store::epoch::read_allocator(&coord).await.unwrap().0.highest, 1, "the coord restore rolled the allocator back");
+    assert_eq!(holdfast_store::epoch::read_allocator(&coord).await.unwrap().0.highest, 2, "the coord restore rolled the allocator back");
 
     // The replay: neither cluster remembers its nonce; the arbiter refuses.
     let (mut c, mut k) = (Etcd::client_for(&drill.root()).await, Etcd::client_for(&drill.coord_root()).await);
     let before = (written(&mut c).await, written(&mut k).await);
     let replay = drill.run(&host_a, &["epoch", "advance", "--request", &first]);
     assert_eq!(replay.code, 65, "{replay}");
-    assert!(replay.stderr.contains("an arbiter already served epoch 2"), "{replay}");
+    assert!(replay.stderr.contains("an arbiter already served epoch 3"), "{replay}");
     assert_eq!((written(&mut c).await, written(&mut k).await), before, "a replayed advance wrote to a cluster");
 
-    // From host B: above the arbiter's epoch 2, allocated on coord again.
+    // From host B: above the arbiter's epoch 3, allocated on coord again.
     let (second, text) = drill.request(&host_b, "coord and entity restore");
-    assert!(text.contains("highest_known = 2") && text.contains("new_epoch = 3"), "{text}");
+    assert!(text.contains("highest_known = 3") && text.contains("new_epoch = 4"), "{text}");
     let done = drill.approve_and_advance(&host_b, &second);
     assert_eq!(done.code, 0, "{done}");
-    assert_eq!(drill.wait(false).await.epoch, 3);
-    assert_eq!(holdfast_store::epoch::read_allocator(&coord).await.unwrap().0.highest, 3);
-    let after = drill.grants("epoch3", 20).await;
+    assert_eq!(drill.wait(false).await.epoch, 4);
+    assert_eq!(holdfast_store::epoch::read_allocator(&coord).await.unwrap().0.highest, 4);
+    let after = drill.grants("epoch4", 20).await;
     let highest = *issued.iter().max().unwrap();
     assert!(after.iter().all(|t| *t > highest), "a token after the advance is not above every token before it");
     assert_unique(issued.iter().chain(&after));
+
+    // The coord cluster's own advance, requested against it by name: its
+    // epoch 2 goes to 5, above every epoch any cluster used; the coord tier
+    // serves again and its tokens are above every earlier coord-tier token.
+    let coord_endpoint = "HOLDFAST_COORD_ENDPOINT";
+    let out = drill.run_on(
+        &host_b,
+        coord_endpoint,
+        &["epoch", "advance-request", "--cluster", "coord", "--requester", "alice", "--reason", "coord restore"],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let req = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
+    let text = std::fs::read_to_string(&req).unwrap();
+    assert!(text.contains("cluster = \"coord\"") && text.contains("expected_epoch = 2") && text.contains("new_epoch = 5"), "{text}");
+    let done = drill.approve_and_advance_on(&host_b, coord_endpoint, &req);
+    assert_eq!(done.code, 0, "{done}");
+    let status = drill.wait_coord(false).await;
+    assert_eq!((status.clusters[1].name.as_str(), status.clusters[1].epoch, status.epoch), ("coord", 5, 4), "{status:?}");
+    let jobs_after = drill.grants_in("jobs", "epoch5", 5).await;
+    let highest = *jobs.iter().max().unwrap();
+    assert!(
+        jobs_after.iter().all(|t| *t > highest && t.epoch() == 5),
+        "a coord-tier token after the advance is not above every one before it"
+    );
+    assert_unique(jobs.iter().chain(&jobs_after));
 }

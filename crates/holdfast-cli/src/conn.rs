@@ -84,7 +84,7 @@ pub fn report(e: &Error) -> u8 {
         Some(ErrorReason::Denied) => ("", exit::NOPERM),
         Some(ErrorReason::NoPolicy) => (" `holdfastctl status` shows the class set and any refused change.", exit::UNAVAILABLE),
         Some(ErrorReason::WrongRegion) => ("", exit::UNAVAILABLE),
-        Some(ErrorReason::ClassTtl) => ("", exit::USAGE),
+        Some(ErrorReason::ClassTtl) | Some(ErrorReason::ClassTier) => ("", exit::USAGE),
         Some(ErrorReason::RateLimited) => (" Retry after a short backoff.", exit::UNAVAILABLE),
         Some(ErrorReason::Quota) => ("", exit::UNAVAILABLE),
         Some(ErrorReason::SessionNotFound) => ("", exit::UNAVAILABLE),

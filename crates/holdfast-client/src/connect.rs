@@ -130,7 +130,10 @@ impl Client {
         let resp = self.rpc.clone().open_session(req).await?.into_inner();
         let mut clients = vec![self.clone()];
         clients.extend(others);
-        Ok(Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at, observer))
+        let mut session = Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at, observer);
+        // An arbiter of before tiers says none: its sessions are the entity tier's.
+        session.tier = if resp.tier.is_empty() { "entity".into() } else { resp.tier };
+        Ok(session)
     }
 
     pub async fn inspect(&self, key: &LockKey) -> Result<InspectResponse, Error> {

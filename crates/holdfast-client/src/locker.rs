@@ -90,11 +90,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Inner {
     endpoints: Vec<String>,
     clients: Vec<Client>,
-    slots: tokio::sync::Mutex<HashMap<Duration, Arc<Slot>>>,
-    /// The class TTL of each namespace a session was opened for.
-    class_ttls: Mutex<HashMap<String, Duration>>,
+    slots: tokio::sync::Mutex<HashMap<SlotKey, Arc<Slot>>>,
+    /// The class TTL and tier of each namespace a session was opened for.
+    class_ttls: Mutex<HashMap<String, SlotKey>>,
     on_fence: Arc<FenceFn>,
 }
+
+/// One session per (TTL, tier): a class's keys live on its tier's etcd
+/// cluster, and a session lives on one of them.
+type SlotKey = (Duration, String);
 
 /// Takes locks for one workload identity. Cheap to clone.
 #[derive(Clone)]
@@ -154,39 +158,44 @@ impl Locker {
     /// arbiter says the class's TTL (and refuses a `ttl` that differs).
     async fn slot(&self, key: &LockKey, ttl: Option<Duration>) -> Result<Arc<Slot>, Error> {
         let mut slots = self.inner.slots.lock().await;
-        let known = ttl.or_else(|| lock(&self.inner.class_ttls).get(key.namespace()).copied());
-        if let Some(ttl) = known
-            && let Some(s) = slots.get(&ttl)
+        // The namespace's class, once a session was opened for it: its tier,
+        // and its TTL unless `ttl` says another (the arbiter refuses that).
+        let known = lock(&self.inner.class_ttls).get(key.namespace()).cloned().map(|(t, tier)| (ttl.unwrap_or(t), tier));
+        if let Some(k) = &known
+            && let Some(s) = slots.get(k)
             && *s.session.health().borrow() != Health::Lost
         {
             return Ok(s.clone());
         }
-        // Sessions are spread by TTL (or namespace, until its TTL is known)
-        // over the arbiters, with failover.
-        let spread = match known {
-            Some(ttl) => format!("session/{}", ttl.as_millis()),
+        // Sessions are spread by TTL and tier (or namespace, until its class
+        // is known) over the arbiters, with failover.
+        let spread = match &known {
+            Some((ttl, tier)) if tier == "entity" => format!("session/{}", ttl.as_millis()),
+            Some((ttl, tier)) => format!("session/{}/{tier}", ttl.as_millis()),
             None => format!("session/{}", key.namespace()),
         };
+        let asked = ttl.or(known.as_ref().map(|k| k.0));
         let order = ranked(&spread, &self.inner.endpoints);
         let mut last = None;
         for (n, i) in order.iter().enumerate() {
             let others: Vec<Client> =
                 order.iter().skip(n + 1).chain(order.iter().take(n)).map(|j| self.inner.clients[*j].clone()).collect();
-            match self.inner.clients[*i].open_session_with(known.unwrap_or_default(), key.namespace(), others, None).await {
+            match self.inner.clients[*i].open_session_with(asked.unwrap_or_default(), key.namespace(), others, None).await {
                 Ok(session) => {
-                    let ttl = session.ttl();
-                    lock(&self.inner.class_ttls).insert(key.namespace().to_string(), ttl);
-                    // Opened only to learn the class's TTL, which a live
-                    // session already has: keep that one (one session per TTL).
-                    if let Some(s) = slots.get(&ttl)
+                    let k: SlotKey = (session.ttl(), session.tier().to_string());
+                    lock(&self.inner.class_ttls).insert(key.namespace().to_string(), k.clone());
+                    // Opened only to learn the class's TTL and tier, which a
+                    // live session already has: keep that one (one session
+                    // per TTL and tier).
+                    if let Some(s) = slots.get(&k)
                         && *s.session.health().borrow() != Health::Lost
                     {
                         let _ = session.close().await;
                         return Ok(s.clone());
                     }
                     let slot = Arc::new(Slot { session, holds: Default::default(), key_locks: Default::default() });
-                    slots.insert(ttl, slot.clone());
-                    tokio::spawn(fence_when_lost(self.inner.clone(), ttl, slot.clone()));
+                    slots.insert(k.clone(), slot.clone());
+                    tokio::spawn(fence_when_lost(self.inner.clone(), k, slot.clone()));
                     return Ok(slot);
                 }
                 Err(e) if unavailable(&e) => last = Some(e),
@@ -237,15 +246,16 @@ impl Locker {
 }
 
 /// Watches a session; when it is lost, drops it and tells the application.
-async fn fence_when_lost(inner: Arc<Inner>, ttl: Duration, slot: Arc<Slot>) {
+async fn fence_when_lost(inner: Arc<Inner>, k: SlotKey, slot: Arc<Slot>) {
     let mut health = slot.session.health();
     let _ = health.wait_for(|h| *h == Health::Lost).await;
     {
         let mut slots = inner.slots.lock().await;
-        if slots.get(&ttl).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
-            slots.remove(&ttl);
+        if slots.get(&k).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+            slots.remove(&k);
         }
     }
+    let ttl = k.0;
     let keys: Vec<LockKey> = lock(&slot.holds).drain().map(|(k, _)| k).collect();
     if !keys.is_empty() {
         (inner.on_fence)(Fenced { ttl, session_id: slot.session.id(), keys });

@@ -61,6 +61,8 @@ pub struct Session {
     client: Client,
     id: u64,
     ttl: Duration,
+    /// The tier the session lives on ("entity" or "coord").
+    pub(crate) tier: String,
     health: watch::Receiver<Health>,
     clock: Arc<Mutex<Clock>>,
     task: tokio::task::JoinHandle<()>,
@@ -85,7 +87,7 @@ impl Session {
         let clock = Arc::new(Mutex::new(Clock { deadline }));
         let client = clients[0].clone();
         let task = tokio::spawn(keepalive_loop(clients, id, ttl, tx, clock.clone(), observer));
-        Session { client, id, ttl, health: rx, clock, task }
+        Session { client, id, ttl, tier: "entity".into(), health: rx, clock, task }
     }
 
     pub fn id(&self) -> u64 {
@@ -94,6 +96,12 @@ impl Session {
 
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// The tier the session lives on, "entity" or "coord" (the tier of the
+    /// class it was opened for): it can hold keys of that tier's classes.
+    pub fn tier(&self) -> &str {
+        &self.tier
     }
 
     /// Watch this to learn when the session degrades or is lost.

@@ -46,6 +46,12 @@ pub struct ArbiterConfig {
     /// cluster serves both tiers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coord: Option<EtcdConfig>,
+    /// The name the `[coord]` cluster's epochs are recorded under (in
+    /// `served-epochs.json` and `ServerStatus`; an advance of that cluster
+    /// names it the same way). Default "coord". Only with a `[coord]` of
+    /// its own: without one, `cluster_name` names the one cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coord_cluster_name: Option<String>,
     /// Restore detection.
     #[serde(default)]
     pub seal: SealConfig,
@@ -425,6 +431,7 @@ impl ArbiterConfig {
             tls,
             etcd,
             coord: None,
+            coord_cluster_name: None,
             seal: SealConfig::default(),
             waiters: WaitersConfig::default(),
             grants: GrantsConfig::default(),
@@ -439,6 +446,27 @@ impl ArbiterConfig {
     /// back unchanged.
     pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
         toml::to_string(self)
+    }
+
+    /// The coord cluster when it is another cluster than `[etcd]`: `None`
+    /// when `[coord]` is left out or lists exactly `[etcd]`'s endpoints (one
+    /// cluster serves both tiers).
+    pub fn separate_coord(&self) -> Option<&EtcdConfig> {
+        let coord = self.coord.as_ref()?;
+        let set = |e: &EtcdConfig| {
+            e.endpoints.iter().map(|s| s.trim().trim_end_matches('/').to_string()).collect::<std::collections::BTreeSet<_>>()
+        };
+        (set(coord) != set(&self.etcd)).then_some(coord)
+    }
+
+    /// The name the coord cluster's epochs are recorded under: `cluster_name`
+    /// when one cluster serves both tiers.
+    pub fn coord_name(&self) -> &str {
+        match (self.separate_coord(), &self.coord_cluster_name) {
+            (None, _) => &self.cluster_name,
+            (Some(_), Some(name)) => name,
+            (Some(_), None) => "coord",
+        }
     }
 
     /// Reads, parses and validates a config file.
@@ -466,6 +494,18 @@ impl ArbiterConfig {
         p.extend(self.etcd.problems());
         if let Some(coord) = &self.coord {
             p.extend(coord.problems_in("coord"));
+        }
+        match (&self.coord_cluster_name, self.separate_coord()) {
+            (Some(_), None) => p.push(
+                "coord_cluster_name is set, but no [coord] cluster other than [etcd] is: one cluster serves both tiers under \
+                 cluster_name; remove coord_cluster_name, or add a [coord] table with the coord cluster's endpoints"
+                    .into(),
+            ),
+            (_, Some(_)) if self.coord_name() == self.cluster_name => p.push(format!(
+                "coord_cluster_name = {:?} is also cluster_name: the two clusters' epochs would be recorded as one; give the coord cluster its own name",
+                self.coord_name()
+            )),
+            _ => {}
         }
         if self.seal.check_interval < Duration::from_millis(100) || self.seal.check_interval > Duration::from_secs(30) {
             p.push("seal.check_interval must be between 100ms and 30s (default 1s)".into());
@@ -588,6 +628,37 @@ mod tests {
         let p = c.problems();
         assert!(p.iter().any(|p| p.starts_with("coord.endpoints: \"127.0.0.1:2479\" needs a scheme")), "{p:?}");
         assert!(!p.iter().any(|p| p.starts_with("etcd.endpoints")), "{p:?}");
+    }
+
+    #[test]
+    fn the_coord_cluster_is_separate_only_with_other_endpoints_and_its_name_must_differ() {
+        let tls = TlsConfig {
+            cert_file: "/t/c.pem".into(),
+            key_file: "/t/k.pem".into(),
+            client_ca_file: "/t/ca.pem".into(),
+            trust_domain: "example.org".into(),
+        };
+        let etcd = EtcdConfig::plain(vec!["http://127.0.0.1:2379".into(), "http://127.0.0.2:2379".into()]);
+        let mut c = ArbiterConfig::new(tls, etcd);
+        c.cluster_name = "ams".into();
+        let named = |c: &ArbiterConfig| c.problems().into_iter().filter(|p| p.contains("coord_cluster_name")).collect::<Vec<_>>();
+        assert!(c.separate_coord().is_none());
+        assert_eq!(c.coord_name(), "ams", "one cluster, one name");
+        // The same endpoints, in another order: still one cluster.
+        c.coord = Some(EtcdConfig::plain(vec!["http://127.0.0.2:2379/".into(), "http://127.0.0.1:2379".into()]));
+        assert!(c.separate_coord().is_none());
+        c.coord_cluster_name = Some("ams-coord".into());
+        let p = named(&c);
+        assert!(p.len() == 1 && p[0].contains("remove coord_cluster_name"), "{p:?}");
+        c.coord = Some(EtcdConfig::plain(vec!["http://127.0.0.1:2479".into()]));
+        assert!(c.separate_coord().is_some());
+        assert_eq!(c.coord_name(), "ams-coord");
+        assert!(named(&c).is_empty());
+        c.coord_cluster_name = None;
+        assert_eq!(c.coord_name(), "coord");
+        c.coord_cluster_name = Some("ams".into());
+        let p = named(&c);
+        assert!(p.len() == 1 && p[0].contains("give the coord cluster its own name"), "{p:?}");
     }
 
     #[test]

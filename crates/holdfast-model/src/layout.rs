@@ -234,6 +234,10 @@ pub struct WatermarkRecord {
 pub struct SessionRecord {
     pub spiffe_id: String,
     pub ttl_secs: u64,
+    /// A session on the coord tier (for keys of coord-tier classes); left
+    /// out of the record for the entity tier, so entity records read as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub coord: bool,
 }
 
 /// The record at `/l/<ns>/<key>`: the hold.

@@ -4,6 +4,8 @@
 //! - [`waiting`]: waiting for a held key: in-memory FIFO queues, durable waiters.
 //! - [`session`]: sessions (an etcd lease and its owner record).
 //! - [`seal`]: whether the arbiter may grant; restore detection loop.
+//! - [`cluster`]: the etcd clusters (entity, coord) and which one a class's
+//!   tier picks; session IDs that name their tier.
 //!
 //! The config file's structs are `holdfast_config::arbiter`; the etcd
 //! connection and the grant, release and epoch transactions are
@@ -19,6 +21,7 @@
 //! - [`validate`]: ValidateToken: a linearizable, constant-time check of a
 //!   presented token against the current hold, rate-limited on its own.
 
+pub mod cluster;
 pub mod commit;
 pub mod confirm;
 pub mod expiry;
@@ -84,6 +87,7 @@ impl Refusal {
             ErrorReason::NoPolicy => "no_policy",
             ErrorReason::WrongRegion => "wrong_region",
             ErrorReason::ClassTtl => "class_ttl",
+            ErrorReason::ClassTier => "class_tier",
             ErrorReason::RateLimited => "rate_limited",
             ErrorReason::Quota => "quota",
         }

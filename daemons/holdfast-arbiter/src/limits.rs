@@ -43,14 +43,37 @@ const RANGE_END: &str = "/s0";
 pub struct Limits {
     pub config: LimitsConfig,
     rate: DefaultKeyedRateLimiter<String>,
-    pub ledger: Ledger,
+    /// One ledger per etcd cluster the arbiter grants on (its sessions and
+    /// holds); the quotas count them all together.
+    pub ledgers: Vec<Ledger>,
 }
 
 impl Limits {
-    pub fn new(config: LimitsConfig) -> Self {
+    /// Limits over `clusters` etcd clusters (at least one).
+    pub fn new(config: LimitsConfig, clusters: usize) -> Self {
         let nonzero = |v: u32| NonZeroU32::new(v).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::per_second(nonzero(config.requests_per_second)).allow_burst(nonzero(config.request_burst));
-        Limits { rate: RateLimiter::keyed(quota), config, ledger: Ledger::default() }
+        let ledgers = (0..clusters.max(1)).map(|_| Ledger::default()).collect();
+        Limits { rate: RateLimiter::keyed(quota), config, ledgers }
+    }
+
+    /// Notes that this arbiter committed a session or a grant at `revision`
+    /// on the cluster of ledger `at`.
+    pub fn wrote(&self, at: usize, revision: i64) {
+        if let Some(l) = self.ledgers.get(at) {
+            l.wrote(revision);
+        }
+    }
+
+    async fn caught_up(&self) {
+        for l in &self.ledgers {
+            l.caught_up().await;
+        }
+    }
+
+    /// Holds in `namespace`, on every cluster.
+    pub fn holds_in(&self, namespace: &str) -> u64 {
+        self.ledgers.iter().map(|l| l.holds_in(namespace)).sum()
     }
 
     /// One request of `who`, if its bucket has a permit.
@@ -72,27 +95,33 @@ impl Limits {
     /// the session until the watch delivers its record (call
     /// [`SessionSlot::opened`] once it is written; dropped unused, it frees
     /// the slot).
-    pub async fn session_quota(&self, who: &str) -> Result<SessionSlot<'_>, Refusal> {
-        self.ledger.caught_up().await;
-        let mut c = self.ledger.counts();
-        let open = c.sessions_by_identity.get(who).copied().unwrap_or(0) + c.sessions_coming(who);
+    /// `at`: the ledger of the cluster the session is opened on.
+    pub async fn session_quota(&self, who: &str, at: usize) -> Result<SessionSlot<'_>, Refusal> {
+        self.caught_up().await;
+        let ledger = self.ledgers.get(at).ok_or_else(|| Refusal::unavailable("no such cluster"))?;
+        // Every ledger locked (always in this order), so that concurrent
+        // opens through this arbiter never overshoot.
+        let mut all: Vec<_> = self.ledgers.iter().map(|l| l.counts()).collect();
+        let open: u64 = all.iter().map(|c| c.sessions_by_identity.get(who).copied().unwrap_or(0) + c.sessions_coming(who)).sum();
         let max = self.config.max_sessions_per_identity;
         if open >= max {
-            drop(c);
+            drop(all);
             crate::metrics::inc(|m| &m.quota_refusals);
             return Err(Refusal::quota(format!(
                 "{who} has {open} sessions open, limits.max_sessions_per_identity = {max}; \
                  close sessions it no longer uses (one session can hold many keys), or ask the operator to raise the quota"
             )));
         }
-        bump(&mut c.opening, who, true);
-        Ok(SessionSlot { ledger: &self.ledger, who: who.to_string(), open: true })
+        bump(&mut all[at].opening, who, true);
+        drop(all);
+        Ok(SessionSlot { ledger, who: who.to_string(), open: true })
     }
 
     /// Whether `who` may take one more hold, on `key`.
     pub async fn hold_quota(&self, who: &str, key: &LockKey) -> Result<(), Refusal> {
-        self.ledger.caught_up().await;
-        let (mine, in_namespace) = self.ledger.holds_of(who, key.namespace());
+        self.caught_up().await;
+        let (mine, in_namespace) =
+            self.ledgers.iter().map(|l| l.holds_of(who, key.namespace())).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         let max = self.config.max_holds_per_identity;
         if mine >= max {
             crate::metrics::inc(|m| &m.quota_refusals);
@@ -332,10 +361,11 @@ impl Ledger {
 /// after a watch error or a compaction it lists again and resumes from that
 /// listing, so whatever happened in between (a compaction, a restore) is
 /// counted from etcd's state, not replayed.
-pub async fn run(etcd: Etcd, limits: Arc<Limits>, mut from: i64) {
+pub async fn run(etcd: Etcd, limits: Arc<Limits>, at: usize, mut from: i64) {
+    let Some(ledger) = limits.ledgers.get(at) else { return };
     loop {
         if from <= 0 {
-            match limits.ledger.load(&etcd).await {
+            match ledger.load(&etcd).await {
                 Ok(next) => from = next,
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot list sessions and holds for the quotas; retrying");
@@ -349,7 +379,7 @@ pub async fn run(etcd: Etcd, limits: Arc<Limits>, mut from: i64) {
             Ok(mut stream) => loop {
                 match stream.message().await {
                     Ok(Some(resp)) if resp.canceled() => break,
-                    Ok(Some(resp)) => limits.ledger.apply(&resp),
+                    Ok(Some(resp)) => ledger.apply(&resp),
                     Ok(None) => break,
                     Err(e) => {
                         tracing::debug!(error = %e, "quota watch ended; listing again");
@@ -374,7 +404,7 @@ pub async fn export(limits: Arc<Limits>, policy: Arc<crate::policy::Policy>) {
         let m = &*crate::metrics::METRICS;
         for class in policy.classes() {
             let labels = m.class_labels(&class);
-            m.holds.get_or_create(&labels).set(limits.ledger.holds_in(&class.namespace) as i64);
+            m.holds.get_or_create(&labels).set(limits.holds_in(&class.namespace) as i64);
             m.holds_quota.get_or_create(&labels).set(limits.config.max_holds_in(&class.namespace) as i64);
         }
     }
@@ -385,7 +415,7 @@ mod tests {
     use super::*;
 
     fn session(who: &str) -> Vec<u8> {
-        layout::encode(&SessionRecord { spiffe_id: who.into(), ttl_secs: 10 })
+        layout::encode(&SessionRecord { spiffe_id: who.into(), ttl_secs: 10, coord: false })
     }
 
     fn hold(who: &str) -> Vec<u8> {
@@ -424,37 +454,54 @@ mod tests {
     #[tokio::test]
     async fn a_session_counts_from_its_check_until_the_watch_delivers_it() {
         let config = LimitsConfig { max_sessions_per_identity: 2, ..LimitsConfig::default() };
-        let limits = Limits::new(config);
-        limits.ledger.counts().reached(5);
-        let first = limits.session_quota("a").await.unwrap();
-        let second = limits.session_quota("a").await.unwrap();
-        let e = limits.session_quota("a").await.unwrap_err();
+        let limits = Limits::new(config, 1);
+        limits.ledgers[0].counts().reached(5);
+        let first = limits.session_quota("a", 0).await.unwrap();
+        let second = limits.session_quota("a", 0).await.unwrap();
+        let e = limits.session_quota("a", 0).await.unwrap_err();
         assert!(e.message.contains("a has 2 sessions open"), "two checked, unwritten opens count: {}", e.message);
-        assert!(limits.session_quota("b").await.is_ok(), "slots are per identity");
+        assert!(limits.session_quota("b", 0).await.is_ok(), "slots are per identity");
 
         // An open that failed frees its slot.
         drop(second);
-        let second = limits.session_quota("a").await.unwrap();
+        let second = limits.session_quota("a", 0).await.unwrap();
 
         // Written at revision 7: counted until the counts include 7, then by
         // its record (not twice).
         first.opened(7);
         second.opened(8);
-        assert!(limits.session_quota("a").await.is_err(), "written, not yet watched");
+        assert!(limits.session_quota("a", 0).await.is_err(), "written, not yet watched");
         {
-            let mut c = limits.ledger.counts();
+            let mut c = limits.ledgers[0].counts();
             c.put("/s/0000000000000007", &session("a"));
             c.reached(7);
             assert_eq!(c.sessions_by_identity["a"] + c.sessions_coming("a"), 2);
             c.reached(8);
             assert_eq!(c.sessions_by_identity["a"] + c.sessions_coming("a"), 1, "the record at 8 never came (closed at once)");
         }
-        assert!(limits.session_quota("a").await.is_ok());
+        assert!(limits.session_quota("a", 0).await.is_ok());
 
         // Written at a revision the watch already passed: only its record counts.
-        let late = limits.session_quota("b").await.unwrap();
+        let late = limits.session_quota("b", 0).await.unwrap();
         late.opened(3);
-        assert_eq!(limits.ledger.counts().sessions_coming("b"), 0);
+        assert_eq!(limits.ledgers[0].counts().sessions_coming("b"), 0);
+    }
+
+    #[tokio::test]
+    async fn quotas_count_every_cluster_together() {
+        let config = LimitsConfig { max_sessions_per_identity: 2, max_holds_per_namespace: 2, ..LimitsConfig::default() };
+        let limits = Limits::new(config, 2);
+        limits.ledgers[0].counts().put("/s/0000000000000001", &session("a"));
+        let coord = limits.session_quota("a", 1).await.unwrap();
+        let e = limits.session_quota("a", 0).await.unwrap_err();
+        assert!(e.message.contains("has 2 sessions open"), "one on each cluster: {}", e.message);
+        drop(coord);
+        assert!(limits.session_quota("a", 0).await.is_ok(), "a dropped slot frees its place");
+        limits.ledgers[0].counts().put("/l/jobs/x", &hold("a"));
+        limits.ledgers[1].counts().put("/l/jobs/y", &hold("b"));
+        let e = limits.hold_quota("c", &LockKey::new("jobs", "z").unwrap()).await.unwrap_err();
+        assert!(e.message.contains("has 2 holds"), "{}", e.message);
+        assert_eq!(limits.holds_in("jobs"), 2);
     }
 
     #[tokio::test]
@@ -467,28 +514,28 @@ mod tests {
             max_holds_per_namespace: 1,
             namespaces: [("big".to_string(), holdfast_config::arbiter::NamespaceLimits { max_holds: 3 })].into(),
         };
-        let limits = Limits::new(config);
+        let limits = Limits::new(config, 1);
         assert!(limits.admit("a").is_ok() && limits.admit("a").is_ok());
         let e = limits.admit("a").unwrap_err();
         assert_eq!(e.reason, holdfast_proto::ErrorReason::RateLimited);
         assert!(e.message.contains("limits.requests_per_second = 1"), "{}", e.message);
         assert!(limits.admit("b").is_ok(), "buckets are per identity");
 
-        limits.ledger.counts().put("/s/0000000000000001", &session("a"));
-        let e = limits.session_quota("a").await.unwrap_err();
+        limits.ledgers[0].counts().put("/s/0000000000000001", &session("a"));
+        let e = limits.session_quota("a", 0).await.unwrap_err();
         assert!(e.message.contains("limits.max_sessions_per_identity = 1"), "{}", e.message);
-        assert!(limits.session_quota("b").await.is_ok());
+        assert!(limits.session_quota("b", 0).await.is_ok());
 
-        limits.ledger.counts().put("/l/small/x", &hold("a"));
-        limits.ledger.counts().put("/l/big/x", &hold("a"));
+        limits.ledgers[0].counts().put("/l/small/x", &hold("a"));
+        limits.ledgers[0].counts().put("/l/big/x", &hold("a"));
         let small = LockKey::new("small", "y").unwrap();
         let big = LockKey::new("big", "y").unwrap();
         let e = limits.hold_quota("b", &small).await.unwrap_err();
         assert_eq!(e.reason, holdfast_proto::ErrorReason::Quota);
         assert!(e.message.contains("limits.max_holds_per_namespace = 1"), "{}", e.message);
         assert!(limits.hold_quota("b", &big).await.is_ok(), "big has its own quota of 3");
-        limits.ledger.counts().put("/l/big/y", &hold("a"));
-        limits.ledger.counts().put("/l/big/z", &hold("a"));
+        limits.ledgers[0].counts().put("/l/big/y", &hold("a"));
+        limits.ledgers[0].counts().put("/l/big/z", &hold("a"));
         let e = limits.hold_quota("b", &big).await.unwrap_err();
         assert!(e.message.contains("limits.namespaces.big.max_holds = 3"), "{}", e.message);
     }

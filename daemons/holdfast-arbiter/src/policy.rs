@@ -151,6 +151,23 @@ pub fn class_ttl(key: &LockKey, class: &Class, session_ttl_secs: u64) -> Refusal
     )
 }
 
+/// A key of a class on one tier, asked for on a session of the other.
+pub fn class_tier(key: &LockKey, class: &Class, session: holdfast_policy::Tier) -> Refusal {
+    let name = crate::cluster::tier_name;
+    Refusal::new(
+        Code::FailedPrecondition,
+        ErrorReason::ClassTier,
+        format!(
+            "{key} is in class {} of the {} tier, but this session is on the {} tier (each tier's keys live on its own etcd cluster); \
+             open a session for namespace {:?}",
+            class.name,
+            name(class.tier),
+            name(session),
+            class.namespace
+        ),
+    )
+}
+
 /// Reads the published set once (before READY, so the first calls see it
 /// when one is published); an error here is left to [`run`].
 pub async fn load(etcd: &Etcd, policy: &Policy) {

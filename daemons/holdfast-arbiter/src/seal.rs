@@ -102,7 +102,7 @@ impl Guard {
     pub fn etcd_failed(&self, why: &str) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         if let Serve::Serving(_) = &*state {
-            tracing::warn!(reason = why, "etcd call failed; granting paused until the cluster is re-checked");
+            tracing::warn!(cluster = %self.served.cluster(), reason = why, "etcd call failed; granting paused until the cluster is re-checked");
             *state = Serve::Unverified(format!("re-checking etcd after an error: {why}"));
         }
         drop(state);
@@ -111,7 +111,7 @@ impl Guard {
 
     /// Seals `epoch` now; the check loop makes it durable in `/sys/seal`.
     pub fn seal(&self, reason: String, epoch: u32) {
-        tracing::error!(reason = %reason, "sealed: granting nothing until the epoch is advanced");
+        tracing::error!(cluster = %self.served.cluster(), reason = %reason, "sealed: granting nothing until the epoch is advanced");
         self.commit(Serve::Sealed { reason, epoch: Some(epoch) });
         self.recheck.notify_one();
     }
@@ -282,6 +282,8 @@ pub async fn run(etcd: Etcd, guard: Arc<Guard>, interval: Duration, watermark_in
     // One round never takes longer than this, so the watchdog keeps getting
     // pinged while etcd is slow or gone.
     let round_limit = etcd.timeout * 2;
+    // The `sealed` gauge of this cluster.
+    let labels = crate::metrics::Labels { cluster: guard.served.cluster().to_string() };
     loop {
         let state = match tokio::time::timeout(round_limit, check_once(&etcd, &guard, &mut pacer)).await {
             Ok(state) => state,
@@ -292,11 +294,11 @@ pub async fn run(etcd: Etcd, guard: Arc<Guard>, interval: Duration, watermark_in
         };
         let kind = state.describe();
         let m = &*crate::metrics::METRICS;
-        m.sealed.get_or_create(m.labels()).set(if matches!(state, Serve::Serving(_)) { 0 } else { 1 });
+        m.sealed.get_or_create(&labels).set(if matches!(state, Serve::Serving(_)) { 0 } else { 1 });
         if kind != last_kind {
             match &state {
-                Serve::Serving(_) => tracing::info!(state = %kind, "serve state changed"),
-                _ => tracing::warn!(state = %kind, "serve state changed"),
+                Serve::Serving(_) => tracing::info!(cluster = %labels.cluster, state = %kind, "serve state changed"),
+                _ => tracing::warn!(cluster = %labels.cluster, state = %kind, "serve state changed"),
             }
             last_kind = kind;
         }

@@ -16,7 +16,7 @@ use holdfast_model::layout::EpochRecord;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The file under the state directory.
 pub const FILE: &str = "served-epochs.json";
@@ -28,10 +28,15 @@ struct Doc {
     clusters: BTreeMap<String, EpochRecord>,
 }
 
-/// The arbiter's record of what it served, for its one cluster.
+/// The arbiter's record of what it served, for one of its clusters. The
+/// clusters' records share one file ([`Served::sibling`]).
 pub struct Served {
-    path: PathBuf,
+    file: Arc<File>,
     cluster: String,
+}
+
+struct File {
+    path: PathBuf,
     doc: Mutex<Doc>,
 }
 
@@ -73,7 +78,12 @@ impl Served {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Doc::default(),
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         };
-        Ok(Served { path, cluster: cluster.to_string(), doc: Mutex::new(doc) })
+        Ok(Served { file: Arc::new(File { path, doc: Mutex::new(doc) }), cluster: cluster.to_string() })
+    }
+
+    /// The record of another cluster of this arbiter, in the same file.
+    pub fn sibling(&self, cluster: &str) -> Served {
+        Served { file: self.file.clone(), cluster: cluster.to_string() }
     }
 
     /// The name of the cluster this arbiter serves.
@@ -83,18 +93,18 @@ impl Served {
 
     /// The highest record served for this arbiter's cluster.
     pub fn high(&self) -> Option<EpochRecord> {
-        self.doc.lock().unwrap_or_else(|e| e.into_inner()).clusters.get(&self.cluster).cloned()
+        self.file.doc.lock().unwrap_or_else(|e| e.into_inner()).clusters.get(&self.cluster).cloned()
     }
 
     /// Every cluster's highest record, by cluster name.
     pub fn all(&self) -> Vec<(String, EpochRecord)> {
-        self.doc.lock().unwrap_or_else(|e| e.into_inner()).clusters.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.file.doc.lock().unwrap_or_else(|e| e.into_inner()).clusters.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     /// May `record` be served? A record above the high is written (fsync'd)
     /// before this returns [`Admission::Serve`].
     pub fn admit(&self, record: &EpochRecord) -> Admission {
-        let mut doc = self.doc.lock().unwrap_or_else(|e| e.into_inner());
+        let mut doc = self.file.doc.lock().unwrap_or_else(|e| e.into_inner());
         match doc.clusters.get(&self.cluster) {
             Some(high) if high == record => return Admission::Serve,
             Some(high) if record.epoch <= high.epoch => {
@@ -104,7 +114,7 @@ impl Served {
                      (`holdfastctl epoch advance-request` asks every arbiter for its highest)",
                     describe(record),
                     describe(high),
-                    self.path.display(),
+                    self.file.path.display(),
                     high.epoch
                 ));
             }
@@ -112,7 +122,7 @@ impl Served {
         }
         let mut next = doc.clone();
         next.clusters.insert(self.cluster.clone(), record.clone());
-        match write_synced(&self.path, &next) {
+        match write_synced(&self.file.path, &next) {
             Ok(()) => {
                 *doc = next;
                 Admission::Serve
@@ -120,7 +130,7 @@ impl Served {
             Err(e) => Admission::Unrecorded(format!(
                 "cannot record {} in {} ({e}); granting nothing until it is recorded",
                 describe(record),
-                self.path.display()
+                self.file.path.display()
             )),
         }
     }
@@ -171,6 +181,13 @@ mod tests {
         assert_eq!(again.high(), Some(record(2, 9, "b")));
         assert_eq!(Served::open(&d, "other").unwrap().high(), None, "kept per cluster");
         assert_eq!(again.all().len(), 1);
+        // Another cluster of the same arbiter: the same file, both kept.
+        let coord = again.sibling("coord");
+        assert_eq!(coord.admit(&record(3, 1, "c")), Admission::Serve);
+        assert_eq!(again.admit(&record(4, 9, "d")), Admission::Serve);
+        let both = Served::open(&d, "entity-1").unwrap();
+        assert_eq!(both.high(), Some(record(4, 9, "d")));
+        assert_eq!(both.sibling("coord").high(), Some(record(3, 1, "c")));
         use std::os::unix::fs::PermissionsExt as _;
         assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "the state directory is the arbiter's alone");
     }

@@ -11,6 +11,7 @@ use crate::etcd::Etcd;
 use crate::seal::{self, Guard, Serve};
 use crate::service::LockService;
 use anyhow::Context;
+use holdfast_config::EtcdConfig;
 use holdfast_proto::LockServer;
 use sd_notify::NotifyState;
 use std::sync::Arc;
@@ -41,28 +42,53 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     }
     let metrics_addr = crate::metrics::serve(config.metrics_listen).await?;
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
-    let etcd = Etcd::connect(&config.etcd).await?;
     let served = crate::served::Served::open(&config.state_dir, &config.cluster_name).map_err(|e| anyhow::anyhow!("state_dir: {e}"))?;
-    if let Some(high) = served.high() {
-        tracing::info!(cluster = %config.cluster_name, epoch = high.epoch, "the highest epoch this arbiter served");
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    // One etcd client (and seal check, sessions, waiters) per cluster: the
+    // entity cluster ([etcd]) and the coord cluster ([coord], unless it
+    // lists [etcd]'s endpoints or is left out: then one serves both tiers).
+    let entity = Arc::new(open_cluster(&config, &config.etcd, served.sibling(&config.cluster_name), 0).await.context("[etcd]")?);
+    let clusters = match config.separate_coord() {
+        None => crate::cluster::Clusters { coord: entity.clone(), entity },
+        Some(coord) => {
+            let coord = Arc::new(open_cluster(&config, coord, served.sibling(config.coord_name()), 1).await.context("[coord]")?);
+            crate::cluster::Clusters { entity, coord }
+        }
+    };
+    for c in clusters.all() {
+        if let Some(high) = c.guard.served.high() {
+            tracing::info!(cluster = %c.name(), epoch = high.epoch, "the highest epoch this arbiter served");
+        }
     }
-    let guard = Arc::new(Guard::new(served));
     let (listener, activated) = listener(config.listen).await?;
     let local = listener.local_addr()?;
     let from = if activated { "socket from systemd" } else { "bound" };
-    tracing::info!(listen = %local, from, etcd = %config.etcd.endpoints.join(","), "listening; checking etcd before serving");
+    let coord_at = if clusters.shared() {
+        "the same cluster".to_string()
+    } else {
+        clusters.coord.etcd.members.iter().map(|m| m.0.clone()).collect::<Vec<_>>().join(",")
+    };
+    tracing::info!(listen = %local, from, etcd = %config.etcd.endpoints.join(","), coord = %coord_at, "listening; checking etcd before serving");
     let (health, health_service) = crate::health::Health::start();
 
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
-    let (first_tx, mut first_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn({
-        let (etcd, guard, health) = (etcd.clone(), guard.clone(), health.clone());
+    // READY once every cluster has been checked.
+    let mut firsts = Vec::new();
+    for (i, c) in clusters.all().into_iter().enumerate() {
+        let (first_tx, first_rx) = tokio::sync::watch::channel(false);
+        firsts.push(first_rx);
+        let (etcd, guard, health) = (c.etcd.clone(), c.guard.clone(), health.clone());
         let check = config.seal.check_interval;
         let wm = config.seal.watermark_interval;
-        async move {
+        // The entity cluster's loop reports health and pings the watchdog.
+        let primary = i == 0;
+        tokio::spawn(async move {
             seal::run(etcd, guard.clone(), check, wm, |state| {
                 if guard.has_checked() {
                     let _ = first_tx.send(true);
+                }
+                if !primary {
+                    return;
                 }
                 health.set(matches!(state, Serve::Serving(_)));
                 let status = match state {
@@ -77,40 +103,27 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
                 }
             })
             .await
-        }
-    });
+        });
+    }
 
-    // The class set is published on the coord cluster ([coord]; without
-    // it, the one cluster serves both tiers).
-    let coord = match &config.coord {
-        Some(c) => Etcd::connect(c).await.context("[coord]")?,
-        None => etcd.clone(),
-    };
+    // The class set is published on the coord cluster.
     let policy = Arc::new(crate::policy::Policy::new(config.region.clone()));
-    crate::policy::load(&coord, &policy).await;
-    tokio::spawn(crate::policy::run(coord, policy.clone()));
-    // Quotas count what etcd holds; listed before READY when etcd answers.
+    crate::policy::load(&clusters.coord.etcd, &policy).await;
+    tokio::spawn(crate::policy::run(clusters.coord.etcd.clone(), policy.clone()));
+    // Quotas count what etcd holds, on every cluster; listed before READY
+    // when etcd answers.
     crate::metrics::set_limits(&config.limits);
-    let limits = Arc::new(crate::limits::Limits::new(config.limits.clone()));
-    let from = limits.ledger.load(&etcd).await.unwrap_or(0);
-    tokio::spawn(crate::limits::run(etcd.clone(), limits.clone(), from));
+    let limits = Arc::new(crate::limits::Limits::new(config.limits.clone(), clusters.all().len()));
+    for c in clusters.all() {
+        let from = limits.ledgers[c.ledger].load(&c.etcd).await.unwrap_or(0);
+        tokio::spawn(crate::limits::run(c.etcd.clone(), limits.clone(), c.ledger, from));
+    }
     tokio::spawn(crate::limits::export(limits.clone(), policy.clone()));
 
-    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
-    let confirmer = crate::confirm::Confirmer::start(etcd.clone());
-    let committer = crate::commit::Committer::new(etcd.clone(), config.grants.group_commit);
-    let expiries = Arc::new(crate::expiry::Expiries::new(config.waiters.watch));
-    tokio::spawn(crate::expiry::run(etcd.clone(), expiries.clone()));
-    let renewer = Arc::new(crate::renewal::Renewer::new(etcd.clone()));
+    let entity_guard = clusters.entity.guard.clone();
     let service = LockService {
-        confirmer,
-        renewer,
-        etcd,
-        guard: guard.clone(),
-        sessions: Default::default(),
-        waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)),
+        clusters,
         stopping,
-        expiries,
         validate_limit: Default::default(),
         policy,
         limits,
@@ -141,13 +154,19 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         });
     let mut server = tokio::spawn(server);
 
-    // Ready once etcd has answered a full check (serving, sealed or not).
+    // Ready once every cluster has answered a full check (serving, sealed or not).
+    let checked = async {
+        for first in &mut firsts {
+            first.wait_for(|v| *v).await.context("check loop ended")?;
+        }
+        anyhow::Ok(())
+    };
     tokio::select! {
-        r = first_rx.wait_for(|v| *v) => { r.context("check loop ended")?; }
+        r = checked => r?,
         r = &mut server => { r??; anyhow::bail!("server stopped before it was ready"); }
     }
     notify(&[NotifyState::Ready, NotifyState::Status("ready")]);
-    tracing::info!(listen = %local, state = %guard.state().describe(), "ready");
+    tracing::info!(listen = %local, state = %entity_guard.state().describe(), "ready");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -165,6 +184,35 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         Err(_) => tracing::warn!("drain timeout passed; exiting with calls still in flight"),
     }
     Ok(())
+}
+
+/// Connects to one cluster and sets up what the arbiter keeps for it.
+async fn open_cluster(
+    config: &ArbiterConfig,
+    etcd: &EtcdConfig,
+    served: crate::served::Served,
+    ledger: usize,
+) -> anyhow::Result<crate::cluster::Cluster> {
+    let tiers = match (config.separate_coord(), ledger) {
+        (None, _) => "coord,entity",
+        (Some(_), 0) => "entity",
+        (Some(_), _) => "coord",
+    };
+    let etcd = Etcd::connect(etcd).await?;
+    let committer = crate::commit::Committer::new(etcd.clone(), config.grants.group_commit);
+    let expiries = Arc::new(crate::expiry::Expiries::new(config.waiters.watch));
+    tokio::spawn(crate::expiry::run(etcd.clone(), expiries.clone()));
+    Ok(crate::cluster::Cluster {
+        tiers,
+        guard: Arc::new(Guard::new(served)),
+        sessions: Default::default(),
+        waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)),
+        confirmer: crate::confirm::Confirmer::start(etcd.clone()),
+        renewer: Arc::new(crate::renewal::Renewer::new(etcd.clone())),
+        expiries,
+        ledger,
+        etcd,
+    })
 }
 
 /// The lock.v1 listener: the first socket systemd passed (LISTEN_FDS, from

@@ -2,14 +2,12 @@
 //! before anything reaches etcd: bad input is refused with InvalidArgument
 //! naming the field, and writes nothing.
 
-use crate::etcd::Etcd;
+use crate::cluster::{self, Cluster, Clusters};
 use crate::grant;
-use crate::seal::{Guard, Serve};
-use crate::session::Sessions;
-use crate::waiting::Waiters;
+use crate::seal::Serve;
 use crate::{Refusal, identity};
 use holdfast_model::{LockKey, Token, ttl};
-use holdfast_policy::Action;
+use holdfast_policy::{Action, Tier};
 use holdfast_proto::v1::*;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,19 +24,11 @@ pub const MAX_SESSIONS_PER_STREAM: usize = 1024;
 
 #[derive(Clone)]
 pub struct LockService {
-    pub etcd: Etcd,
-    pub guard: Arc<Guard>,
-    pub sessions: Arc<Sessions>,
-    pub waiters: Arc<Waiters>,
+    /// The etcd clusters, and which one each tier's keys live on.
+    pub clusters: Clusters,
     /// Becomes true on SIGTERM: waits and keepalive streams end so the
     /// drain finishes promptly.
     pub stopping: tokio::sync::watch::Receiver<bool>,
-    /// Confirms the leader term of keepalive acknowledgements.
-    pub confirmer: crate::confirm::Confirmer,
-    /// The shared etcd keepalive streams sessions are renewed through.
-    pub renewer: Arc<crate::renewal::Renewer>,
-    /// Holds this arbiter granted, for counting the ones that expire.
-    pub expiries: Arc<crate::expiry::Expiries>,
     /// ValidateToken's own rate limit (see [`crate::validate`]).
     pub validate_limit: Arc<crate::validate::Bucket>,
     /// The published class set, enforced before any etcd read.
@@ -50,15 +40,13 @@ pub struct LockService {
 }
 
 impl LockService {
-    /// Any etcd failure pauses granting until the cluster is re-checked: a
-    /// reconnect may have reached a restored cluster.
-    fn seen<T>(&self, r: Result<T, Refusal>) -> Result<T, Refusal> {
-        if let Err(e) = &r
-            && e.pauses_granting
-        {
-            self.guard.etcd_failed(&e.message);
-        }
-        r
+    /// The session `id` (from the wire) if it exists and is the caller's:
+    /// its cluster and the session.
+    async fn owned(&self, id: u64, who: &str) -> Result<(&Arc<Cluster>, crate::session::Owned), Refusal> {
+        let (tier, lease) = cluster::parse_session(id)?;
+        let c = self.clusters.of(tier);
+        let session = c.seen(c.sessions.owned(&c.etcd, lease, who, tier).await)?;
+        Ok((c, session))
     }
 
     /// The caller's SPIFFE ID, once its request is within its rate.
@@ -83,13 +71,6 @@ fn caller<T>(req: &Request<T>, trust_domain: &str) -> Result<String, Refusal> {
 
 fn lock_key(namespace: &str, key: &str) -> Result<LockKey, Refusal> {
     LockKey::new(namespace, key).map_err(|e| Refusal::invalid(e.field, e.message))
-}
-
-fn session_id(id: u64) -> Result<i64, Refusal> {
-    match i64::try_from(id) {
-        Ok(v) if v > 0 => Ok(v),
-        _ => Err(Refusal::invalid("session_id", "is not a session ID; open a session first")),
-    }
 }
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<KeepAliveResponse, Status>> + Send>>;
@@ -144,8 +125,8 @@ impl holdfast_proto::Lock for LockService {
             let who = self.admit(&req)?;
             let requested = Duration::from_millis(req.get_ref().ttl_millis);
             let namespace = &req.get_ref().namespace;
-            let ttl = if namespace.is_empty() {
-                ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?
+            let (ttl, tier) = if namespace.is_empty() {
+                (ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?, Tier::Entity)
             } else {
                 lock_key(namespace, "x")?;
                 let class = self.policy.class_for_session(&who, namespace)?;
@@ -160,14 +141,19 @@ impl holdfast_proto::Lock for LockService {
                         ),
                     ));
                 }
-                class.ttl
+                (class.ttl, class.tier)
             };
-            let slot = self.limits.session_quota(&who).await?;
-            let (lease, granted, revision) = self.seen(self.sessions.open(&self.etcd, &who, ttl).await)?;
+            let c = self.clusters.of(tier);
+            let slot = self.limits.session_quota(&who, c.ledger).await?;
+            let (lease, granted, revision) = c.seen(c.sessions.open(&c.etcd, &who, ttl, tier).await)?;
             slot.opened(revision);
             record_session(&span, lease);
-            tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, "session opened");
-            Ok(OpenSessionResponse { session_id: lease as u64, ttl_millis: granted as u64 * 1000 })
+            tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, cluster = c.name(), "session opened");
+            Ok(OpenSessionResponse {
+                session_id: cluster::session_id(tier, lease),
+                ttl_millis: granted as u64 * 1000,
+                tier: cluster::tier_name(tier).into(),
+            })
         }
         .instrument(span.clone())
         .await;
@@ -199,7 +185,6 @@ impl holdfast_proto::Lock for LockService {
                 // One span per renewal: the stream itself lives as long as the session.
                 let span = rpc_span!("KeepAlive");
                 let reply = svc.renew(&who, msg.session_id, &mut known, &span).instrument(span.clone()).await;
-                let reply = svc.seen(reply);
                 finish(&span, &reply, |r| if r.ttl_millis > 0 { "renewed" } else { "expired" });
                 drop(span);
                 if tx.send(reply.map_err(Status::from)).await.is_err() {
@@ -214,10 +199,9 @@ impl holdfast_proto::Lock for LockService {
         let span = rpc_span!("CloseSession");
         let r = async {
             let who = self.admit(&req)?;
-            let lease = session_id(req.get_ref().session_id)?;
-            self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
-            record_session(&span, lease);
-            self.seen(self.sessions.close(&self.etcd, lease).await)?;
+            let (c, session) = self.owned(req.get_ref().session_id, &who).await?;
+            record_session(&span, session.lease);
+            c.seen(c.sessions.close(&c.etcd, session.lease).await)?;
             Ok(CloseSessionResponse {})
         }
         .instrument(span.clone())
@@ -240,14 +224,15 @@ impl holdfast_proto::Lock for LockService {
             let r = req.get_ref();
             let key = lock_key(&r.namespace, &r.key)?;
             record_key(&span, &key);
-            let lease = session_id(r.session_id)?;
+            cluster::parse_session(r.session_id)?;
             let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
-            let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
-            record_session(&span, lease);
+            // The hold lives where its session lives.
+            let (c, session) = self.owned(r.session_id, &who).await?;
+            record_session(&span, session.lease);
             let hold_key = holdfast_model::layout::hold_key(&key);
-            let released = self.seen(grant::release(self.waiters.committer(), &self.guard, &session, &hold_key, token).await)?;
+            let released = c.seen(grant::release(c.waiters.committer(), &c.guard, &session, &hold_key, token).await)?;
             if released {
-                self.waiters.released(&hold_key, token.revision() as i64);
+                c.waiters.released(&hold_key, token.revision() as i64);
             }
             Ok(ReleaseResponse { released })
         }
@@ -264,17 +249,18 @@ impl holdfast_proto::Lock for LockService {
             let r = req.get_ref();
             let key = lock_key(&r.namespace, &r.key)?;
             record_key(&span, &key);
-            self.policy.authorize(&who, &key, Action::Inspect)?;
-            let waiters = self.waiters.count(&holdfast_model::layout::hold_key(&key));
-            let epoch = match self.guard.state() {
+            let class = self.policy.authorize(&who, &key, Action::Inspect)?;
+            let c = self.clusters.of(class.tier);
+            let waiters = c.waiters.count(&holdfast_model::layout::hold_key(&key));
+            let epoch = match c.guard.state() {
                 Serve::Serving(c) => c.record.epoch,
                 _ => 0,
             };
-            Ok(match self.seen(grant::inspect(&self.etcd, &key).await)? {
+            Ok(match c.seen(grant::inspect(&c.etcd, &key).await)? {
                 Some((hold, lease)) => InspectResponse {
                     held: true,
                     holder_identity: hold.spiffe_id,
-                    session_id: lease as u64,
+                    session_id: cluster::session_id(class.tier, lease),
                     waiters,
                     epoch: hold.epoch,
                     since_unix_ms: hold.granted_unix_ms,
@@ -304,7 +290,8 @@ impl holdfast_proto::Lock for LockService {
                 return refused.map(|valid| ValidateTokenResponse { valid });
             }
             // The token is compared, never recorded: not on the span, not in a log.
-            let valid = self.seen(crate::validate::check(&self.etcd, &self.guard, &key, r.token).await);
+            let c = self.clusters.of(class.tier);
+            let valid = c.seen(crate::validate::check(&c.etcd, &c.guard, &key, r.token).await);
             crate::validate::count(&class, &valid);
             valid.map(|valid| ValidateTokenResponse { valid })
         }
@@ -316,16 +303,18 @@ impl holdfast_proto::Lock for LockService {
 
     async fn server_status(&self, req: Request<ServerStatusRequest>) -> Result<Response<ServerStatusResponse>, Status> {
         self.admit(&req)?;
-        let etcd_version = self.guard.etcd_version();
-        let served = self
+        let entity = &self.clusters.entity;
+        let etcd_version = entity.guard.etcd_version();
+        let clusters = self.clusters.all().into_iter().map(|c| cluster_state(c)).collect();
+        let served = entity
             .guard
             .served
             .all()
             .into_iter()
             .map(|(cluster, r)| ServedEpoch { cluster, epoch: r.epoch, cluster_id: format!("{:x}", r.cluster_id) })
             .collect();
-        let cluster = self.guard.served.cluster().to_string();
-        let resp = match self.guard.state() {
+        let cluster = entity.name().to_string();
+        let resp = match entity.guard.state() {
             Serve::Serving(c) => ServerStatusResponse {
                 epoch: c.record.epoch,
                 cluster_id: format!("{:x}", c.record.cluster_id),
@@ -336,15 +325,17 @@ impl holdfast_proto::Lock for LockService {
                 grant_attempts: crate::metrics::METRICS.counter(|m| &m.grant_attempts),
                 served,
                 cluster,
+                clusters,
             },
             Serve::Sealed { reason, .. } => {
-                ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, served, cluster, ..Default::default() }
+                ServerStatusResponse { sealed: true, sealed_reason: reason, etcd_version, served, cluster, clusters, ..Default::default() }
             }
             Serve::Unverified(why) => ServerStatusResponse {
                 sealed_reason: format!("not serving yet: {why}"),
                 etcd_version,
                 served,
                 cluster,
+                clusters,
                 ..Default::default()
             },
         };
@@ -358,15 +349,19 @@ impl LockService {
         let r = req.get_ref();
         let key = lock_key(&r.namespace, &r.key)?;
         record_key(span, &key);
-        let lease = session_id(r.session_id)?;
+        let (tier, lease) = cluster::parse_session(r.session_id)?;
         let wait = Duration::from_millis(r.wait_millis);
         if wait > MAX_WAIT {
             return Err(Refusal::invalid("wait_millis", "is over one hour; wait in shorter steps"));
         }
         // Before anything is read from etcd: a denial cannot depend on the key.
         let class = self.policy.authorize(&who, &key, Action::Lock).inspect_err(|_| crate::metrics::inc(|m| &m.denied))?;
+        if tier != class.tier {
+            crate::metrics::inc(|m| &m.denied);
+            return Err(crate::policy::class_tier(&key, &class, tier));
+        }
         self.limits.hold_quota(&who, &key).await?;
-        let session = self.seen(self.sessions.owned(&self.etcd, lease, &who).await)?;
+        let (c, session) = self.owned(r.session_id, &who).await?;
         record_session(span, lease);
         if session.record.ttl_secs != class.ttl.as_secs() {
             crate::metrics::inc(|m| &m.denied);
@@ -375,21 +370,21 @@ impl LockService {
         let deadline = tokio::time::Instant::now() + wait;
         let wait = async {
             if r.durable {
-                crate::waiting::acquire_durable(self.waiters.committer(), &self.etcd, &self.guard, &session, &key, deadline).await
+                crate::waiting::acquire_durable(c.waiters.committer(), &c.etcd, &c.guard, &session, &key, deadline).await
             } else {
-                self.waiters.acquire(&self.etcd, &self.guard, &session, &key, deadline).await
+                c.waiters.acquire(&c.etcd, &c.guard, &session, &key, deadline).await
             }
         };
         let token = tokio::select! {
             r = wait => {
-                let r = self.seen(r);
+                let r = c.seen(r);
                 count_outcome(&r, &class);
                 r?
             }
             _ = self.until_stopping() => return Err(Refusal::not_serving("this arbiter is shutting down; retry on another")),
         };
-        self.expiries.granted(&holdfast_model::layout::hold_key(&key), token);
-        self.limits.ledger.wrote(token.revision() as i64);
+        c.expiries.granted(&holdfast_model::layout::hold_key(&key), token);
+        self.limits.wrote(c.ledger, token.revision() as i64);
         Ok(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() })
     }
 }
@@ -410,29 +405,49 @@ fn count_outcome<T>(r: &Result<T, Refusal>, class: &holdfast_policy::Class) {
     }
 }
 
-/// The sessions one client keepalive stream has renewed: each checked once
-/// as the caller's own.
-type Known = std::collections::HashSet<i64>;
+/// The sessions (wire IDs) one client keepalive stream has renewed: each
+/// checked once as the caller's own.
+type Known = std::collections::HashSet<u64>;
+
+/// One cluster's state for ServerStatus.
+fn cluster_state(c: &Cluster) -> ClusterState {
+    let (name, tiers) = (c.name().to_string(), c.tiers.to_string());
+    match c.guard.state() {
+        Serve::Serving(s) => ClusterState {
+            name,
+            tiers,
+            epoch: s.record.epoch,
+            cluster_id: format!("{:x}", s.record.cluster_id),
+            serving: true,
+            ..Default::default()
+        },
+        Serve::Sealed { reason, epoch } => {
+            ClusterState { name, tiers, epoch: epoch.unwrap_or(0), sealed: true, sealed_reason: reason, ..Default::default() }
+        }
+        Serve::Unverified(why) => ClusterState { name, tiers, sealed_reason: format!("not serving yet: {why}"), ..Default::default() },
+    }
+}
 
 impl LockService {
     /// Renews one session through the arbiter's shared etcd keepalive stream
     /// ([`crate::renewal`]).
     async fn renew(&self, who: &str, id: u64, known: &mut Known, span: &Span) -> Result<KeepAliveResponse, Refusal> {
-        let lease = session_id(id)?;
-        if !known.contains(&lease) {
+        let (tier, lease) = cluster::parse_session(id)?;
+        let c = self.clusters.of(tier);
+        if !known.contains(&id) {
             if known.len() >= MAX_SESSIONS_PER_STREAM {
                 return Err(Refusal::invalid(
                     "session_id",
                     format!("one keepalive stream renews at most {MAX_SESSIONS_PER_STREAM} sessions; open another stream"),
                 ));
             }
-            self.sessions.owned(&self.etcd, lease, who).await?;
-            known.insert(lease);
+            c.seen(c.sessions.owned(&c.etcd, lease, who, tier).await)?;
+            known.insert(id);
         }
         // Known to this stream: checked as the caller's own session, now or before.
         record_session(span, lease);
         let outcome = async {
-            let (sent_at, resp) = match self.renewer.renew(lease).await? {
+            let (sent_at, resp) = match c.renewer.renew(lease).await? {
                 crate::renewal::Renewal::Answered { sent_at, resp } => (sent_at, resp),
                 crate::renewal::Renewal::NotFound => return Ok((0, false)),
             };
@@ -442,7 +457,7 @@ impl LockService {
             #[cfg(not(feature = "mutations"))]
             let unconfirmed_counts = false;
             let confirmed =
-                resp.ttl() > 0 && (unconfirmed_counts || (acked_term.is_some() && self.confirmer.term_after(sent_at).await == acked_term));
+                resp.ttl() > 0 && (unconfirmed_counts || (acked_term.is_some() && c.confirmer.term_after(sent_at).await == acked_term));
             if resp.ttl() > 0 && !confirmed {
                 crate::metrics::inc(|m| &m.unconfirmed_keepalives);
                 tracing::warn!(
@@ -456,14 +471,14 @@ impl LockService {
         match outcome {
             Ok((ttl, confirmed)) if ttl > 0 => Ok(KeepAliveResponse { session_id: id, ttl_millis: ttl as u64 * 1000, confirmed }),
             Ok(_) => {
-                known.remove(&lease);
-                self.sessions.forget(lease);
+                known.remove(&id);
+                c.sessions.forget(lease);
                 Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false })
             }
             Err(e) => {
                 crate::metrics::inc(|m| &m.renewal_failures);
-                known.remove(&lease);
-                Err(e)
+                known.remove(&id);
+                c.seen(Err(e))
             }
         }
     }

@@ -9,6 +9,7 @@ use crate::Refusal;
 use crate::etcd::Etcd;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use holdfast_model::layout::{self, SessionRecord};
+use holdfast_policy::Tier;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -31,13 +32,13 @@ impl Sessions {
     /// Opens a session for `identity`: grant the lease, then write the record
     /// on it. If the record cannot be written the lease is revoked. Returns
     /// the lease, its TTL in seconds and the revision of the record.
-    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration) -> Result<(i64, i64, i64), Refusal> {
+    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration, tier: Tier) -> Result<(i64, i64, i64), Refusal> {
         let grant = || {
             let mut c = etcd.client.clone();
             async move { c.lease_grant(ttl.as_secs() as i64, None).await }
         };
         let lease = holdfast_store::etcd::retry_auth_race(grant).await.map_err(Refusal::etcd)?;
-        let record = SessionRecord { spiffe_id: identity.to_string(), ttl_secs: ttl.as_secs() };
+        let record = SessionRecord { spiffe_id: identity.to_string(), ttl_secs: ttl.as_secs(), coord: tier == Tier::Coord };
         let key = layout::session_key(lease.id());
         let txn = Txn::new().when([Compare::version(key.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
             key.as_str(),
@@ -70,9 +71,10 @@ impl Sessions {
         self.known.lock().unwrap_or_else(|e| e.into_inner()).remove(&lease);
     }
 
-    /// The session `lease` if it exists and belongs to `identity`. A session
-    /// of another identity is reported exactly like a missing one.
-    pub async fn owned(&self, etcd: &Etcd, lease: i64, identity: &str) -> Result<Owned, Refusal> {
+    /// The session `lease` if it exists, belongs to `identity` and is on
+    /// `tier`. A session of another identity (or presented with another
+    /// tier) is reported exactly like a missing one.
+    pub async fn owned(&self, etcd: &Etcd, lease: i64, identity: &str, tier: Tier) -> Result<Owned, Refusal> {
         let cached = self.known.lock().unwrap_or_else(|e| e.into_inner()).get(&lease).cloned();
         let record = match cached {
             Some(r) => r,
@@ -85,7 +87,7 @@ impl Sessions {
                 r
             }
         };
-        if record.spiffe_id != identity {
+        if record.spiffe_id != identity || record.coord != (tier == Tier::Coord) {
             return Err(Refusal::session_not_found(lease));
         }
         let bytes = layout::encode(&record);

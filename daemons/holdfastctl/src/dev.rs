@@ -73,11 +73,12 @@ enum DevAction {
     },
     /// Restore one of the running appliance's etcd clusters from a
     /// snapshot, as an operator restores a cluster (same cluster token and
-    /// peer URL): for the DR drill. After an entity restore the arbiter
-    /// seals; the two-person epoch advance lifts it. A coord restore rolls
-    /// the epoch allocator and the approval nonces back, and the arbiters'
-    /// own record of the epochs they served still keeps every new epoch
-    /// above the ones used.
+    /// peer URL): for the DR drill. After a restore the arbiter seals that
+    /// cluster's tier (entity: most classes; coord: coord-tier classes);
+    /// the two-person epoch advance of that cluster lifts it. A coord
+    /// restore also rolls the epoch allocator and the approval nonces back,
+    /// and the arbiters' own record of the epochs they served still keeps
+    /// every new epoch above the ones used.
     ///
     /// Take the snapshot with etcd's root credentials (DIR/env-etcd-root;
     /// the coord cluster: $HOLDFAST_COORD_ENDPOINT):
@@ -90,8 +91,9 @@ enum DevAction {
         /// The snapshot file (`etcdctl snapshot save`).
         #[arg(long)]
         snapshot: PathBuf,
-        /// Which cluster to restore: `entity` (the locks) or `coord` (the
-        /// epoch allocator and approval nonces).
+        /// Which cluster to restore: `entity` (the locks of entity-tier
+        /// classes) or `coord` (coord-tier classes' locks, the epoch
+        /// allocator, approval nonces, the class set).
         #[arg(long, value_parser = ["entity", "coord"], default_value = "entity")]
         cluster: String,
     },
@@ -205,7 +207,8 @@ async fn restore_in_place(dir: &Path, bin: &EtcdBinary, tier: &mut Tier, root: &
     }
     let next = match tier.name {
         "coord" => {
-            "the epoch allocator and the approval nonces went back with it; the arbiters' record of the epochs they served keeps every later advance above them"
+            "the arbiter seals the coord tier (coord-tier classes) until the coord cluster's epoch is advanced with two approvals (docs/runbook-dr.md); \
+             the epoch allocator and the approval nonces went back with it, and the arbiters' record of the epochs they served keeps every later advance above them"
         }
         _ => "the arbiter seals itself: advance the epoch with two approvals (docs/runbook-dr.md)",
     };
@@ -429,6 +432,13 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         Err(holdfast_store::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("epoch {n} already initialised")),
         Err(e) => return Err(e).context("initialising the epoch"),
     }
+    // The coord cluster's own epoch (the keys of coord-tier classes, such as
+    // the dev set's `jobs`, live there), from the same allocator.
+    match holdfast_store::epoch::init_via(&coord_etcd, None, |m| say(&format!("coord: {m}"))).await {
+        Ok(r) => say(&format!("initialised the coord cluster's epoch {} (coord-tier classes)", r.epoch)),
+        Err(holdfast_store::epoch::EpochError::AlreadyInitialised(n)) => say(&format!("coord epoch {n} already initialised")),
+        Err(e) => return Err(e).context("initialising the coord cluster's epoch"),
+    }
 
     // The dev class set, published by a controller before the arbiter
     // starts (an arbiter reads the published set before READY, so the first
@@ -493,7 +503,8 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
 
     // Arbiter.
     let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
-    // The class set is read from the coord cluster.
+    // The class set is read from the coord cluster, where the keys of
+    // coord-tier classes live too.
     config.coord = Some(etcd_pki.config_as(roles::ARBITER.name, coord_urls.clone())?);
     let (arbiter_port, metrics_port) = (still_free(arbiter_port, "the arbiter's"), still_free(metrics_port, "the arbiter's metrics"));
     let (m, c) = (&children.tiers[0].cluster.members[0], &children.tiers[1].cluster.members[0]);
@@ -556,7 +567,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env"), &env)?;
     std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the class set, the controller's and the tailer's elections, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks of entity-tier classes; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the locks of coord-tier classes such as jobs, the class set, the controller's and the tailer's elections, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = entity_urls.join(","),
         coord_url = coord_urls.join(","),

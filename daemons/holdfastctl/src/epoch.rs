@@ -155,9 +155,11 @@ fn highest_recorded(state_dir: &Path) -> u32 {
 
 /// What the arbiters report of the epochs they served.
 struct Served {
-    /// The cluster they serve (all the same, or refused).
+    /// The cluster advanced (every arbiter asked grants on it, or refused).
     cluster: String,
-    /// The highest epoch any of them served for that cluster (0: none yet).
+    /// The highest epoch any of them served, on any cluster (0: none yet):
+    /// epochs are allocated once for every cluster, so a new one goes above
+    /// the coord cluster's as well as the entity cluster's.
     highest: u32,
     /// One line per arbiter, for the operator.
     lines: Vec<String>,
@@ -193,19 +195,23 @@ async fn arbiters_served(conn: &ConnArgs, cluster: Option<&str>) -> Result<Serve
         if served.cluster.is_empty() {
             served.cluster = status.cluster.clone();
         }
-        if status.cluster != served.cluster {
+        // The entity cluster (`cluster`), or the coord cluster it also grants on.
+        if status.cluster != served.cluster && !status.clusters.iter().any(|c| c.name == served.cluster) {
+            let names: Vec<&str> = std::iter::once(status.cluster.as_str())
+                .chain(status.clusters.iter().map(|c| c.name.as_str()).filter(|n| *n != status.cluster))
+                .collect();
             eprintln!(
-                "holdfastctl: arbiter {endpoint} serves cluster {:?}, not {:?}; list the arbiters of one cluster in --endpoint (and name it with --cluster)",
-                status.cluster, served.cluster
+                "holdfastctl: arbiter {endpoint} grants on cluster(s) {names:?}, not {:?}; list the arbiters of one cluster in --endpoint (and name it with --cluster)",
+                served.cluster
             );
             return Err(exit::INVALID);
         }
-        let high = status.served.iter().filter(|s| s.cluster == served.cluster).map(|s| s.epoch).max().unwrap_or(0);
+        let high = status.served.iter().map(|s| s.epoch).max().unwrap_or(0);
         served.highest = served.highest.max(high);
-        served.lines.push(if high == 0 {
-            format!("arbiter {endpoint}: has served no epoch of {}", served.cluster)
-        } else {
-            format!("arbiter {endpoint}: has served up to epoch {high}")
+        served.lines.push(match status.served.iter().max_by_key(|s| s.epoch) {
+            None => format!("arbiter {endpoint}: has served no epoch"),
+            Some(s) if s.cluster == served.cluster => format!("arbiter {endpoint}: has served up to epoch {high}"),
+            Some(s) => format!("arbiter {endpoint}: has served up to epoch {high} (of cluster {})", s.cluster),
         });
     }
     Ok(served)
@@ -503,6 +509,22 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         Err(e) => return conn::report(&e),
     };
     let served: Vec<String> = s.served.iter().map(|e| format!("{} epoch {} (cluster ID {})", e.cluster, e.epoch, e.cluster_id)).collect();
+    // With a coord cluster of its own, its state after the entity cluster's.
+    let coord: Vec<String> = s
+        .clusters
+        .iter()
+        .skip(1)
+        .map(|c| {
+            let state = if c.serving {
+                format!("serving epoch {}", c.epoch)
+            } else if c.sealed {
+                format!("SEALED: {}", c.sealed_reason)
+            } else {
+                c.sealed_reason.clone()
+            };
+            format!("{:<12} {state} (cluster {}: the coord tier's keys)", c.tiers, c.name)
+        })
+        .collect();
     if json {
         println!(
             "{}",
@@ -510,9 +532,15 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
                 "epoch": s.epoch, "cluster_id": s.cluster_id, "sealed": s.sealed, "serving": s.serving,
                 "sealed_reason": s.sealed_reason, "etcd_version": s.etcd_version, "cluster": s.cluster,
                 "served": s.served.iter().map(|e| serde_json::json!({"cluster": e.cluster, "epoch": e.epoch, "cluster_id": e.cluster_id})).collect::<Vec<_>>(),
+                "clusters": s.clusters.iter().map(|c| serde_json::json!({
+                    "name": c.name, "tiers": c.tiers, "epoch": c.epoch, "cluster_id": c.cluster_id,
+                    "sealed": c.sealed, "sealed_reason": c.sealed_reason, "serving": c.serving,
+                })).collect::<Vec<_>>(),
             })
         );
-    } else if s.sealed {
+        return exit::OK;
+    }
+    if s.sealed {
         println!("state        SEALED: granting nothing");
         println!("reason       {}", s.sealed_reason);
         println!("etcd         {}", s.etcd_version);
@@ -526,6 +554,9 @@ async fn status(conn: &ConnArgs, json: bool) -> u8 {
         println!("cluster id   {}", s.cluster_id);
         println!("etcd         {}", s.etcd_version);
         println!("served       {}", served.join(", "));
+    }
+    for line in &coord {
+        println!("{line}");
     }
     exit::OK
 }

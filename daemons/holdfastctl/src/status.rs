@@ -25,7 +25,9 @@ and the controller are read there); no arbiter is needed. Shows:
               was published and by which controller
   refused     the controller's last refused change (/sys/policy-status): when,
               and every problem as FILE:LINE: message [rule]
-  epoch       the epoch at /sys/epoch, and whether the cluster is sealed
+  epoch       the epoch at /sys/epoch, and whether the cluster is sealed;
+              with a separate coord cluster, its own epoch and seal too (the
+              keys of coord-tier classes live there)
   tiers       whether one cluster serves both tiers, or which cluster is
               coord (--coord-endpoint, HOLDFAST_COORD_ENDPOINT) and which
               entity (--etcd-endpoint), by etcd cluster ID
@@ -67,11 +69,22 @@ enum EpochState {
     Malformed(String),
 }
 
+impl EpochState {
+    fn seal(&self) -> Option<&SealRecord> {
+        match self {
+            EpochState::Read { seal, .. } => seal.as_ref(),
+            EpochState::Malformed(_) => None,
+        }
+    }
+}
+
 /// Everything `status` shows, read from etcd.
 struct Snapshot {
     published: Stored<PublishedPolicy>,
     status: Stored<PolicyStatus>,
     epoch: EpochState,
+    /// The coord cluster's own epoch and seal, when it is another cluster.
+    coord_epoch: Option<EpochState>,
     /// The epoch allocator's highest (`/sys/epochs`; 0: nothing allocated
     /// through it yet), or why it could not be read.
     allocated: Result<u32, String>,
@@ -135,10 +148,20 @@ async fn read(etcd: &Etcd, coord: Option<&Etcd>, election: &str) -> Result<Snaps
     let at = coord.unwrap_or(etcd);
     let published = policy::read_published(at).await.map_err(|e| etcd_failure(POLICY_KEY, &e))?;
     let status = policy::read_status(at).await.map_err(|e| etcd_failure(POLICY_STATUS_KEY, &e))?;
-    let epoch = match epoch::read_sys(etcd).await {
-        Ok(sys) => EpochState::Read { epoch: sys.epoch.map(|(r, _)| r), seal: sys.seal },
-        Err(EpochError::Etcd(e)) => return Err(etcd_failure("/sys/epoch", &e)),
-        Err(e) => EpochState::Malformed(e.to_string()),
+    let read_epoch = |at: &Etcd| {
+        let at = at.clone();
+        async move {
+            match epoch::read_sys(&at).await {
+                Ok(sys) => Ok(EpochState::Read { epoch: sys.epoch.map(|(r, _)| r), seal: sys.seal }),
+                Err(EpochError::Etcd(e)) => Err(etcd_failure("/sys/epoch", &e)),
+                Err(e) => Ok(EpochState::Malformed(e.to_string())),
+            }
+        }
+    };
+    let epoch = read_epoch(etcd).await?;
+    let coord_epoch = match coord {
+        Some(c) => Some(read_epoch(c).await?),
+        None => None,
     };
     let allocated = match epoch::read_allocator(coord.unwrap_or(etcd)).await {
         Ok((a, _)) => Ok(a.highest),
@@ -146,7 +169,7 @@ async fn read(etcd: &Etcd, coord: Option<&Etcd>, election: &str) -> Result<Snaps
         Err(e) => Err(e.to_string()),
     };
     let leader = policy::read_controller_leader(at, election).await.map_err(|e| etcd_failure(election, &e))?;
-    Ok(Snapshot { published, status, epoch, allocated, tiers, leader })
+    Ok(Snapshot { published, status, epoch, coord_epoch, allocated, tiers, leader })
 }
 
 impl Snapshot {
@@ -155,10 +178,7 @@ impl Snapshot {
     }
 
     fn sealed(&self) -> Option<&SealRecord> {
-        match &self.epoch {
-            EpochState::Read { seal, .. } => seal.as_ref(),
-            EpochState::Malformed(_) => None,
-        }
+        self.epoch.seal()
     }
 
     /// What needs an operator, most important first; empty when all is well.
@@ -171,6 +191,14 @@ impl Snapshot {
         }
         if self.sealed().is_some() {
             out.push("the cluster is sealed".into());
+        }
+        match &self.coord_epoch {
+            Some(EpochState::Read { epoch: None, .. }) => {
+                out.push("the coord cluster's epoch is not initialised (coord-tier classes grant nothing)".to_string())
+            }
+            Some(EpochState::Malformed(e)) => out.push(format!("the coord cluster's epoch record is malformed ({e})")),
+            Some(EpochState::Read { seal: Some(_), .. }) => out.push("the coord cluster is sealed".into()),
+            _ => {}
         }
         match &self.published {
             Stored::Absent => out.push("no published class set".into()),
@@ -239,6 +267,21 @@ fn text(s: &Snapshot, attention: &[String]) -> String {
         None => line("sealed", "no".into()),
         Some(seal) => line("sealed", format!("SEALED since {}: {}", when(seal.sealed_at_unix.saturating_mul(1000)), seal.reason)),
     }
+    if let Some(coord) = &s.coord_epoch {
+        match coord {
+            EpochState::Read { epoch: Some(e), .. } => {
+                line("coord epoch", format!("{} (etcd cluster {:x}; the keys of coord-tier classes)", e.epoch, e.cluster_id))
+            }
+            EpochState::Read { epoch: None, .. } => {
+                line("coord epoch", "not initialised (`holdfastctl epoch init` with --etcd-endpoint at the coord cluster)".into())
+            }
+            EpochState::Malformed(e) => line("coord epoch", format!("MALFORMED: {e}")),
+        }
+        match coord.seal() {
+            None => line("coord sealed", "no".into()),
+            Some(seal) => line("coord sealed", format!("SEALED since {}: {}", when(seal.sealed_at_unix.saturating_mul(1000)), seal.reason)),
+        }
+    }
     line("controller", s.leader.clone().map(|l| format!("{l} (leader)")).unwrap_or_else(|| "no leader".into()));
     if !attention.is_empty() {
         out.push_str(&format!("needs attention: {}\n", attention.join("; ")));
@@ -280,6 +323,14 @@ fn to_json(s: &Snapshot, election: &str, attention: &[String]) -> Value {
         }),
         "sealed": s.sealed().is_some(),
         "seal": seal,
+        "coord": s.coord_epoch.as_ref().map_or(Value::Null, |c| match c {
+            EpochState::Read { epoch, seal } => json!({
+                "epoch": epoch.as_ref().map_or(Value::Null, |e| json!({"epoch": e.epoch, "cluster_id": format!("{:x}", e.cluster_id)})),
+                "sealed": seal.is_some(),
+                "seal": seal.as_ref().map_or(Value::Null, |r| json!({"reason": r.reason, "sealed_at_unix": r.sealed_at_unix})),
+            }),
+            EpochState::Malformed(e) => json!({"epoch": {"malformed": e}, "sealed": false, "seal": Value::Null}),
+        }),
         "controller_leader": s.leader,
         "election": election,
         "needs_attention": attention,

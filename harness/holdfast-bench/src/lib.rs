@@ -685,7 +685,7 @@ async fn raw_session(etcd: &Etcd, identity: &str, window: Duration) -> anyhow::R
     let mut c = etcd.client.clone();
     let ttl = direct_lease_ttl(window);
     let lease = c.lease_grant(ttl, None).await?.id();
-    let record = layout::encode(&SessionRecord { spiffe_id: identity.into(), ttl_secs: ttl as u64 });
+    let record = layout::encode(&SessionRecord { spiffe_id: identity.into(), ttl_secs: ttl as u64, coord: false });
     c.put(layout::session_key(lease), record.clone(), Some(etcd_client::PutOptions::new().with_lease(lease))).await?;
     Ok((lease, record))
 }

@@ -4,7 +4,7 @@ use holdfast_model::layout::{encode, hold_key, session_key};
 const ALICE: &str = "spiffe://t/alice";
 
 fn session(lease: i64, revision: i64) -> Change {
-    Change::put(&session_key(lease), encode(&SessionRecord { spiffe_id: ALICE.into(), ttl_secs: 10 }), revision)
+    Change::put(&session_key(lease), encode(&SessionRecord { spiffe_id: ALICE.into(), ttl_secs: 10, coord: false }), revision)
 }
 
 fn hold_record(lease: i64) -> Vec<u8> {
@@ -45,7 +45,7 @@ fn an_expiry_deletes_the_record_and_its_holds_in_one_revision() {
     granted(&mut c, 7, "pay/a");
     let lapse = [
         Change::delete(&hold("pay/a"), Some(hold_record(7))),
-        Change::delete(&session_key(7), Some(encode(&SessionRecord { spiffe_id: ALICE.into(), ttl_secs: 10 }))),
+        Change::delete(&session_key(7), Some(encode(&SessionRecord { spiffe_id: ALICE.into(), ttl_secs: 10, coord: false }))),
     ];
     let e = c.revision(12, &lapse, 9);
     assert_eq!(kinds(&e), [Kind::Expiry, Kind::SessionLapse]);
@@ -147,7 +147,7 @@ fn a_seeded_classifier_classifies_as_one_that_saw_everything() {
     assert_eq!(kinds(&seeded.revision(14, &revoke, 9)), [Kind::Close]);
     // And a live session seeded is a release.
     let mut live = Classifier::new(1);
-    let s = encode(&SessionRecord { spiffe_id: ALICE.into(), ttl_secs: 10 });
+    let s = encode(&SessionRecord { spiffe_id: ALICE.into(), ttl_secs: 10, coord: false });
     live.seed([(session_key(7).as_str(), s.as_slice())]);
     assert_eq!(kinds(&live.revision(13, &revoke, 9)), [Kind::Release]);
 }
