@@ -10,7 +10,7 @@
 
 use holdfast_config::EtcdConfig;
 use holdfast_model::{LockKey, Token, layout};
-use holdfast_store::roles::{ARBITER, EPOCH};
+use holdfast_store::roles::{ARBITER, EPOCH, FORCE_RELEASE};
 use holdfast_tests::*;
 use std::path::Path;
 use std::process::Command;
@@ -316,7 +316,7 @@ impl Drill {
         let approvers = dir.join("approvers.toml");
         std::fs::write(
             &approvers,
-            format!("[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"),
+            format!("[approver.alice]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{bob_pub:?}]\n"),
         )
         .unwrap();
         Drill { state: state.to_path_buf(), approvers, alice, bob, tiers: Tiers::Separate }
@@ -333,10 +333,15 @@ impl Drill {
     /// [`Drill::run`] with `--etcd-endpoint` at the cluster the root env
     /// names by `endpoint` (the coord cluster's own epoch: `HOLDFAST_COORD_ENDPOINT`).
     fn run_on(&self, host: &Path, endpoint: &str, args: &[&str]) -> Ran {
+        self.run_as(host, endpoint, EPOCH.name, args)
+    }
+
+    /// [`Drill::run_on`] as etcd user `user`.
+    fn run_as(&self, host: &Path, endpoint: &str, user: &str, args: &[&str]) -> Ran {
         let root_env = env_file(&self.state.join("env-etcd-root"));
         let endpoints = vec![root_env[endpoint].clone()];
         let epoch_admin =
-            holdfast_devkit::pki::EtcdPki::open_or_create(&self.state.join("etcd-tls")).unwrap().config_as(EPOCH.name, endpoints).unwrap();
+            holdfast_devkit::pki::EtcdPki::open_or_create(&self.state.join("etcd-tls")).unwrap().config_as(user, endpoints).unwrap();
         let coord = match self.tiers {
             Tiers::Separate => vec![format!("--coord-endpoint={}", root_env["HOLDFAST_COORD_ENDPOINT"])],
             Tiers::Shared => vec![],
@@ -711,4 +716,22 @@ async fn a_coord_restore_older_than_an_advance_never_reissues_an_epoch() {
         "a coord-tier token after the advance is not above every one before it"
     );
     assert_unique(jobs.iter().chain(&jobs_after));
+
+    // A coord-tier hold is force-released where it lives: holdfastctl reads
+    // the key's class and goes to the coord cluster (named by
+    // --coord-endpoint) although --etcd-endpoint is the entity cluster.
+    let session = drill.client().await.open_session_for("jobs", None).await.unwrap();
+    let _stuck = session.acquire(&LockKey::parse("jobs/stuck").unwrap(), Duration::ZERO).await.unwrap();
+    let hold = format!("{}jobs/stuck", layout::HOLD_PREFIX);
+    assert_eq!(k.get(hold.as_str(), None).await.unwrap().count(), 1, "the jobs hold is on the coord cluster");
+    assert_eq!(c.get(hold.as_str(), None).await.unwrap().count(), 0, "the jobs hold is on the entity cluster");
+    let force = |args: &[&str]| drill.run_as(&host_b, "HOLDFAST_ETCD_ENDPOINT", FORCE_RELEASE.name, args);
+    let out = force(&["force-release", "request", "jobs/stuck", "--requester", "alice", "--reason", "stuck job"]);
+    assert_eq!(out.code, 0, "{out}");
+    let req = out.stdout.lines().find_map(|l| l.strip_prefix("wrote ")).unwrap().to_string();
+    sign_file(&req, &drill.alice);
+    sign_file(&req, &drill.bob);
+    let done = force(&["force-release", "apply", &req]);
+    assert_eq!(done.code, 0, "{done}");
+    assert_eq!(k.get(hold.as_str(), None).await.unwrap().count(), 0, "the force-release left the coord-tier hold");
 }

@@ -6,6 +6,7 @@ use holdfast_approval::{Operation, Role};
 use holdfast_cli::conn::{CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_model::LockKey;
+use holdfast_store::Etcd;
 use holdfast_store::force::{self, ForceError};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,8 +52,9 @@ record /sys/force/<nonce> (requester, approver, reason, fenced, the hold) on
 a 24 h lease and records the nonce. With the request's revoke_session the
 holder's session is ended after. Anything refused changes nothing.
 
-With a separate coord cluster (--coord-endpoint, HOLDFAST_COORD_ENDPOINT)
-the nonce is recorded there first, so a restore of the entity cluster
+A key of a coord-tier class is held on the coord cluster (--coord-endpoint,
+HOLDFAST_COORD_ENDPOINT): the hold is read and released there. With a
+separate coord cluster the nonce is recorded there first, so a restore of the entity cluster
 cannot make the request run twice; a hold that changed in between is left
 alone (65) and the request is spent.
 
@@ -110,6 +112,15 @@ pub async fn run(args: ForceArgs) -> u8 {
     }
 }
 
+/// The cluster a key's hold lives on: the coord cluster for a key of a
+/// coord-tier class (when one is named), the entity cluster otherwise.
+fn home<'a>(etcd: &'a Etcd, coord: Option<&'a Etcd>, class: Option<&holdfast_policy::Class>) -> &'a Etcd {
+    match (coord, class) {
+        (Some(coord), Some(c)) if c.tier == holdfast_policy::Tier::Coord => coord,
+        _ => etcd,
+    }
+}
+
 async fn request(args: RequestArgs) -> u8 {
     let key = match LockKey::parse(&args.key) {
         Ok(k) => k,
@@ -130,17 +141,6 @@ async fn request(args: RequestArgs) -> u8 {
         Ok(e) => e,
         Err(code) => return code,
     };
-    let hold = match force::current_hold(&etcd, &key).await {
-        Ok(Some(h)) => h,
-        Ok(None) => {
-            eprintln!("holdfastctl: {key} is not held; nothing to release");
-            return exit::INVALID;
-        }
-        Err(e) => {
-            eprintln!("holdfastctl: reading {key}: {e}");
-            return exit::UNAVAILABLE;
-        }
-    };
     // The class set is published on the coord cluster (when separate).
     let coord = match crate::epoch::connect_coord(&args.coord, &args.etcd).await {
         Ok(c) => c,
@@ -150,6 +150,18 @@ async fn request(args: RequestArgs) -> u8 {
         Ok(stored) => stored.doc().and_then(|p| p.set.class_for(key.namespace()).cloned()),
         Err(e) => {
             eprintln!("holdfastctl: reading the published class set: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let home = home(&etcd, coord.as_ref(), class.as_ref());
+    let hold = match force::current_hold(home, &key).await {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            eprintln!("holdfastctl: {key} is not held; nothing to release");
+            return exit::INVALID;
+        }
+        Err(e) => {
+            eprintln!("holdfastctl: reading {key}: {e}");
             return exit::UNAVAILABLE;
         }
     };
@@ -198,7 +210,19 @@ async fn apply(args: ApplyArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match force::release_via(&etcd, coord.as_ref(), &approved, now_unix()).await {
+    // The hold lives on the cluster of its class's tier.
+    let class = match &approved.request.operation {
+        Operation::ForceRelease { namespace, .. } => match holdfast_store::policy::read_published(coord.as_ref().unwrap_or(&etcd)).await {
+            Ok(stored) => stored.doc().and_then(|p| p.set.class_for(namespace).cloned()),
+            Err(e) => {
+                eprintln!("holdfastctl: reading the published class set: {e}");
+                return exit::UNAVAILABLE;
+            }
+        },
+        _ => None,
+    };
+    let home = home(&etcd, coord.as_ref(), class.as_ref());
+    match force::release_via(home, coord.as_ref(), &approved, now_unix()).await {
         Ok(done) => {
             let r = &done.record;
             if args.json {
