@@ -45,9 +45,10 @@ fn the_dev_tour_works_as_the_readme_says() {
         assert_eq!(etcd.get("/sys/policy", None).await.unwrap().count(), 0, "a class set on the entity cluster");
         let mut coord = Etcd::client_for(&coord).await;
         assert!(coord.put("/sys/policy", "x", None).await.is_err(), "the observer wrote the class set");
-        // The controller and the tailer campaign on the coord cluster: the
-        // entity cluster (its history recorded by the tailer) holds no election.
-        for election in ["/sys/election/controller", "/sys/election/tailer"] {
+        // The controller and both tailers campaign on the coord cluster
+        // (each tailer in an election of its own): the entity cluster (its
+        // history recorded by the tailer) holds no election.
+        for election in ["/sys/election/controller/", "/sys/election/tailer/", "/sys/election/tailer-coord/"] {
             let prefix = || Some(etcd_client::GetOptions::new().with_prefix().with_count_only());
             assert_eq!(etcd.get(election, prefix()).await.unwrap().count(), 0, "{election} on the entity cluster");
             assert_eq!(coord.get(election, prefix()).await.unwrap().count(), 1, "{election} on the coord cluster: one candidate");
@@ -95,6 +96,22 @@ fn the_dev_tour_works_as_the_readme_says() {
     let out = ctl(&first, &["lock", "exec", "jobs/nightly", "--", "sh", "-c", "echo $(($HOLDFAST_TOKEN >> 48))"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2", "a jobs token carries the coord cluster's epoch");
+    // The coord cluster's own tailer records that hold, in DIR/audit-coord.
+    let coord_store = state.join("audit-coord").display().to_string();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = ctl(&first, &["audit", "--store", &coord_store, "jobs/nightly"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && text.contains("spiffe://holdfast.dev/dev/operator") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the coord tailer did not record jobs/nightly in 30 s:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
     // `holdfastctl status` reads etcd as the observer, from the shell's env.
     let out = ctl(&first, &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -44,8 +44,9 @@ etcd roles`; `holdfast-bench --dev-dir DIR` makes its own etcd user with it), tl
 own CA and a client certificate per etcd user), etcd/ (the entity cluster's data), coord-etcd/
 (the coord cluster's), policy/ (the dev class set: classes.d/,
 grants.d/; edit it and the controller publishes each valid change),
-arbiter.toml, controller.toml, tailer.toml, audit/ (the tailer's store), etcd.log, coord-etcd.log,
-arbiter.log, controller.log, tailer.log, dev.log
+arbiter.toml, controller.toml, tailer.toml, audit/ (the tailer's store), tailer-coord.toml and
+audit-coord/ (the coord cluster's tailer and its store: coord-tier classes' holds), etcd.log,
+coord-etcd.log, arbiter.log, controller.log, tailer.log, tailer-coord.log, dev.log
 (detached supervisor).")]
 pub struct DevArgs {
     #[command(subcommand)]
@@ -290,6 +291,8 @@ fn detach(dir: Option<PathBuf>, group_commit: bool) -> anyhow::Result<()> {
 
 struct Children {
     tailer: Option<TailerProcess>,
+    /// The tailer recording the coord cluster (the holds of coord-tier classes).
+    coord_tailer: Option<TailerProcess>,
     controller: Option<ControllerProcess>,
     arbiter: Option<ArbiterProcess>,
     /// The entity cluster, then the coord cluster.
@@ -298,7 +301,7 @@ struct Children {
 
 impl Drop for Children {
     fn drop(&mut self) {
-        if let Some(mut t) = self.tailer.take() {
+        for mut t in [self.tailer.take(), self.coord_tailer.take()].into_iter().flatten() {
             t.stop(Duration::from_secs(10));
         }
         if let Some(mut c) = self.controller.take() {
@@ -361,7 +364,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let ports_file = dir.join("ports");
     let saved: Vec<u16> =
         std::fs::read_to_string(&ports_file).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
-    const PORTS: usize = 10;
+    const PORTS: usize = 11;
     let ports: Vec<u16> = match saved.len() {
         PORTS if saved.iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()) => saved.clone(),
         _ => (0..PORTS).map(|_| free_port()).collect(),
@@ -369,9 +372,10 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
     // Entity etcd client, peer; arbiter, its metrics; the controller's
     // metrics; entity etcd metrics; the tailer's metrics; coord etcd
-    // client, peer, metrics.
+    // client, peer, metrics; the coord tailer's metrics.
     let (arbiter_port, metrics_port, controller_metrics_port, etcd_metrics_port, tailer_metrics_port) =
         (ports[2], ports[3], ports[4], ports[5], ports[6]);
+    let coord_tailer_metrics_port = ports[10];
     // A kept port checked free above can be taken while etcd starts (by any
     // process drawing free ports: the test suite does, in parallel): each
     // daemon's port is checked again just before the daemon starts, and
@@ -393,7 +397,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     // allocator and approval nonces).
     let bin = EtcdBinary::locate()?;
     say(&format!("starting etcd {} ({}): an entity cluster and a coord cluster", bin.version_string(), bin.etcd.display()));
-    let mut children = Children { tailer: None, controller: None, arbiter: None, tiers: Vec::new() };
+    let mut children = Children { tailer: None, coord_tailer: None, controller: None, arbiter: None, tiers: Vec::new() };
     let root_of = |tier: &Tier| etcd_pki.config_as(roles::ROOT, tier.cluster.client_urls());
     for (name, base, at) in [("entity", "etcd", [0, 1, 5]), ("coord", "coord-etcd", [7, 8, 9])] {
         let mut tier =
@@ -464,26 +468,34 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     c.wait_ready(Duration::from_secs(60))?;
     children.controller = Some(c);
 
-    // After a restore of the entity cluster the tailer's store is ahead of
-    // etcd's revision, and the tailer refuses to record into it (the
-    // revisions will be reused): as docs/runbook-dr.md says, the store is
-    // kept aside and a new one started.
-    let audit = dir.join("audit");
-    if let Ok(Some(checkpoint)) = holdfast_audit::store::read_checkpoint(&audit) {
-        let revision =
-            etcd.client.clone().status().await.context("asking the entity etcd for its revision")?.header().map(|h| h.revision());
-        if revision.is_some_and(|r| checkpoint.revision > r) {
-            let kept = dir.join(format!(
-                "audit.before-restore-{}",
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
-            ));
-            std::fs::rename(&audit, &kept).with_context(|| format!("moving {} aside", audit.display()))?;
-            say(&format!(
-                "the audit store recorded up to revision {}, past the restored etcd's {}: kept it as {} (the audit trail up to the restore); the tailer starts a new one",
-                checkpoint.revision,
-                revision.unwrap_or_default(),
-                kept.display()
-            ));
+    // After a restore of a cluster its tailer's store is ahead of etcd's
+    // revision, and the tailer refuses to record into it (the revisions
+    // will be reused): as docs/runbook-dr.md says, the store is kept aside
+    // and a new one started.
+    for (store, at, name) in [("audit", &etcd, "entity"), ("audit-coord", &coord_etcd, "coord")] {
+        let audit = dir.join(store);
+        if let Ok(Some(checkpoint)) = holdfast_audit::store::read_checkpoint(&audit) {
+            let revision = at
+                .client
+                .clone()
+                .status()
+                .await
+                .with_context(|| format!("asking the {name} etcd for its revision"))?
+                .header()
+                .map(|h| h.revision());
+            if revision.is_some_and(|r| checkpoint.revision > r) {
+                let kept = dir.join(format!(
+                    "{store}.before-restore-{}",
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+                ));
+                std::fs::rename(&audit, &kept).with_context(|| format!("moving {} aside", audit.display()))?;
+                say(&format!(
+                    "the {name} audit store recorded up to revision {}, past the restored etcd's {}: kept it as {} (the audit trail up to the restore); the tailer starts a new one",
+                    checkpoint.revision,
+                    revision.unwrap_or_default(),
+                    kept.display()
+                ));
+            }
         }
     }
 
@@ -500,6 +512,20 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     let mut t = TailerProcess::spawn(&tlaunch)?;
     t.wait_ready(Duration::from_secs(60))?;
     children.tailer = Some(t);
+    // A second tailer records the coord cluster (the holds of coord-tier
+    // classes) into DIR/audit-coord, campaigning there in an election of
+    // its own.
+    let mut tconfig = TailerConfig::new(etcd_pki.config_as(roles::TAILER.name, coord_urls.clone())?);
+    tconfig.election.name = format!("{}-coord", holdfast_model::layout::TAILER_ELECTION);
+    tconfig.store_dir = dir.join("audit-coord");
+    let coord_tailer_metrics_port = still_free(coord_tailer_metrics_port, "the coord tailer's metrics");
+    tconfig.metrics_listen = ([127, 0, 0, 1], coord_tailer_metrics_port).into();
+    tconfig.cluster_name = "coord".into();
+    let tlaunch = TailerLaunch::new(tailer::locate()?, tconfig, &dir, "tailer-coord");
+    say(&format!("starting the coord cluster's audit tailer, recording into {}", dir.join("audit-coord").display()));
+    let mut t = TailerProcess::spawn(&tlaunch)?;
+    t.wait_ready(Duration::from_secs(60))?;
+    children.coord_tailer = Some(t);
 
     // Arbiter.
     let mut config = ArbiterConfig::new(ca.arbiter_tls(&server), as_user(roles::ARBITER.name)?);
@@ -519,6 +545,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         c.client_port,
         c.peer_port,
         c.metrics_port.unwrap_or_default(),
+        coord_tailer_metrics_port,
     ];
     std::fs::write(&ports_file, ports.iter().map(u16::to_string).collect::<Vec<_>>().join(" "))?;
     config.listen = ([127, 0, 0, 1], arbiter_port).into();
@@ -567,7 +594,7 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
     std::fs::write(dir.join("env"), &env)?;
     std::fs::write(dir.join("env-etcd-root"), etcd_env(roles::ROOT)?)?;
     let banner = format!(
-        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks of entity-tier classes; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the locks of coord-tier classes such as jobs, the class set, the controller's and the tailer's elections, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
+        "\nholdfast dev appliance is ready (etcd {ver}, epoch initialised)\n\n  arbiter   https://127.0.0.1:{arbiter_port}   (mTLS; client identity spiffe://holdfast.dev/dev/operator)\n  etcd      {etcd_url}   (the entity cluster: the locks of entity-tier classes; mTLS, authentication on; one role per tool: holdfastctl etcd roles --list)\n  coord     {coord_url}   (the coord cluster: the locks of coord-tier classes such as jobs, the class set, the controller's and the tailer's elections, the epoch allocator, approval nonces)\n  metrics   http://127.0.0.1:{metrics_port}/metrics\n  audit     {dir}/audit   (the tailer's store: holdfastctl audit; metrics http://127.0.0.1:{tailer_metrics_port}/metrics)\n            {dir}/audit-coord   (coord-tier classes such as jobs: holdfastctl audit --store {dir}/audit-coord)\n  classes   {dir}/policy   (classes.d, grants.d; the controller publishes each valid change)\n  state     {dir}   (logs: arbiter.log, controller.log, tailer.log, etcd.log)\n\nIn another shell:\n\n  source {dir}/env\n  holdfastctl lock exec demo/report -- sh -c 'echo \"token $HOLDFAST_TOKEN\"; sleep 20'\n  holdfastctl inspect demo/report\n  holdfastctl epoch status\n  holdfastctl audit demo/report   # who held it, and how each hold ended\n\nA second identity (spiffe://holdfast.dev/dev/second), for a second shell:\n\n  source {dir}/env-second\n  holdfastctl lock exec demo/report --wait 0 -- true; echo $?   # 75 while held\n\n",
         ver = bin.version_string(),
         etcd_url = entity_urls.join(","),
         coord_url = coord_urls.join(","),
@@ -609,6 +636,9 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
         }
         if let Some(s) = children.tailer.as_mut().and_then(TailerProcess::exited) {
             break format!("the tailer exited ({s}); see {}", dir.join("tailer.log").display());
+        }
+        if let Some(s) = children.coord_tailer.as_mut().and_then(TailerProcess::exited) {
+            break format!("the coord tailer exited ({s}); see {}", dir.join("tailer-coord.log").display());
         }
         if let Some(s) = children.controller.as_mut().and_then(ControllerProcess::exited) {
             break format!("the controller exited ({s}); see {}", dir.join("controller.log").display());
