@@ -28,6 +28,8 @@ rustPlatform.buildRustPackage {
   # The workspace tests start real etcd members and systemd tools; they run
   # in the repository's own CI, not in the sandbox.
   doCheck = false;
+  # The shipped holdfastctl leaves the dev appliance out, as packaging/build does.
+  buildNoDefaultFeatures = true;
   meta = {
     description = "Distributed lock service with fencing tokens on etcd";
     license = lib.licenses.asl20;

@@ -473,6 +473,13 @@ fn man_pages_and_completions_are_packaged() {
     let page =
         must(Command::new("sh").arg("-c").arg("gzip -dc \"$1\"").arg("sh").arg(tree.join("usr/share/man/man1/holdfastctl.1.gz"))).stdout;
     assert!(page.contains("fencing tokens"), "holdfastctl.1 is not holdfastctl's --help:\n{page}");
+    // The shipped holdfastctl leaves the dev appliance out (built without
+    // the `dev` feature): no page, and the command says where it lives.
+    assert!(!ctl.iter().any(|f| f.contains("holdfastctl-dev")), "a dev page is packaged: {ctl:#?}");
+    let dev = Command::new(tree.join("usr/bin/holdfastctl")).args(["dev", "--detach"]).output().unwrap();
+    let err = String::from_utf8_lossy(&dev.stderr);
+    assert_eq!(dev.status.code(), Some(64), "{err}");
+    assert!(err.contains("built without the dev appliance") && err.contains("scripts/dev"), "{err}");
 }
 
 #[test]

@@ -124,13 +124,33 @@ struct ExportArgs {
     until: Option<String>,
 }
 
+/// `holdfast-tailer`: `$HOLDFAST_TAILER_BIN`, else next to this program,
+/// else on `PATH`.
+fn locate_tailer() -> Result<std::path::PathBuf, String> {
+    const NAME: &str = "holdfast-tailer";
+    if let Some(p) = std::env::var_os("HOLDFAST_TAILER_BIN") {
+        return Ok(p.into());
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && exe.with_file_name(NAME).is_file()
+    {
+        return Ok(exe.with_file_name(NAME));
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(NAME))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{NAME} not found next to holdfastctl or on PATH (or set HOLDFAST_TAILER_BIN)"))
+}
+
 /// Execs `holdfast-tailer export` with the same arguments.
 fn export(args: ExportArgs) -> u8 {
     use std::os::unix::process::CommandExt;
-    let bin = match holdfast_devkit::tailer::locate() {
+    let bin = match locate_tailer() {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("holdfastctl audit export: {e:#}; the export runs where the store is, with holdfast-tailer installed");
+            eprintln!("holdfastctl audit export: {e}; the export runs where the store is, with holdfast-tailer installed");
             return exit::CONFIG;
         }
     };

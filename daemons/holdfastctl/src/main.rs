@@ -4,6 +4,7 @@ mod approve;
 mod audit;
 mod class;
 mod cost;
+#[cfg(feature = "dev")]
 mod dev;
 mod epoch;
 mod etcd;
@@ -40,7 +41,15 @@ struct Cli {
 enum Command {
     /// Run a whole holdfast appliance on loopback for development
     /// (etcd, the arbiter, a throwaway CA).
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
+    /// Not in this build: the packaged holdfastctl leaves the dev appliance out.
+    #[cfg(not(feature = "dev"))]
+    #[command(hide = true, disable_help_flag = true)]
+    Dev {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Take locks.
     Lock(lock::LockArgs),
     /// Show who holds a key (never the token).
@@ -101,7 +110,16 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
+            #[cfg(feature = "dev")]
             Command::Dev(args) => dev::run(args).await,
+            #[cfg(not(feature = "dev"))]
+            Command::Dev { .. } => {
+                eprintln!(
+                    "holdfastctl: this holdfastctl was built without the dev appliance (the packaged one leaves it out); \
+                     run it from a source checkout: scripts/dev"
+                );
+                exit::USAGE
+            }
             Command::Lock(args) => lock::run(&cli.conn, args).await,
             Command::Inspect(args) => inspect::run(&cli.conn, args).await,
             Command::ValidateToken(args) => validate::run(&cli.conn, args).await,
