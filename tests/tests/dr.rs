@@ -632,6 +632,32 @@ async fn a_coord_restore_older_than_an_advance_never_reissues_an_epoch() {
     let mut issued = drill.grants("s", 3).await;
     let mut jobs = drill.grants_in("jobs", "s", 3).await;
     assert!(issued.iter().all(|t| t.epoch() == 1) && jobs.iter().all(|t| t.epoch() == 2), "{issued:?} {jobs:?}");
+    // A session lives on one tier: a jobs key on a demo session is refused
+    // (CLASS_TIER, before anything is read), and one Locker keeps a session
+    // per tier, so it takes keys of both.
+    let demo = drill.client().await.open_session_for("demo", None).await.unwrap();
+    assert_eq!(demo.tier(), "entity");
+    let refused = demo.acquire(&LockKey::parse("jobs/on-demo").unwrap(), Duration::ZERO).await.unwrap_err();
+    assert_eq!(refused.reason(), Some(holdfast_proto::ErrorReason::ClassTier), "{refused}");
+    assert!(refused.to_string().contains("class jobs of the coord tier"), "{refused}");
+    demo.close().await.unwrap();
+    let env = env_file(&state.join("env"));
+    let locker = holdfast_client::Locker::new(
+        holdfast_client::LockerConfig {
+            endpoints: vec![env["HOLDFAST_ENDPOINT"].clone()],
+            ca: env["HOLDFAST_CA"].clone().into(),
+            cert: env["HOLDFAST_CERT"].clone().into(),
+            key: env["HOLDFAST_KEY"].clone().into(),
+        },
+        |_| {},
+    )
+    .unwrap();
+    let opts = holdfast_client::AcquireOptions::default();
+    let on_entity = locker.acquire(&LockKey::parse("demo/locker").unwrap(), opts).await.unwrap();
+    let on_coord = locker.acquire(&LockKey::parse("jobs/locker").unwrap(), opts).await.unwrap();
+    assert_eq!((on_entity.token().epoch(), on_coord.token().epoch()), (1, 2));
+    assert!(on_entity.release().await.unwrap() && on_coord.release().await.unwrap());
+    locker.close().await.unwrap();
     let (coord_snapshot, entity_snapshot) = (dir.path.join("coord.db"), dir.path.join("entity.db"));
     drill.snapshot(&drill.coord_root(), &coord_snapshot);
     drill.snapshot(&drill.root(), &entity_snapshot);

@@ -49,7 +49,8 @@ pub struct Fenced {
 pub struct AcquireOptions {
     /// Session TTL. `None` (the default): the TTL of the key's class, which
     /// is the only TTL the arbiter accepts for it; a different value is
-    /// refused naming the class. Holds of one TTL share one session.
+    /// refused naming the class. Holds of one TTL and one tier (the class's
+    /// `tier`: a session lives on one) share one session.
     pub ttl: Option<Duration>,
     /// How long to wait while another session holds the key (0: try once).
     pub wait: Duration,
