@@ -276,14 +276,10 @@ impl Metrics {
 
     /// The labels of a per-class counter.
     pub fn class_labels(&self, class: &holdfast_policy::Class) -> ClassLabels {
-        let tier = match class.tier {
-            holdfast_policy::Tier::Coord => "coord",
-            holdfast_policy::Tier::Entity => "entity",
-        };
         ClassLabels {
             namespace: class.namespace.clone(),
             class: class.name.clone(),
-            tier: tier.into(),
+            tier: crate::cluster::tier_name(class.tier).into(),
             cluster: self.labels.cluster.clone(),
         }
     }

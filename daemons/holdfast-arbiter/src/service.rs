@@ -40,10 +40,9 @@ pub struct LockService {
 }
 
 impl LockService {
-    /// The session `id` (from the wire) if it exists and is the caller's:
-    /// its cluster and the session.
-    async fn owned(&self, id: u64, who: &str) -> Result<(&Arc<Cluster>, crate::session::Owned), Refusal> {
-        let (tier, lease) = cluster::parse_session(id)?;
+    /// The session (`parse_session` of its wire ID) if it exists and is the
+    /// caller's: its cluster and the session.
+    async fn owned(&self, (tier, lease): (Tier, i64), who: &str) -> Result<(&Arc<Cluster>, crate::session::Owned), Refusal> {
         let c = self.clusters.of(tier);
         let session = c.seen(c.sessions.owned(&c.etcd, lease, who, tier).await)?;
         Ok((c, session))
@@ -199,7 +198,7 @@ impl holdfast_proto::Lock for LockService {
         let span = rpc_span!("CloseSession");
         let r = async {
             let who = self.admit(&req)?;
-            let (c, session) = self.owned(req.get_ref().session_id, &who).await?;
+            let (c, session) = self.owned(cluster::parse_session(req.get_ref().session_id)?, &who).await?;
             record_session(&span, session.lease);
             c.seen(c.sessions.close(&c.etcd, session.lease).await)?;
             Ok(CloseSessionResponse {})
@@ -224,10 +223,10 @@ impl holdfast_proto::Lock for LockService {
             let r = req.get_ref();
             let key = lock_key(&r.namespace, &r.key)?;
             record_key(&span, &key);
-            cluster::parse_session(r.session_id)?;
+            let id = cluster::parse_session(r.session_id)?;
             let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
             // The hold lives where its session lives.
-            let (c, session) = self.owned(r.session_id, &who).await?;
+            let (c, session) = self.owned(id, &who).await?;
             record_session(&span, session.lease);
             let hold_key = holdfast_model::layout::hold_key(&key);
             let released = c.seen(grant::release(c.waiters.committer(), &c.guard, &session, &hold_key, token).await)?;
@@ -361,7 +360,7 @@ impl LockService {
             return Err(crate::policy::class_tier(&key, &class, tier));
         }
         self.limits.hold_quota(&who, &key).await?;
-        let (c, session) = self.owned(r.session_id, &who).await?;
+        let (c, session) = self.owned((tier, lease), &who).await?;
         record_session(span, lease);
         if session.record.ttl_secs != class.ttl.as_secs() {
             crate::metrics::inc(|m| &m.denied);

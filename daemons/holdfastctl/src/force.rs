@@ -121,6 +121,18 @@ fn home<'a>(etcd: &'a Etcd, coord: Option<&'a Etcd>, class: Option<&holdfast_pol
     }
 }
 
+/// The class of `namespace` in the published set (on the coord cluster
+/// when one is named), or the exit status to return.
+async fn class_of(etcd: &Etcd, coord: Option<&Etcd>, namespace: &str) -> Result<Option<holdfast_policy::Class>, u8> {
+    match holdfast_store::policy::read_published(coord.unwrap_or(etcd)).await {
+        Ok(stored) => Ok(stored.doc().and_then(|p| p.set.class_for(namespace).cloned())),
+        Err(e) => {
+            eprintln!("holdfastctl: reading the published class set: {e}");
+            Err(exit::UNAVAILABLE)
+        }
+    }
+}
+
 async fn request(args: RequestArgs) -> u8 {
     let key = match LockKey::parse(&args.key) {
         Ok(k) => k,
@@ -146,12 +158,9 @@ async fn request(args: RequestArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let class = match holdfast_store::policy::read_published(coord.as_ref().unwrap_or(&etcd)).await {
-        Ok(stored) => stored.doc().and_then(|p| p.set.class_for(key.namespace()).cloned()),
-        Err(e) => {
-            eprintln!("holdfastctl: reading the published class set: {e}");
-            return exit::UNAVAILABLE;
-        }
+    let class = match class_of(&etcd, coord.as_ref(), key.namespace()).await {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     let home = home(&etcd, coord.as_ref(), class.as_ref());
     let hold = match force::current_hold(home, &key).await {
@@ -212,12 +221,9 @@ async fn apply(args: ApplyArgs) -> u8 {
     };
     // The hold lives on the cluster of its class's tier.
     let class = match &approved.request.operation {
-        Operation::ForceRelease { namespace, .. } => match holdfast_store::policy::read_published(coord.as_ref().unwrap_or(&etcd)).await {
-            Ok(stored) => stored.doc().and_then(|p| p.set.class_for(namespace).cloned()),
-            Err(e) => {
-                eprintln!("holdfastctl: reading the published class set: {e}");
-                return exit::UNAVAILABLE;
-            }
+        Operation::ForceRelease { namespace, .. } => match class_of(&etcd, coord.as_ref(), namespace).await {
+            Ok(c) => c,
+            Err(code) => return code,
         },
         _ => None,
     };
