@@ -64,6 +64,10 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     // 4,205-8,589 over twelve runs on two cores, both targets at once
     // (2026-12-05; the floor was 5,000 until a CI run gave 4,943).
     assert!(s["lock_ops"].as_u64().unwrap() >= 3000, "lock ops {}", s["lock_ops"]);
+    // A quarter of the clients' operations lock coord-tier keys, granted
+    // on the coord cluster under its own epoch and checked against its log
+    // (438 of 1,633 grants in a restore + epoch-advance run, 2026-12-05).
+    assert!(s["coord_grants"].as_u64().unwrap() >= 100, "coord-tier grants {}", s["coord_grants"]);
     assert!(s["expiries"].as_u64().unwrap() >= 50, "expiries {}", s["expiries"]);
     assert!(s["leader_changes"].as_u64().unwrap() >= 3, "leader changes {}", s["leader_changes"]);
     assert!(s["stale_rejected"].as_u64().unwrap() >= 20, "stale writes rejected {}", s["stale_rejected"]);

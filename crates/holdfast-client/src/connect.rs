@@ -117,6 +117,16 @@ impl Client {
         self.open_session_with(ttl, "", Vec::new(), Some(observer)).await
     }
 
+    /// [`Client::open_session_for`] with every keepalive seen by `observer`.
+    pub async fn open_session_for_observed(
+        &self,
+        namespace: &str,
+        ttl: Duration,
+        observer: std::sync::Arc<dyn crate::KeepaliveObserver>,
+    ) -> Result<Session, Error> {
+        self.open_session_with(ttl, namespace, Vec::new(), Some(observer)).await
+    }
+
     /// Opens a session here whose keepalives fail over to `others`.
     pub(crate) async fn open_session_with(
         &self,

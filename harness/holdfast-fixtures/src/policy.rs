@@ -31,11 +31,19 @@ pub const FIXTURE_RESOURCE: &str = "fixture:holdfast-lab";
 pub struct FixtureClass {
     pub namespace: String,
     pub ttl: Duration,
+    /// The class's `tier`: "entity" (the default) or "coord".
+    pub tier: &'static str,
 }
 
 impl FixtureClass {
     pub fn new(namespace: &str, ttl: Duration) -> Self {
-        FixtureClass { namespace: namespace.to_string(), ttl }
+        FixtureClass { namespace: namespace.to_string(), ttl, tier: "entity" }
+    }
+
+    /// The same class on the coord tier.
+    pub fn on_coord(mut self) -> Self {
+        self.tier = "coord";
+        self
     }
 
     fn fenced(&self) -> bool {
@@ -55,7 +63,7 @@ pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], ex
         } else {
             "purpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"holdfast-lab\"\nwaiver_expires = 2099-12-31".to_string()
         };
-        text.push_str(&format!("\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"entity\"\n"));
+        text.push_str(&format!("\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"{}\"\n", c.tier));
     }
     let prefixes: Vec<String> = classes.iter().map(|c| format!("\"{}/\"", c.namespace)).collect();
     let all = prefixes.join(", ");

@@ -56,12 +56,21 @@ impl Approvals {
         Ok(Approvals { dir, approvers, keys, requests: Default::default() })
     }
 
-    /// A request to advance from `from` to `to`, above `highest_known`,
-    /// signed by both approvers and verified.
-    pub async fn approve(&self, etcd: &Etcd, from: u32, to: u32, highest_known: u32, reason: &str) -> anyhow::Result<Approved> {
+    /// A request to advance cluster `cluster` (reached through `etcd`) from
+    /// `from` to `to`, above `highest_known`, signed by both approvers and
+    /// verified.
+    pub async fn approve(
+        &self,
+        etcd: &Etcd,
+        cluster: &str,
+        from: u32,
+        to: u32,
+        highest_known: u32,
+        reason: &str,
+    ) -> anyhow::Result<Approved> {
         let cluster_id =
             etcd.member_status().await.into_iter().find_map(Result::ok).map(|m| m.cluster_id).context("no etcd member answered Status")?;
-        let op = Operation::EpochAdvance { cluster: "gate".into(), expected_epoch: from, new_epoch: to, cluster_id, highest_known };
+        let op = Operation::EpochAdvance { cluster: cluster.into(), expected_epoch: from, new_epoch: to, cluster_id, highest_known };
         let request = Request::new(NAMES[0], reason, op, now_unix(), Duration::from_secs(600)).map_err(anyhow::Error::msg)?;
         let n = self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let file = self.dir.join(format!("request-{n}.toml"));
@@ -78,8 +87,9 @@ impl Approvals {
     }
 
     /// The approved advance's transaction alone (the old leases are the
-    /// caller's to revoke).
-    /// The epoch is allocated and the nonce recorded on `coord`.
+    /// caller's to revoke). The epoch is allocated and the nonce recorded
+    /// on `coord` (which may be `etcd` itself: the coord cluster's own
+    /// advance).
     pub async fn advance_txn(etcd: &Etcd, coord: &Etcd, approved: &Approved) -> anyhow::Result<Advanced> {
         let target = epoch::approved_target(approved, now_unix())?;
         Ok(epoch::advance_txn_via(etcd, Some(coord), &target).await?)

@@ -137,7 +137,7 @@ impl FaultKind {
                  a longer pause makes etcd revoke renewed leases, docs/gate.md"
             }
             FaultKind::MemberKill => "kill -9 the leader, restart it",
-            FaultKind::ClientPause => "SIGSTOP a client for 2–3× its TTL, in the middle of a write when one is",
+            FaultKind::ClientPause => "SIGSTOP a client for 2–3× its TTL, in the middle of a write when one is, else while it holds a key",
             FaultKind::ArbiterPause => "SIGSTOP an arbiter past the TTL",
             FaultKind::ArbiterKill => "kill -9 arbiter 1 while the proxy holds etcd's answers (its Txns applied, unanswered), restart",
             FaultKind::LeaderIsolation => "iptables DROP between the leader and its peers",
@@ -169,8 +169,8 @@ impl FaultKind {
             FaultKind::Restore => {
                 "the coord cluster and a member snapshotted mid-run while clients keep granting; after the workload \
                  every member (and coord) is stopped and restored from its snapshot with the same cluster token and \
-                 peer URLs, both arbiters restarted, clients start on fresh keys, the epoch is advanced with the \
-                 advance transaction. In a plan with `epoch-advance` the snapshot comes first, so the restore is \
+                 peer URLs, both arbiters restarted, clients start on fresh keys of both tiers, each cluster's epoch \
+                 is advanced with the advance transaction (entity, then coord's own). In a plan with `epoch-advance` the snapshot comes first, so the restore is \
                  older than an advance"
             }
         }
@@ -193,8 +193,8 @@ impl FaultKind {
             FaultKind::ClockJump => "the clients report the jump",
             FaultKind::EpochAdvance => "both arbiters log that they serve the new epoch",
             FaultKind::Restore => {
-                "both arbiters answer ServerStatus sealed, then both serve the new epoch; C1 \
-                 (`TokenNotAboveRestore`) proves every token after the restore above every token before it"
+                "both arbiters answer ServerStatus sealed on both clusters, then both serve both new epochs; C1 \
+                 (`TokenNotAboveRestore`) proves every token after the restore above every token of its tier before it"
             }
         }
     }

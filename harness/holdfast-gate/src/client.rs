@@ -43,6 +43,11 @@ pub struct ClientArgs {
     /// Lock keys are <key-prefix><n>.
     #[arg(long, default_value = "gate/k")]
     key_prefix: String,
+    /// A quarter of the operations lock <coord-key-prefix><n> instead, on a
+    /// session of its own opened for that namespace's class (the coord
+    /// tier's, in the gate).
+    #[arg(long)]
+    coord_key_prefix: Option<String>,
     /// Stop when this file exists.
     #[arg(long)]
     stop_file: Option<PathBuf>,
@@ -59,7 +64,8 @@ pub struct ClientArgs {
     /// 200 ms, so the gate can confirm that a clock fault took effect.
     #[arg(long)]
     clock_report: Option<PathBuf>,
-    /// Reads `w` while a write is at its pause point, `-` otherwise.
+    /// Reads `w` while a write is at its pause point, `h` while a key is
+    /// held without a resource to write, `-` otherwise.
     #[arg(long)]
     state_file: Option<PathBuf>,
     /// The fenced resource (see `holdfast-gate --help`); none: locks only.
@@ -219,21 +225,28 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
     let start = raw_monotonic_ns();
     let end = start + args.duration.as_nanos() as u64;
     let mut preferred = args.process as usize % clients.len();
-    let mut session: Option<Session> = None;
+    // One session per tier: [entity, coord].
+    let mut sessions: [Option<Session>; 2] = [None, None];
+    let coord_namespace = args.coord_key_prefix.as_deref().map(|p| p.split('/').next().unwrap_or(p).to_string());
     let mut next_abandon = start + rng.random_range(3_000_000_000..9_000_000_000u64);
     let mut zombies = Vec::new();
     let mut released: Option<(LockKey, u64, u64)> = None;
     let stop = || args.stop_file.as_ref().is_some_and(|f| f.exists());
     while raw_monotonic_ns() < end && !stop() {
-        let s = match &session {
+        let tier = usize::from(coord_namespace.is_some() && rng.random_bool(0.25));
+        let s = match &sessions[tier] {
             Some(s) if s.can_start() && s.remaining_ttl() > Duration::from_millis(1500) => s,
             _ => {
-                session = None;
+                sessions[tier] = None;
                 let invoke = raw_monotonic_ns();
-                match clients[preferred].open_session_observed(args.ttl, log.clone()).await {
+                let opened = match (tier, &coord_namespace) {
+                    (1, Some(ns)) => clients[preferred].open_session_for_observed(ns, args.ttl, log.clone()).await,
+                    _ => clients[preferred].open_session_observed(args.ttl, log.clone()).await,
+                };
+                match opened {
                     Ok(s) => {
                         log.push(OpKind::OpenSession { ttl_ms: args.ttl.as_millis() as u64 }, Some(s.id()), None, invoke, Outcome::Ok);
-                        session.insert(s)
+                        sessions[tier].insert(s)
                     }
                     Err(_) => {
                         preferred = (preferred + 1) % clients.len();
@@ -243,7 +256,8 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
                 }
             }
         };
-        let key = LockKey::parse(&format!("{}{}", args.key_prefix, rng.random_range(0..args.keys)))?;
+        let prefix = if tier == 1 { args.coord_key_prefix.as_deref().unwrap_or(&args.key_prefix) } else { &args.key_prefix };
+        let key = LockKey::parse(&format!("{prefix}{}", rng.random_range(0..args.keys)))?;
         // Raw RPCs, not Session::acquire: the library releases a grant that
         // arrives after the session was lost, and that release would be
         // missing from the history. Here every release is recorded.
@@ -267,7 +281,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
                     // The session is gone (expired, or ended by an epoch
                     // advance): open a new one at once, as a library would.
                     Some(ErrorReason::SessionNotFound) => {
-                        session = None;
+                        sessions[tier] = None;
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     // The arbiter (or its way to etcd) failed: the next
@@ -292,7 +306,7 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         if raw_monotonic_ns() >= next_abandon {
             // Vanish: stop renewing, keep the token, write after the expiry.
             next_abandon = raw_monotonic_ns() + rng.random_range(3_000_000_000..9_000_000_000u64);
-            drop(session.take());
+            drop(sessions[tier].take());
             let late = args.ttl + Duration::from_millis(rng.random_range(300..2500));
             let think = Duration::from_millis(rng.random_range(0..40));
             let (log, resource, record, state) = (log.clone(), resource.clone(), record.clone(), args.state_file.clone());
@@ -310,7 +324,10 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
                 write(&log, &**res, &key, &record, sid, token, think, args.state_file.as_deref()).await;
             }
         } else {
+            // Holding: the client-pause fault prefers a client in this state.
+            set_state(args.state_file.as_deref(), "h");
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..15))).await;
+            set_state(args.state_file.as_deref(), "-");
         }
         release(&log, &clients[preferred], &key, sid, token).await;
         // Now and then a release is delivered again later (a retry after a
@@ -324,6 +341,13 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         let _ = z.await;
     }
     Ok(())
+}
+
+/// Writes `state` to the state file, if there is one (see `--state-file`).
+fn set_state(file: Option<&std::path::Path>, state: &str) {
+    if let Some(f) = file {
+        let _ = std::fs::write(f, state);
+    }
 }
 
 /// Whether `name` is a client mutation (the gate passes it to its clients,

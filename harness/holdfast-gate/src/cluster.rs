@@ -67,15 +67,23 @@ pub struct Cluster {
     /// The controller that published the `gate` class (host namespace,
     /// outside every fault).
     pub controller: Option<holdfast_devkit::controller::ControllerProcess>,
-    /// The coord cluster: one member on loopback in the host namespace
-    /// (outside every network fault), plain HTTP; epochs are allocated and
-    /// approval nonces recorded there. The restore fault restores it too.
+    /// The coord cluster: one member on the gateway's address in the host
+    /// namespace (outside every network fault), plain HTTP; epochs are
+    /// allocated, approval nonces recorded and the class set published
+    /// there, and the arbiters grant the `gatecoord` class's keys on it
+    /// under its own epoch. The restore fault restores it too.
     pub coord: ClusterSpec,
     coord_process: Option<EtcdProcess>,
 }
 
-/// The namespace of every key the gate's clients lock.
+/// The namespace of the entity-tier keys the gate's clients lock.
 pub const GATE_NAMESPACE: &str = "gate";
+/// The namespace of the coord-tier keys (its class has `tier = "coord"`).
+pub const COORD_NAMESPACE: &str = "gatecoord";
+/// The arbiters' names for the two clusters (`cluster_name`,
+/// `coord_cluster_name`).
+pub const ENTITY_CLUSTER: &str = "gate";
+pub const COORD_CLUSTER: &str = "gate-coord";
 
 impl Cluster {
     /// Starts the members in `net.hosts[0..3]` and the arbiters in
@@ -124,7 +132,7 @@ impl Cluster {
             coord: ClusterSpec {
                 members: vec![MemberSpec {
                     name: "coord".into(),
-                    host: "127.0.0.1".into(),
+                    host: net.gateway.clone(),
                     data_dir: dir.join("coord-etcd"),
                     client_port: holdfast_devkit::ports::free_port(),
                     peer_port: holdfast_devkit::ports::free_port(),
@@ -150,22 +158,31 @@ impl Cluster {
         holdfast_store::epoch::init_via(&etcd, Some(&cluster.coord_etcd().await?), |m| say(m))
             .await
             .context("initialising the epoch (allocated on the coord cluster)")?;
-        // Policy on: the `gate` class (the clients' TTL) and a grant for
-        // the gate's identities, published by a real controller.
-        let class = holdfast_fixtures::policy::FixtureClass::new(GATE_NAMESPACE, crate::CLIENT_TTL);
+        // The coord cluster's own epoch, for the coord tier's grants.
+        holdfast_store::epoch::init(&cluster.coord_etcd().await?, |m| say(m)).await.context("initialising the coord cluster's epoch")?;
+        // Policy on: the `gate` class (entity tier) and the `gatecoord`
+        // class (coord tier), both with the clients' TTL, and a grant for
+        // the gate's identities, published on coord by a real controller.
+        let classes = [
+            holdfast_fixtures::policy::FixtureClass::new(GATE_NAMESPACE, crate::CLIENT_TTL),
+            holdfast_fixtures::policy::FixtureClass::new(COORD_NAMESPACE, crate::CLIENT_TTL).on_coord(),
+        ];
         let (controller, _) = holdfast_fixtures::policy::publish(
             holdfast_devkit::controller::locate()?,
             dir,
-            cluster.etcd_config(roles::CONTROLLER.name)?,
-            &cluster.etcd_config(roles::PAUSETEST.name)?,
+            cluster.coord_config(),
+            &cluster.coord_config(),
             "spiffe://holdfast.dev/gate/",
-            &[class],
+            &classes,
             "",
         )
         .await
         .context("publishing the gate's class set; see controller.log")?;
         cluster.controller = Some(controller);
-        say(&format!("class set published: class {GATE_NAMESPACE}, TTL {}s, fenced", crate::CLIENT_TTL.as_secs()));
+        say(&format!(
+            "class set published on coord: classes {GATE_NAMESPACE} (entity tier) and {COORD_NAMESPACE} (coord tier), TTL {}s, fenced",
+            crate::CLIENT_TTL.as_secs()
+        ));
 
         // Proxies for arbiter 1: gateway:23790+i -> member i.
         let mut proxied = Vec::new();
@@ -190,7 +207,9 @@ impl Cluster {
             let ip: std::net::IpAddr = host.ip.parse().with_context(|| format!("arbiter address {}", host.ip))?;
             config.listen = (ip, ARBITER_PORT).into();
             config.metrics_listen = (ip, 9100).into();
-            config.cluster_name = "gate".into();
+            config.cluster_name = ENTITY_CLUSTER.into();
+            config.coord = Some(cluster.coord_config());
+            config.coord_cluster_name = Some(COORD_CLUSTER.into());
             config.state_dir = dir.join(format!("arbiter{a}-state"));
             config.drain_timeout = Duration::from_secs(2);
             config.seal.check_interval = Duration::from_millis(500);
@@ -263,16 +282,24 @@ impl Cluster {
             .context("the gate's coord etcd did not start; see coord-etcd.log")
     }
 
-    /// The coord cluster (plain HTTP on loopback).
-    pub async fn coord_etcd(&self) -> anyhow::Result<Etcd> {
-        Etcd::connect(&EtcdConfig::plain(self.coord.client_urls())).await
+    /// The coord cluster's client config (plain HTTP on the gateway's
+    /// address), with the gate's 2 s request timeout.
+    pub fn coord_config(&self) -> EtcdConfig {
+        EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(self.coord.client_urls()) }
     }
 
-    /// Saves a snapshot of the coord cluster into the run's directory.
-    pub fn snapshot_coord(&mut self) -> anyhow::Result<PathBuf> {
+    /// The coord cluster.
+    pub async fn coord_etcd(&self) -> anyhow::Result<Etcd> {
+        Etcd::connect(&self.coord_config()).await
+    }
+
+    /// Saves a snapshot of the coord cluster into the run's directory;
+    /// returns the file and the coord revision just before it.
+    pub async fn snapshot_coord(&mut self) -> anyhow::Result<(PathBuf, i64)> {
+        let revision = self.coord_etcd().await?.client.get("/", None).await?.header().map(|h| h.revision());
         let file = self.dir.join(format!("coord-snapshot-{}.db", self.snapshots));
-        holdfast_devkit::etcd::snapshot_save(&self.bin, &EtcdConfig::plain(self.coord.client_urls()), &file)?;
-        Ok(file)
+        holdfast_devkit::etcd::snapshot_save(&self.bin, &self.coord_config(), &file)?;
+        Ok((file, revision.context("no revision in the coord cluster's answer")?))
     }
 
     /// Stops the coord member, restores `snapshot` into a fresh data
@@ -310,25 +337,22 @@ impl Cluster {
             .context("the restored cluster did not start")
     }
 
-    /// Whether every arbiter has logged that it serves `epoch`.
+    /// Whether every arbiter has logged that it serves `epoch` on the
+    /// entity cluster.
     pub fn all_serve(&self, epoch: u32) -> bool {
-        let serving = format!("state=serving epoch {epoch}");
+        let serving = format!("cluster={ENTITY_CLUSTER} state=serving epoch {epoch}");
         self.arbiters.iter().all(|a| std::fs::read_to_string(&a.launch.log).is_ok_and(|t| t.contains(serving.as_str())))
     }
 
-    /// Whether every arbiter answers ServerStatus with `sealed`.
+    /// Whether every arbiter answers ServerStatus sealed on both clusters.
     pub async fn all_sealed(&self) -> bool {
         for a in 0..self.arbiters.len() {
-            if self.arbiter_sealed(a).await != Some(true) {
+            let Some(s) = self.arbiter_status(a).await else { return false };
+            if !s.sealed || s.clusters.len() != 2 || !s.clusters.iter().all(|c| c.sealed) {
                 return false;
             }
         }
         true
-    }
-
-    /// Whether arbiter `a` answers ServerStatus with `sealed`.
-    pub async fn arbiter_sealed(&self, a: usize) -> Option<bool> {
-        self.arbiter_status(a).await.map(|s| s.sealed)
     }
 
     /// Arbiter `a`'s ServerStatus, if it answers within 2 s.
@@ -343,12 +367,15 @@ impl Cluster {
         tokio::time::timeout(Duration::from_secs(2), status).await.ok().flatten()
     }
 
-    /// Whether every arbiter answers ServerStatus serving `epoch` (now, not
-    /// at some time in its log: an epoch minted again after a restore was
-    /// served before).
-    pub async fn all_serving_now(&self, epoch: u32) -> bool {
+    /// Whether every arbiter answers ServerStatus serving epoch `entity` on
+    /// the entity cluster and `coord` on the coord cluster (now, not at some
+    /// time in its log: an epoch minted again after a restore was served
+    /// before).
+    pub async fn all_serving_now(&self, entity: u32, coord: u32) -> bool {
         for a in 0..self.arbiters.len() {
-            if !self.arbiter_status(a).await.is_some_and(|s| s.serving && s.epoch == epoch) {
+            let Some(s) = self.arbiter_status(a).await else { return false };
+            let serves = |name: &str, epoch: u32| s.clusters.iter().any(|c| c.name == name && c.serving && c.epoch == epoch);
+            if !(serves(ENTITY_CLUSTER, entity) && serves(COORD_CLUSTER, coord)) {
                 return false;
             }
         }

@@ -61,10 +61,9 @@ pub async fn run(
         "episode {episode} (seed {seed}): {} faults planned",
         if args.profile == Profile::Short { plan.len().to_string() } else { "random".into() }
     ));
-    let ep = Episode { dir: setup.dir.join(format!("episode-{episode}")), keys: args.keys, prefix: format!("gate/e{episode}k") };
+    let ep = Episode::new(setup.dir.join(format!("episode-{episode}")), args.keys, &format!("e{episode}k"));
     std::fs::create_dir_all(&ep.dir)?;
-    let start_rev = setup.cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
-    let start_epoch = cluster::epoch_of(&setup.cluster.holdfast_etcd().await?).await?;
+    let starts = LogStarts::now(setup.cluster).await?;
     let ep_start = Instant::now();
     let mut procs = spawn_clients(&ep, setup.cluster, args, setup.resource, seed)?;
     let views: Vec<ClientProc> = procs.iter().map(|p| p.view()).collect();
@@ -106,25 +105,16 @@ pub async fn run(
         passed = false;
     }
 
-    // The history.
-    let history = collect(&ep, setup.cluster, start_rev, start_epoch, setup.resource, &args.fence).await?;
-    summary.count_history(&history.stats());
-    let reports = check(&history, setup.resource.is_some());
-    let file = ep.dir.join("history.json");
-    std::fs::write(&file, serde_json::to_vec(&history)?)?;
-    summary.count_reports(&reports);
-    summary.withdrawals += history.etcd.withdrawals.len();
-    // A violation fails the gate, and so does an inconclusive key: a key
-    // whose history the search could not decide proves nothing.
-    if !reports.iter().all(Report::passed) {
+    // The history, one per tier. A violation fails the gate, and so does
+    // an inconclusive key: a key whose history the search could not decide
+    // proves nothing.
+    let tiers = collect(&ep, setup.cluster, &starts, setup.resource, &args.fence).await?;
+    if !check_tiers(&ep.dir, &tiers, setup.resource.is_some(), summary, |_, _| None)? {
         passed = false;
-        say(&format!("VIOLATIONS or INCONCLUSIVE keys in episode {episode}; history kept in {}", file.display()));
-        report_failures(&history, &reports);
     }
     if let Some(pending) = setup.restore.take() {
-        let after = ep.dir.join("after-restore");
-        let ep_after = Episode { dir: after, keys: args.keys, prefix: format!("gate/e{episode}r") };
-        if !crate::restore::phase(setup, &ep_after, pending, &history, seed, summary, all_faults).await? {
+        let ep_after = Episode::new(ep.dir.join("after-restore"), args.keys, &format!("e{episode}r"));
+        if !crate::restore::phase(setup, &ep_after, pending, &tiers, seed, summary, all_faults).await? {
             passed = false;
         }
     }
@@ -225,10 +215,121 @@ pub(crate) fn check(history: &History, fenced: bool) -> Vec<Report> {
     reports
 }
 
+/// Checks each tier's history ([`check`], plus what `extra` adds for the
+/// tier), keeps it in `dir` (`history.json`, `coord-history.json`), adds
+/// its counts and verdicts to `summary` and prints its failures. Returns
+/// whether both passed.
+pub(crate) fn check_tiers(
+    dir: &Path,
+    tiers: &Tiers,
+    fenced: bool,
+    summary: &mut Summary,
+    extra: impl Fn(Tier, &History) -> Option<Report>,
+) -> anyhow::Result<bool> {
+    let mut passed = true;
+    for (tier, history) in tiers.each() {
+        let stats = history.stats();
+        summary.count_history(&stats);
+        if tier == Tier::Coord {
+            summary.coord_grants += stats.ok_grants;
+        }
+        let mut reports = check(history, fenced);
+        reports.extend(extra(tier, history));
+        let file = dir.join(tier.file());
+        std::fs::write(&file, serde_json::to_vec(history)?)?;
+        summary.count_reports(&reports);
+        summary.withdrawals += history.etcd.withdrawals.len();
+        if !reports.iter().all(Report::passed) {
+            passed = false;
+            say(&format!("VIOLATIONS or INCONCLUSIVE keys on the {} tier; history kept in {}", tier.name(), file.display()));
+            report_failures(history, &reports);
+        }
+    }
+    Ok(passed)
+}
+
+/// The keys of an episode (or of its restore phase): `keys` entity-tier
+/// keys `gate/<stem><n>` and as many coord-tier keys `gatecoord/<stem><n>`.
 pub(crate) struct Episode {
     pub(crate) dir: PathBuf,
     pub(crate) keys: usize,
     pub(crate) prefix: String,
+    pub(crate) coord_prefix: String,
+}
+
+impl Episode {
+    pub(crate) fn new(dir: PathBuf, keys: usize, stem: &str) -> Self {
+        Episode {
+            dir,
+            keys,
+            prefix: format!("{}/{stem}", cluster::GATE_NAMESPACE),
+            coord_prefix: format!("{}/{stem}", cluster::COORD_NAMESPACE),
+        }
+    }
+
+    /// Every key, with the tier it lives on.
+    fn all_keys(&self) -> Vec<(Tier, String)> {
+        let mut out: Vec<(Tier, String)> = (0..self.keys).map(|k| (Tier::Entity, format!("{}{k}", self.prefix))).collect();
+        out.extend((0..self.keys).map(|k| (Tier::Coord, format!("{}{k}", self.coord_prefix))));
+        out
+    }
+}
+
+/// The gate's two tiers: the entity cluster (three members, every
+/// fault) and the coord cluster (one member outside the network faults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tier {
+    Entity,
+    Coord,
+}
+
+impl Tier {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Tier::Entity => "entity",
+            Tier::Coord => "coord",
+        }
+    }
+
+    fn file(self) -> &'static str {
+        match self {
+            Tier::Entity => "history.json",
+            Tier::Coord => "coord-history.json",
+        }
+    }
+}
+
+/// An episode's history split by tier: each cluster has its own revisions
+/// and epochs, so each tier's operations are checked against its own
+/// cluster's log. Coord-tier session IDs carry the top bit
+/// (`OpenSessionResponse.session_id`); in the coord history it is cleared,
+/// so that a session is its lease ID there as on the entity tier.
+pub(crate) struct Tiers {
+    pub(crate) entity: History,
+    pub(crate) coord: History,
+}
+
+impl Tiers {
+    pub(crate) fn each(&self) -> [(Tier, &History); 2] {
+        [(Tier::Entity, &self.entity), (Tier::Coord, &self.coord)]
+    }
+}
+
+/// Where each cluster's log is read from: its revision and epoch when the
+/// workload started.
+pub(crate) struct LogStarts {
+    pub(crate) entity: (i64, u32),
+    pub(crate) coord: (i64, u32),
+}
+
+impl LogStarts {
+    pub(crate) async fn now(cluster: &Cluster) -> anyhow::Result<Self> {
+        let rev = cluster.etcd().await?.get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
+        let epoch = cluster::epoch_of(&cluster.holdfast_etcd().await?).await?;
+        let coord = cluster.coord_etcd().await?;
+        let coord_rev = coord.client.clone().get("/", None).await?.header().map(|h| h.revision()).unwrap_or(1);
+        Ok(LogStarts { entity: (rev, epoch), coord: (coord_rev, cluster::epoch_of(&coord).await?) })
+    }
 }
 
 pub(crate) struct ClientChild {
@@ -312,7 +413,7 @@ pub(crate) fn spawn_clients(
             .arg("--client-key")
             .arg(&cluster.client_cert.key)
             .args(["--process", &p.to_string(), "--seed", &(seed ^ p.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_string()])
-            .args(["--keys", &ep.keys.to_string(), "--key-prefix", &ep.prefix])
+            .args(["--keys", &ep.keys.to_string(), "--key-prefix", &ep.prefix, "--coord-key-prefix", &ep.coord_prefix])
             .args(["--duration", "2h", "--ttl", &humantime::format_duration(CLIENT_TTL).to_string()])
             .arg("--stop-file")
             .arg(ep.dir.join("stop"))
@@ -372,23 +473,27 @@ pub(crate) async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, b
     // (right after a fault heals, the arbiter may still be re-checking etcd
     // and answer UNAVAILABLE); never opened in time, every key counts as
     // not granted.
-    let session = loop {
-        match client.open_session(CLIENT_TTL).await {
-            Ok(s) => break s,
-            Err(_) if healed.elapsed() < budget => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(_) => return Ok((healed.elapsed(), ep.keys)),
-        }
-    };
+    // One session per tier.
+    let all = ep.all_keys();
+    let mut sessions = Vec::new();
+    for namespace in [cluster::GATE_NAMESPACE, cluster::COORD_NAMESPACE] {
+        sessions.push(loop {
+            match client.open_session_for(namespace, Some(CLIENT_TTL)).await {
+                Ok(s) => break s,
+                Err(_) if healed.elapsed() < budget => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(_) => return Ok((healed.elapsed(), all.len())),
+            }
+        });
+    }
     // Recorded like any client (process 1000): its grants are in etcd's log.
     let log = client::Log::create(&ep.dir.join("liveness.jsonl"), 1000)?;
     let mut keys = Vec::new();
-    for k in 0..ep.keys {
-        keys.push(holdfast_model::LockKey::parse(&format!("{}{k}", ep.prefix))?);
+    for (tier, k) in &all {
+        keys.push((&sessions[usize::from(*tier == Tier::Coord)], holdfast_model::LockKey::parse(k)?));
     }
     let mut worst = Duration::ZERO;
     let mut failures = 0;
-    let waits = keys.iter().map(|k| {
-        let session = &session;
+    let waits = keys.iter().map(|(session, k)| {
         let (log, client_ref) = (&log, &client);
         async move {
             // Retried until the budget is spent: "grantable" means a client
@@ -423,19 +528,21 @@ pub(crate) async fn liveness(cluster: &Cluster, ep: &Episode, healed: Instant, b
             failures += 1;
         }
     }
-    let _ = session.close().await;
+    for s in sessions {
+        let _ = s.close().await;
+    }
     Ok((worst, failures))
 }
 
-/// Reads the clients' operation logs, etcd's log and the fence log.
+/// Reads the clients' operation logs, both clusters' logs and the fence
+/// log, split by tier.
 pub(crate) async fn collect(
     ep: &Episode,
     cluster: &Cluster,
-    start_rev: i64,
-    start_epoch: u32,
+    starts: &LogStarts,
     resource: Option<&str>,
     fence: &str,
-) -> anyhow::Result<History> {
+) -> anyhow::Result<Tiers> {
     let mut ops: Vec<ClientOp> = Vec::new();
     for entry in std::fs::read_dir(&ep.dir)? {
         let path = entry?.path();
@@ -446,27 +553,51 @@ pub(crate) async fn collect(
         }
     }
     ops.sort_by_key(|o| o.invoke_ns);
-    let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, start_rev, start_epoch as u64).await?;
-    let mut history = History { ops, etcd, ..Default::default() };
-    history.validate().map_err(|e| anyhow::anyhow!("the clients' logs in {} are malformed: {e}", ep.dir.display()))?;
+    let coord_ns = format!("{}/", cluster::COORD_NAMESPACE);
+    let (mut coord_ops, entity_ops): (Vec<ClientOp>, Vec<ClientOp>) = ops.into_iter().partition(|o| match o.key() {
+        Some(k) => k.starts_with(&coord_ns),
+        None => o.session.is_some_and(|s| s < 0),
+    });
+    for o in &mut coord_ops {
+        o.session = o.session.map(|s| s & i64::MAX);
+    }
+    let (rev, epoch) = starts.entity;
+    let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.etcd().await?, &ep.prefix, rev, epoch as u64).await?;
+    let entity = History { ops: entity_ops, etcd, ..Default::default() };
+    let (rev, epoch) = starts.coord;
+    let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.coord_etcd().await?.client, &ep.coord_prefix, rev, epoch as u64).await?;
+    let coord = History { ops: coord_ops, etcd, ..Default::default() };
+    let mut tiers = Tiers { entity, coord };
+    for (tier, history) in [(Tier::Entity, &mut tiers.entity), (Tier::Coord, &mut tiers.coord)] {
+        history
+            .validate()
+            .map_err(|e| anyhow::anyhow!("the clients' logs in {} are malformed ({} tier): {e}", ep.dir.display(), tier.name()))?;
+    }
     if let Some(url) = resource {
         let res = resource::open(url, fence).await?;
-        let rejected: Vec<&ClientOp> =
-            history.ops.iter().filter(|o| matches!(o.kind, OpKind::Write { .. }) && o.outcome == Outcome::Fail).collect();
-        let mut fence_log = Vec::new();
-        for k in 0..ep.keys {
-            let record = resource::record_of(&format!("{}{k}", ep.prefix));
+        for (tier, key) in ep.all_keys() {
+            let history = if tier == Tier::Coord { &mut tiers.coord } else { &mut tiers.entity };
+            let record = resource::record_of(&key);
             for token in res.accepted_log(&record).await? {
-                fence_log.push(FenceEntry { record: record.clone(), token, accepted: true, at_ns: 0, op: None });
+                history.fence.push(FenceEntry { record: record.clone(), token, accepted: true, at_ns: 0, op: None });
             }
-            history.final_counters.insert(record.clone(), res.counter(&record).await?);
+            let counter = res.counter(&record).await?;
+            history.final_counters.insert(record, counter);
         }
-        for o in rejected {
-            if let (OpKind::Write { record, .. }, Some(token)) = (&o.kind, o.token) {
-                fence_log.push(FenceEntry { record: record.clone(), token, accepted: false, at_ns: o.invoke_ns, op: None });
+        for history in [&mut tiers.entity, &mut tiers.coord] {
+            let rejected: Vec<(String, u64, u64)> = history
+                .ops
+                .iter()
+                .filter(|o| o.outcome == Outcome::Fail)
+                .filter_map(|o| match (&o.kind, o.token) {
+                    (OpKind::Write { record, .. }, Some(token)) => Some((record.clone(), token, o.invoke_ns)),
+                    _ => None,
+                })
+                .collect();
+            for (record, token, at_ns) in rejected {
+                history.fence.push(FenceEntry { record, token, accepted: false, at_ns, op: None });
             }
         }
-        history.fence = fence_log;
     }
-    Ok(history)
+    Ok(tiers)
 }

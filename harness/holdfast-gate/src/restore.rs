@@ -6,11 +6,13 @@
 //! taken with it (its allocator and nonces go back too), every arbiter
 //! started again (as a reboot during
 //! the incident would: what each served is on its disk, not in its memory),
-//! clients started on fresh keys, both arbiters confirmed sealed, the epoch
-//! advanced the way the two-person DR procedure does (above the highest
-//! epoch the restored record, the allocator and every arbiter report, then
-//! the unit's transaction), and the clients' grants on the restored cluster
-//! checked on their own and against every grant before the restore: C1's
+//! clients started on fresh keys of both tiers, both arbiters confirmed
+//! sealed on both clusters, each cluster's epoch advanced the way the
+//! two-person DR procedure does (above the highest epoch the restored
+//! records, the allocators and every arbiter report, then the unit's
+//! transaction: the entity cluster's first, then the coord cluster's own),
+//! and the clients' grants on each restored cluster checked on their own
+//! and against every grant of the same tier before the restore: C1's
 //! `TokenNotAboveRestore` proves that no token issued after the restore is
 //! at or below one issued before it.
 //!
@@ -21,13 +23,11 @@
 //! by one from the restored record instead; `forget_served_epochs` makes
 //! the arbiters forget what they served.
 
-use crate::episode::{self, Episode, Setup};
+use crate::episode::{self, Episode, LogStarts, Setup, Tier, Tiers};
 use crate::faults::{FaultKind, FaultRecord, PendingRestore, wait_for};
 use crate::summary::Summary;
 use crate::{CLIENT_TTL, cluster, say};
 use holdfast_checkers::etcd_log;
-use holdfast_checkers::history::History;
-use holdfast_checkers::report::Report;
 use std::time::{Duration, Instant};
 
 /// How long the clients run on the restored cluster after the advance.
@@ -39,7 +39,7 @@ pub async fn phase(
     setup: &mut Setup<'_>,
     ep: &Episode,
     pending: PendingRestore,
-    before: &History,
+    before: &Tiers,
     seed: u64,
     summary: &mut Summary,
     all_faults: &mut Vec<FaultRecord>,
@@ -65,6 +65,7 @@ pub async fn phase(
         pending.member, pending.revision
     ));
     let from = cluster::epoch_of(&setup.cluster.holdfast_etcd().await?).await?;
+    let coord_from = cluster::epoch_of(&setup.cluster.coord_etcd().await?).await?;
 
     // Clients on fresh keys, racing the arbiters' seal.
     let mut procs = episode::spawn_clients(ep, setup.cluster, args, setup.resource, seed ^ 0x7265_7374_6f72_6521)?;
@@ -78,44 +79,58 @@ pub async fn phase(
     // served.
     let allocated = holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?;
     let highest_known = from.max(allocated).max(c.served_high().await?);
-    let (to, highest_known) = if args.mutation.as_deref() == Some("advance_from_restored_record") {
-        (from + 1, from)
-    } else {
-        (highest_known + 1, highest_known)
-    };
-    let advanced = match c.approvals.approve(&etcd, from, to, highest_known, "the gate's restore fault").await {
-        Ok(approved) => match crate::approvals::Approvals::advance_txn(&etcd, &coord, &approved).await {
-            Ok(done) => {
-                holdfast_store::epoch::revoke_sessions(&etcd, &done.old_leases).await;
-                Ok(done.record)
-            }
-            Err(e) => Err(e),
-        },
-        Err(e) => Err(e),
-    };
-    let switched = wait_for(Duration::from_secs(15), || c.all_serving_now(to)).await;
+    let mutated = args.mutation.as_deref() == Some("advance_from_restored_record");
+    let (to, highest_known) = if mutated { (from + 1, from) } else { (highest_known + 1, highest_known) };
+    let reason = "the gate's restore fault";
+    let advanced = async {
+        let approved = c.approvals.approve(&etcd, cluster::ENTITY_CLUSTER, from, to, highest_known, reason).await?;
+        let done = crate::approvals::Approvals::advance_txn(&etcd, &coord, &approved).await?;
+        holdfast_store::epoch::revoke_sessions(&etcd, &done.old_leases).await;
+        anyhow::Ok(done.record)
+    }
+    .await;
+    // The coord cluster's own advance: above everything known, the entity
+    // cluster's new epoch included (its allocator is coord's own).
+    let coord_known = coord_from.max(holdfast_store::epoch::highest_allocated(&coord, None).await?).max(c.served_high().await?).max(to);
+    let (coord_to, coord_known) = if mutated { (coord_from + 1, coord_from) } else { (coord_known + 1, coord_known) };
+    let coord_advanced = async {
+        let approved = c.approvals.approve(&coord, cluster::COORD_CLUSTER, coord_from, coord_to, coord_known, reason).await?;
+        let done = crate::approvals::Approvals::advance_txn(&coord, &coord, &approved).await?;
+        holdfast_store::epoch::revoke_sessions(&coord, &done.old_leases).await;
+        anyhow::Ok(done.record)
+    }
+    .await;
+    let switched = wait_for(Duration::from_secs(15), || c.all_serving_now(to, coord_to)).await;
     for (a, mark) in log_marks.iter().enumerate() {
         let now = std::fs::metadata(&setup.cluster.arbiters[a].launch.log).map(|m| m.len()).unwrap_or(*mark);
         setup.cluster.expected_seals.push((a, *mark, now));
     }
     let what = format!(
         "every member restored from the snapshot of e{} at revision {} (epoch {from}; the cluster had reached {before_epoch}) \
-         and the coord cluster from its own (the allocator and nonces went back too), both arbiters restarted; \
-         epoch {from} -> {to} advanced after the seal",
+         and the coord cluster from its own (the allocator, the nonces and the coord tier's holds went back too), both arbiters \
+         restarted; epoch {from} -> {to} (entity) and {coord_from} -> {coord_to} (coord) advanced after the seal",
         pending.member, pending.revision
     );
-    match (&sealed_in, &advanced, switched) {
-        (Some(t), Ok(_), true) => {
-            let confirmed = format!("both arbiters sealed {:.1} s after the restore; both serve epoch {to}", t.as_secs_f64());
+    match (&sealed_in, &advanced, &coord_advanced, switched) {
+        (Some(t), Ok(_), Ok(_), true) => {
+            let confirmed = format!(
+                "both arbiters sealed on both clusters {:.1} s after the restore; both serve epoch {to} (entity) and {coord_to} (coord)",
+                t.as_secs_f64()
+            );
             say(&format!("[{:>7.1}s] restore: {what} — {confirmed}", at_ms as f64 / 1000.0));
             *summary.faults.entry(FaultKind::Restore.name()).or_default() += 1;
             all_faults.push(FaultRecord { kind: FaultKind::Restore, seed, at_ms, what, confirmed, healed_after_ms: 0 });
         }
         _ => {
+            let outcome = |a: &anyhow::Result<holdfast_model::layout::EpochRecord>| match a {
+                Ok(r) => format!("epoch {}", r.epoch),
+                Err(e) => format!("{e:#}"),
+            };
             let why = format!(
-                "sealed: {}; advance: {}; both serve epoch {to}: {switched}",
+                "sealed on both clusters: {}; entity advance: {}; coord advance: {}; both serve epochs {to} and {coord_to}: {switched}",
                 sealed_in.map(|t| format!("after {:.1} s", t.as_secs_f64())).unwrap_or_else(|| "not within 20 s".into()),
-                advanced.as_ref().map(|r| format!("epoch {}", r.epoch)).unwrap_or_else(|e| e.to_string())
+                outcome(&advanced),
+                outcome(&coord_advanced)
             );
             say(&format!("restore NOT confirmed: {why}"));
             summary.faults_unconfirmed.push(format!("restore: {why}"));
@@ -133,20 +148,17 @@ pub async fn phase(
     }
     summary.liveness_max_ms = summary.liveness_max_ms.max(worst.as_millis() as u64);
     summary.liveness_failures += failures;
-    let mut passed = failures == 0;
-    // The restored log from the first revision after the snapshot; the
+    let passed = failures == 0;
+    // Each restored log from the first revision after its snapshot; the
     // epoch in force there is the one before the advance.
-    let after = episode::collect(ep, setup.cluster, pending.revision + 1, from, setup.resource, &args.fence).await?;
-    summary.count_history(&after.stats());
-    let mut reports = episode::check(&after, setup.resource.is_some());
-    reports.push(etcd_log::check_restore(before, &after));
-    std::fs::write(ep.dir.join("history.json"), serde_json::to_vec(&after)?)?;
-    summary.count_reports(&reports);
-    summary.withdrawals += after.etcd.withdrawals.len();
-    if !reports.iter().all(Report::passed) {
-        passed = false;
-        say(&format!("VIOLATIONS or INCONCLUSIVE keys after the restore; history kept in {}", ep.dir.join("history.json").display()));
-        episode::report_failures(&after, &reports);
+    let starts = LogStarts { entity: (pending.revision + 1, from), coord: (pending.coord_revision + 1, coord_from) };
+    let after = episode::collect(ep, setup.cluster, &starts, setup.resource, &args.fence).await?;
+    let checked = episode::check_tiers(&ep.dir, &after, setup.resource.is_some(), summary, |tier, history| {
+        let before = if tier == Tier::Coord { &before.coord } else { &before.entity };
+        Some(etcd_log::check_restore(before, history))
+    })?;
+    if !checked {
+        say("VIOLATIONS or INCONCLUSIVE keys after the restore");
     }
-    Ok(passed)
+    Ok(passed && checked)
 }

@@ -17,6 +17,9 @@ pub struct Summary {
     pub ops: usize,
     pub lock_ops: usize,
     pub ok_grants: usize,
+    /// Of `ok_grants`, those of coord-tier keys (granted on the coord
+    /// cluster, under its own epoch).
+    pub coord_grants: usize,
     pub unknown_ops: usize,
     pub expiries: usize,
     pub stale_rejected: usize,
@@ -90,7 +93,10 @@ impl Summary {
 pub fn print_table(s: &Summary) {
     println!("holdfast gate — profile {}, seed {}, etcd {}", s.profile, s.seed, s.etcd_version);
     println!("  episodes            {:>8}   ({:.0} s)", s.episodes, s.duration_s);
-    println!("  operations          {:>8}   (lock ops {}, grants {}, unknown {})", s.ops, s.lock_ops, s.ok_grants, s.unknown_ops);
+    println!(
+        "  operations          {:>8}   (lock ops {}, grants {} of which {} on the coord tier, unknown {})",
+        s.ops, s.lock_ops, s.ok_grants, s.coord_grants, s.unknown_ops
+    );
     println!("  expiries            {:>8}", s.expiries);
     println!(
         "  stale writes reject {:>8}   (accepted {}; resource {}, fence {})",

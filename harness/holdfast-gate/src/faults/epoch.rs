@@ -10,7 +10,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use std::time::Duration;
 
-/// Advance the epoch by one through a signed request (as the DR unit does),
+/// Advance the entity cluster's epoch above every epoch allocated through a signed request (as the DR unit does),
 /// revoke the old sessions' leases 1–3 s later; both arbiters must serve the
 /// new epoch within 10 s.
 pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
@@ -26,18 +26,22 @@ pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Eff
     let c: &Cluster = ctx.cluster;
     let clients = ctx.clients;
     let etcd = c.holdfast_etcd().await?;
+    let coord = c.coord_etcd().await?;
     let from = cluster::epoch_of(&etcd).await?;
-    let to = from + 1;
+    // Above every epoch allocated (the coord cluster's own epoch was
+    // allocated after the entity cluster's), as the request reads it.
+    let known = from.max(holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?);
+    let to = known + 1;
     let frozen = to % 2 == 1;
     let late = Duration::from_millis(rng.random_range(1000..3000));
     // Signed before the clients freeze: two approvals, as operators give them.
-    let approved = c.approvals.approve(&etcd, from, to, from, "the gate's epoch-advance fault").await?;
+    let approved = c.approvals.approve(&etcd, cluster::ENTITY_CLUSTER, from, to, known, "the gate's epoch-advance fault").await?;
     if frozen {
         for p in clients {
             signal(p.pid, Signal::SIGSTOP);
         }
     }
-    let advanced = crate::approvals::Approvals::advance_txn(&etcd, &c.coord_etcd().await?, &approved).await;
+    let advanced = crate::approvals::Approvals::advance_txn(&etcd, &coord, &approved).await;
     let switched = wait_for(Duration::from_secs(10), || async { c.all_serve(to) }).await;
     if frozen {
         for p in clients {

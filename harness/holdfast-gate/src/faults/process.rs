@@ -68,7 +68,23 @@ pub async fn member_kill(ctx: &mut FaultCtx<'_>, hold: Duration) -> anyhow::Resu
     })
 }
 
-/// SIGSTOP a client for 2–3× its TTL, preferably in the middle of a write.
+/// The first client whose state file `is` accepts, polled every 2 ms until
+/// `deadline`.
+async fn find_state(clients: &[ClientProc], is: impl Fn(&&ClientProc) -> bool, deadline: Instant) -> Option<&ClientProc> {
+    loop {
+        if let Some(p) = clients.iter().find(|p| is(p)) {
+            return Some(p);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// SIGSTOP a client for 2–3× its TTL, preferably in the middle of a write,
+/// else while it holds a key (it releases late, with a token its expired
+/// session no longer owns).
 pub async fn client_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
     let clients = ctx.clients;
     let ttl = client_ttl(clients);
@@ -77,14 +93,11 @@ pub async fn client_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Resul
     // an unfenced resource would lose an update to.
     let writing = |p: &&ClientProc| std::fs::read(&p.state_file).is_ok_and(|s| s == b"w");
     let deadline = Instant::now() + Duration::from_secs(3);
-    let mut mid_write = None;
-    while mid_write.is_none() && Instant::now() < deadline {
-        mid_write = clients.iter().find(writing);
-        if mid_write.is_none() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-    let p = match mid_write {
+    let mid_write = find_state(clients, writing, deadline).await;
+    // Else a client holding a key (between its grant and its release).
+    let holding = |p: &&ClientProc| std::fs::read(&p.state_file).is_ok_and(|s| s == b"h");
+    let mid_hold = if mid_write.is_none() { find_state(clients, holding, Instant::now() + Duration::from_secs(3)).await } else { None };
+    let p = match mid_write.or(mid_hold) {
         Some(p) => p,
         None => clients.choose(rng).context("no clients")?,
     };
@@ -96,7 +109,11 @@ pub async fn client_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Resul
     if !ok {
         bail!("client pid {} did not stop", p.pid);
     }
-    let when = if mid_write.is_some() { "in the middle of a write" } else { "between operations" };
+    let when = match (mid_write, mid_hold) {
+        (Some(_), _) => "in the middle of a write",
+        (None, Some(_)) => "while it held a key",
+        (None, None) => "between operations",
+    };
     Ok(Effect { what: format!("SIGSTOP client pid {} {when} for {pause:?}", p.pid), confirmed: "the process was in state T".into() })
 }
 

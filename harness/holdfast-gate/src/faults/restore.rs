@@ -16,13 +16,15 @@ pub struct Pending {
     pub revision: i64,
     pub member: usize,
     /// A snapshot of the coord cluster taken just before it, restored with
-    /// it: the allocator and the nonces go back too.
+    /// it: the allocator, the nonces and the coord tier's holds go back too.
     pub coord_file: PathBuf,
+    /// The coord cluster's revision when its snapshot was taken.
+    pub coord_revision: i64,
 }
 
 pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Effect> {
     let member = rng.random_range(0..ctx.cluster.spec.members.len());
-    let coord_file = ctx.cluster.snapshot_coord()?;
+    let (coord_file, coord_revision) = ctx.cluster.snapshot_coord().await?;
     let (file, revision) = ctx.cluster.snapshot(member).await?;
     let bytes = std::fs::metadata(&file)?.len();
     // The episode restores its oldest snapshot: the hardest case.
@@ -31,9 +33,11 @@ pub async fn snapshot(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Resul
     } else {
         "an older snapshot of this episode is the one restored"
     };
-    ctx.pending_restore.get_or_insert(Pending { file: file.clone(), revision, member, coord_file });
+    ctx.pending_restore.get_or_insert(Pending { file: file.clone(), revision, member, coord_file, coord_revision });
     Ok(Effect {
-        what: format!("snapshot of the coord cluster, then of member e{member} at revision {revision} ({bytes} bytes); {kept}"),
+        what: format!(
+            "snapshot of the coord cluster at revision {coord_revision}, then of member e{member} at revision {revision} ({bytes} bytes); {kept}"
+        ),
         confirmed: format!("{} saved", file.display()),
     })
 }
