@@ -6,6 +6,9 @@
 //!   loopback address ([`HOSTS`]: sshd, the etcd member's client and peer
 //!   URLs, the arbiter's socket (a drop-in from the arbiter role), the
 //!   metrics ports). Nothing leaves 127.0.0.0/8 of that namespace.
+//!   The arbiters' `[coord]` lists the same members in another order
+//!   (one cluster for both tiers): rendered, and reported as one cluster
+//!   serving `coord,entity`.
 //! - Ansible connects over ssh (a key made by the test, sshd bound to the
 //!   host's address) from the pinned venv tests/ansible.rs uses, run with
 //!   `ip netns exec`; the inventory is written here: three halls, the TLS
@@ -190,6 +193,9 @@ all:
     holdfast_arbiter_socket_listen: ["{{{{ holdfast_address }}}}:7420"]
     holdfast_arbiter_metrics_listen: "{{{{ holdfast_address }}}}:7421"
     holdfast_arbiter_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    # The coord cluster named as the same members in another order: one
+    # cluster serves both tiers ([coord] rendered, compared as a set).
+    holdfast_arbiter_coord_endpoints: "{{{{ holdfast_etcd_client_urls | reverse | list }}}}"
     holdfast_arbiter_tls_cert_src: "{{{{ holdfast_tls_src }}}}/arbiter-{{{{ inventory_hostname }}}}.pem"
     holdfast_arbiter_tls_key_src: "{{{{ holdfast_tls_src }}}}/arbiter-{{{{ inventory_hostname }}}}-key.pem"
     holdfast_arbiter_tls_client_ca_src: "{{{{ holdfast_tls_src }}}}/holdfast-ca.pem"
@@ -411,6 +417,10 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
                      holdfast-arbiter.service holdfast-tailer.service"
                 ),
             );
+            // The arbiter role rendered [coord] (the arbiter runs on it; that
+            // it reads it as the same cluster is checked after the advance).
+            let rendered = must(&cs, i, "arbiter.toml", "grep -c '^\\[coord\\]' /etc/holdfast/arbiter.toml").stdout;
+            assert_eq!(rendered.trim(), "1", "{host}: arbiter.toml should have one [coord] table");
         }
         let listed = run_ok(etcdctl_root(&ns, &w).args(["member", "list"]), "etcdctl member list");
         eprintln!("{listed}");
@@ -556,6 +566,11 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             assert!(
                 status.contains("\"epoch\":2,") && status.contains("\"serving\":true"),
                 "the arbiter at {addr} serves epoch 2: {status}"
+            );
+            // Its [coord] lists the same members: one cluster, both tiers.
+            assert!(
+                status.contains("\"tiers\":\"coord,entity\"") && status.matches("\"tiers\"").count() == 1,
+                "the arbiter at {addr} should serve both tiers on one cluster: {status}"
             );
         }
         must(
