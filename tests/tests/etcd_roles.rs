@@ -272,3 +272,50 @@ async fn lock_calls_do_not_fail_while_an_operator_changes_etcds_roles() {
     let status = client.server_status().await.unwrap();
     assert!(status.serving && !status.sealed, "{status:?}");
 }
+
+/// `GET /members` on a member's peer port over TLS, trusting `ca` and
+/// presenting `cert`/`key`: the answer's status line, or why there was none.
+async fn peer_get(addr: &str, ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Result<String, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain = CertificateDer::pem_file_iter(cert).unwrap().collect::<Result<Vec<_>, _>>().unwrap();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_client_auth_cert(chain, key).unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(|e| format!("handshake: {e}"))?;
+    tls.write_all(b"GET /members HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.map_err(|e| format!("write: {e}"))?;
+    let mut out = Vec::new();
+    let read =
+        tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out)).await.map_err(|_| "no answer in 10 s".to_string())?;
+    read.map_err(|e| format!("read: {e}"))?;
+    Ok(String::from_utf8_lossy(&out).lines().next().unwrap_or_default().to_string())
+}
+
+/// A member's peer port (Raft messages, `/members`) takes only members: the
+/// members run with `--peer-cert-allowed-cn` naming the member certificate's
+/// CN, so a certificate of the same CA issued to a tool (root, the arbiter,
+/// the read-only observer every dev shell sources) is refused there.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_peer_port_takes_a_member_certificate_and_refuses_every_tools() {
+    let dir = TestDir::new("etcd-peer-trust");
+    let etcd = Etcd::start_secure(&dir.path, 1).await;
+    let m = &etcd.spec.members[0];
+    let tls = m.tls.as_ref().expect("a secure member");
+    let addr = format!("{}:{}", m.host, m.peer_port);
+    let member = peer_get(&addr, &tls.ca, &tls.cert, &tls.key).await;
+    assert!(member.as_ref().is_ok_and(|l| l.contains(" 200 ")), "a member's certificate must be answered: {member:?}");
+    for user in ["root", ARBITER.name, OBSERVER.name] {
+        let cfg = etcd.config_as(user);
+        let (cert, key) = (cfg.cert_file.unwrap(), cfg.key_file.unwrap());
+        let answer = peer_get(&addr, &tls.ca, &cert, &key).await;
+        assert!(!answer.as_ref().is_ok_and(|l| l.contains(" 200 ")), "the peer port answered the {user} certificate: {answer:?}");
+        eprintln!("{user}: refused ({})", answer.err().unwrap_or_else(|| "answered without 200".into()));
+    }
+}

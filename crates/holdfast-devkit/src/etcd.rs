@@ -91,7 +91,9 @@ pub struct MemberSpec {
 
 /// A member's TLS files: one certificate serves clients and peers, and both
 /// must present a certificate from `ca` (`--client-cert-auth`,
-/// `--peer-client-cert-auth`).
+/// `--peer-client-cert-auth`); a peer's must also carry the member CN
+/// ([`crate::pki::MEMBER_CN`], `--peer-cert-allowed-cn`): the tools' client
+/// certificates come from the same CA and must not reach the peer port.
 #[derive(Debug, Clone)]
 pub struct MemberTls {
     pub cert: PathBuf,
@@ -160,6 +162,7 @@ impl ClusterSpec {
                 format!("--peer-key-file={key}"),
                 format!("--peer-trusted-ca-file={ca}"),
                 "--peer-client-cert-auth".into(),
+                format!("--peer-cert-allowed-cn={}", crate::pki::MEMBER_CN),
             ]);
         }
         args

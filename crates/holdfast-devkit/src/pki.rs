@@ -85,7 +85,7 @@ impl DevCa {
     pub fn etcd_member(&self, hosts: &[&str]) -> anyhow::Result<Issued> {
         let mut names = vec!["localhost", "127.0.0.1"];
         names.extend(hosts.iter().filter(|h| !["localhost", "127.0.0.1"].contains(h)));
-        self.issue_cn("etcd-member", "holdfast etcd member", &names, &[])
+        self.issue_cn("etcd-member", MEMBER_CN, &names, &[])
     }
 
     /// The arbiter's `[tls]` for a server certificate of this CA: clients
@@ -139,6 +139,10 @@ impl EtcdPki {
         })
     }
 }
+
+/// The common name of every etcd member certificate this CA issues; the
+/// members accept peers with this CN only (`--peer-cert-allowed-cn`).
+pub const MEMBER_CN: &str = "holdfast etcd member";
 
 /// A leaf's parameters: the common name, DNS/IP names and URI SANs.
 pub fn params(common_name: &str, dns_or_ip: &[&str], uris: &[&str]) -> anyhow::Result<CertificateParams> {
