@@ -7,6 +7,7 @@
 
 use anyhow::{Context, bail};
 use holdfast_approval::{Approved, Approvers, NAMESPACE, Operation, Request};
+use holdfast_model::layout::EpochRecord;
 use holdfast_store::epoch::{self, Advanced};
 use holdfast_store::etcd::Etcd;
 use std::path::{Path, PathBuf};
@@ -84,6 +85,25 @@ impl Approvals {
         }
         let bytes = std::fs::read(&file)?;
         holdfast_approval::verify(&bytes, &signatures, &self.approvers, now_unix()).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
+    }
+
+    /// The whole advance of cluster `name` as the restore procedure runs it:
+    /// a request from `from` to `to` above `highest_known` (`epochs`),
+    /// signed by both approvers, the unit's transaction (see
+    /// [`Approvals::advance_txn`]), then the old sessions' leases revoked.
+    pub async fn advance(
+        &self,
+        etcd: &Etcd,
+        coord: &Etcd,
+        name: &str,
+        epochs: (u32, u32, u32),
+        reason: &str,
+    ) -> anyhow::Result<EpochRecord> {
+        let (from, to, highest_known) = epochs;
+        let approved = self.approve(etcd, name, from, to, highest_known, reason).await?;
+        let done = Self::advance_txn(etcd, coord, &approved).await?;
+        epoch::revoke_sessions(etcd, &done.old_leases).await;
+        Ok(done.record)
     }
 
     /// The approved advance's transaction alone (the old leases are the

@@ -96,8 +96,9 @@ pub const MUTATIONS: &[Mutation] = &[
         breaks: "the gate's own procedure: the advance after a restore takes the restored epoch record plus one",
         plan: Plan::Gate(&["restore", "epoch-advance"]),
         rules: &[],
-        note: "the arbiters refuse the epoch they served under another mint and stay sealed: the restore is never \
-               confirmed and the keys are never grantable again (liveness); no token is reissued",
+        note: "the arbiters refuse the entity epoch they served under another mint and stay sealed (the coord \
+               cluster's own advance by one is refused by its allocator): the restore is never confirmed and the \
+               keys are never grantable again (liveness); no token is reissued",
     },
     Mutation {
         name: "no_withdrawal_marker",

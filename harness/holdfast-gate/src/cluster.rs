@@ -154,12 +154,17 @@ impl Cluster {
             .context("the gate's etcd cluster did not start; see etcd-e*.log")?;
         let changes = roles::ensure(&mut cluster.etcd().await?, true).await.context("creating the etcd roles")?;
         say(&format!("etcd over mTLS, authentication on: {} roles ({} change(s))", roles::ROLES.len(), changes.len()));
+        // The coord cluster's own epoch first (1, for the coord tier's
+        // grants), then the entity cluster's, allocated there (2). In this
+        // order an advance by one from the entity cluster's restored record
+        // (`advance_from_restored_record`) asks for an epoch the restored
+        // allocator has not seen, one only the arbiters remember serving.
+        let coord = cluster.coord_etcd().await?;
+        holdfast_store::epoch::init(&coord, |m| say(m)).await.context("initialising the coord cluster's epoch")?;
         let etcd = cluster.holdfast_etcd().await?;
-        holdfast_store::epoch::init_via(&etcd, Some(&cluster.coord_etcd().await?), |m| say(m))
+        holdfast_store::epoch::init_via(&etcd, Some(&coord), |m| say(m))
             .await
             .context("initialising the epoch (allocated on the coord cluster)")?;
-        // The coord cluster's own epoch, for the coord tier's grants.
-        holdfast_store::epoch::init(&cluster.coord_etcd().await?, |m| say(m)).await.context("initialising the coord cluster's epoch")?;
         // Policy on: the `gate` class (entity tier) and the `gatecoord`
         // class (coord tier), both with the clients' TTL, and a grant for
         // the gate's identities, published on coord by a real controller.

@@ -82,24 +82,12 @@ pub async fn phase(
     let mutated = args.mutation.as_deref() == Some("advance_from_restored_record");
     let (to, highest_known) = if mutated { (from + 1, from) } else { (highest_known + 1, highest_known) };
     let reason = "the gate's restore fault";
-    let advanced = async {
-        let approved = c.approvals.approve(&etcd, cluster::ENTITY_CLUSTER, from, to, highest_known, reason).await?;
-        let done = crate::approvals::Approvals::advance_txn(&etcd, &coord, &approved).await?;
-        holdfast_store::epoch::revoke_sessions(&etcd, &done.old_leases).await;
-        anyhow::Ok(done.record)
-    }
-    .await;
+    let advanced = c.approvals.advance(&etcd, &coord, cluster::ENTITY_CLUSTER, (from, to, highest_known), reason).await;
     // The coord cluster's own advance: above everything known, the entity
     // cluster's new epoch included (its allocator is coord's own).
     let coord_known = coord_from.max(holdfast_store::epoch::highest_allocated(&coord, None).await?).max(c.served_high().await?).max(to);
     let (coord_to, coord_known) = if mutated { (coord_from + 1, coord_from) } else { (coord_known + 1, coord_known) };
-    let coord_advanced = async {
-        let approved = c.approvals.approve(&coord, cluster::COORD_CLUSTER, coord_from, coord_to, coord_known, reason).await?;
-        let done = crate::approvals::Approvals::advance_txn(&coord, &coord, &approved).await?;
-        holdfast_store::epoch::revoke_sessions(&coord, &done.old_leases).await;
-        anyhow::Ok(done.record)
-    }
-    .await;
+    let coord_advanced = c.approvals.advance(&coord, &coord, cluster::COORD_CLUSTER, (coord_from, coord_to, coord_known), reason).await;
     let switched = wait_for(Duration::from_secs(15), || c.all_serving_now(to, coord_to)).await;
     for (a, mark) in log_marks.iter().enumerate() {
         let now = std::fs::metadata(&setup.cluster.arbiters[a].launch.log).map(|m| m.len()).unwrap_or(*mark);

@@ -28,8 +28,8 @@ pub async fn advance(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Result<Eff
     let etcd = c.holdfast_etcd().await?;
     let coord = c.coord_etcd().await?;
     let from = cluster::epoch_of(&etcd).await?;
-    // Above every epoch allocated (the coord cluster's own epoch was
-    // allocated after the entity cluster's), as the request reads it.
+    // Above every epoch allocated (the coord cluster's own epoch among
+    // them), as the request reads it.
     let known = from.max(holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?);
     let to = known + 1;
     let frozen = to % 2 == 1;
