@@ -27,15 +27,32 @@ pub fn sss_policy(tang: &TangConfig) -> Result<String> {
 
 /// Binds `dev` to Tang: `clevis luks bind` with the `sss` policy adds a
 /// keyslot and a Clevis token, opening the header with `temp`.
+///
+/// clevis makes the new keyslot's key with `pwmake`, which now and then
+/// draws a password that libpwquality's own checks reject ("Password
+/// generation failed - required entropy too low for settings"; seen once in
+/// CI) and stops before it touches the header: that failure is drawn again,
+/// up to [`BIND_TRIES`] tries in all.
 pub(super) fn bind(dev: &Path, tang: &TangConfig, temp: &Secret) -> Result<()> {
     let policy = sss_policy(tang)?;
-    run(
-        Command::new("clevis").args(["luks", "bind", "-y", "-d"]).arg(dev).args(["-k", "-", "sss", &policy]),
-        Some(temp.bytes()),
-        "check that the Tang servers in provision.toml answer GET /adv from this host",
-    )?;
-    Ok(())
+    let mut tries = 1;
+    loop {
+        let bound = run(
+            Command::new("clevis").args(["luks", "bind", "-y", "-d"]).arg(dev).args(["-k", "-", "sss", &policy]),
+            Some(temp.bytes()),
+            "check that the Tang servers in provision.toml answer GET /adv from this host",
+        );
+        match bound {
+            Err(ProvisionError::Tool { detail, .. }) if tries < BIND_TRIES && detail.contains(PWMAKE_FAILED) => tries += 1,
+            other => return other.map(|_| ()),
+        }
+    }
 }
+
+/// How many times `clevis luks bind` is run when `pwmake` fails.
+const BIND_TRIES: u32 = 3;
+/// libpwquality's message when `pwmake` drew no password its checks accept.
+const PWMAKE_FAILED: &str = "Password generation failed";
 
 /// Keyslots referenced by Clevis tokens.
 pub(super) fn clevis_slots(cd: &mut CryptDevice) -> Vec<u32> {
