@@ -568,7 +568,7 @@ pub(crate) async fn collect(
     let etcd = holdfast_fixtures::etcdlog::read_log(&cluster.coord_etcd().await?.client, &ep.coord_prefix, rev, epoch as u64).await?;
     let coord = History { ops: coord_ops, etcd, ..Default::default() };
     let mut tiers = Tiers { entity, coord };
-    for (tier, history) in [(Tier::Entity, &mut tiers.entity), (Tier::Coord, &mut tiers.coord)] {
+    for (tier, history) in tiers.each() {
         history
             .validate()
             .map_err(|e| anyhow::anyhow!("the clients' logs in {} are malformed ({} tier): {e}", ep.dir.display(), tier.name()))?;
@@ -585,18 +585,18 @@ pub(crate) async fn collect(
             history.final_counters.insert(record, counter);
         }
         for history in [&mut tiers.entity, &mut tiers.coord] {
-            let rejected: Vec<(String, u64, u64)> = history
+            let rejected: Vec<FenceEntry> = history
                 .ops
                 .iter()
                 .filter(|o| o.outcome == Outcome::Fail)
                 .filter_map(|o| match (&o.kind, o.token) {
-                    (OpKind::Write { record, .. }, Some(token)) => Some((record.clone(), token, o.invoke_ns)),
+                    (OpKind::Write { record, .. }, Some(token)) => {
+                        Some(FenceEntry { record: record.clone(), token, accepted: false, at_ns: o.invoke_ns, op: None })
+                    }
                     _ => None,
                 })
                 .collect();
-            for (record, token, at_ns) in rejected {
-                history.fence.push(FenceEntry { record, token, accepted: false, at_ns, op: None });
-            }
+            history.fence.extend(rejected);
         }
     }
     Ok(tiers)

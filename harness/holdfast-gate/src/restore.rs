@@ -78,14 +78,15 @@ pub async fn phase(
     // the allocators (both restored) and every arbiter's report of what it
     // served.
     let allocated = holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?;
-    let highest_known = from.max(allocated).max(c.served_high().await?);
+    let served = c.served_high().await?;
+    let highest_known = from.max(allocated).max(served);
     let mutated = args.mutation.as_deref() == Some("advance_from_restored_record");
     let (to, highest_known) = if mutated { (from + 1, from) } else { (highest_known + 1, highest_known) };
     let reason = "the gate's restore fault";
     let advanced = c.approvals.advance(&etcd, &coord, cluster::ENTITY_CLUSTER, (from, to, highest_known), reason).await;
     // The coord cluster's own advance: above everything known, the entity
     // cluster's new epoch included (its allocator is coord's own).
-    let coord_known = coord_from.max(holdfast_store::epoch::highest_allocated(&coord, None).await?).max(c.served_high().await?).max(to);
+    let coord_known = coord_from.max(holdfast_store::epoch::highest_allocated(&coord, None).await?).max(served).max(to);
     let (coord_to, coord_known) = if mutated { (coord_from + 1, coord_from) } else { (coord_known + 1, coord_known) };
     let coord_advanced = c.approvals.advance(&coord, &coord, cluster::COORD_CLUSTER, (coord_from, coord_to, coord_known), reason).await;
     let switched = wait_for(Duration::from_secs(15), || c.all_serving_now(to, coord_to)).await;

@@ -68,11 +68,11 @@ pub async fn member_kill(ctx: &mut FaultCtx<'_>, hold: Duration) -> anyhow::Resu
     })
 }
 
-/// The first client whose state file `is` accepts, polled every 2 ms until
-/// `deadline`.
-async fn find_state(clients: &[ClientProc], is: impl Fn(&&ClientProc) -> bool, deadline: Instant) -> Option<&ClientProc> {
+/// The first client whose state file reads `state` (see the client's
+/// `--state-file`), polled every 2 ms until `deadline`.
+async fn find_state<'a>(clients: &'a [ClientProc], state: &[u8], deadline: Instant) -> Option<&'a ClientProc> {
     loop {
-        if let Some(p) = clients.iter().find(|p| is(p)) {
+        if let Some(p) = clients.iter().find(|p| std::fs::read(&p.state_file).is_ok_and(|s| s == state)) {
             return Some(p);
         }
         if Instant::now() >= deadline {
@@ -91,12 +91,9 @@ pub async fn client_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Resul
     // Preferably a client in the middle of a write (it read the
     // record and is about to write it back): the zombie write that
     // an unfenced resource would lose an update to.
-    let writing = |p: &&ClientProc| std::fs::read(&p.state_file).is_ok_and(|s| s == b"w");
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mid_write = find_state(clients, writing, deadline).await;
+    let mid_write = find_state(clients, b"w", Instant::now() + Duration::from_secs(3)).await;
     // Else a client holding a key (between its grant and its release).
-    let holding = |p: &&ClientProc| std::fs::read(&p.state_file).is_ok_and(|s| s == b"h");
-    let mid_hold = if mid_write.is_none() { find_state(clients, holding, Instant::now() + Duration::from_secs(3)).await } else { None };
+    let mid_hold = if mid_write.is_none() { find_state(clients, b"h", Instant::now() + Duration::from_secs(3)).await } else { None };
     let p = match mid_write.or(mid_hold) {
         Some(p) => p,
         None => clients.choose(rng).context("no clients")?,
