@@ -92,6 +92,10 @@ in
         }: client and peer TLS with client certificates are required";
       }
       {
+        assertion = (cfg.settings.ETCD_PEER_CERT_ALLOWED_CN or "") != "" || (cfg.settings.ETCD_PEER_CERT_ALLOWED_HOSTNAME or "") != "";
+        message = "services.holdfast.etcd.settings lacks ETCD_PEER_CERT_ALLOWED_CN (the CN every member certificate shares; holdfast-provision plan writes: holdfast etcd member) or ETCD_PEER_CERT_ALLOWED_HOSTNAME: without either, any client certificate of the etcd CA is taken as a Raft peer";
+      }
+      {
         assertion = plain == [ ];
         message = "services.holdfast.etcd.settings: ${lib.concatStringsSep ", " plain}: every URL must be https://";
       }

@@ -33,7 +33,7 @@ let
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
       -keyout ca-key.pem -out ca.pem -days 30 -subj /CN=holdfast-test-ca
     ${lib.concatMapStringsSep "\n" (h: ''
-      gen etcd-${h} ${h} "subjectAltName=DNS:${h}
+      gen etcd-${h} "holdfast etcd member" "subjectAltName=DNS:${h}
       extendedKeyUsage=serverAuth,clientAuth"
       gen arbiter-${h} ${h} "subjectAltName=DNS:${h}
       extendedKeyUsage=serverAuth"
@@ -104,6 +104,7 @@ let
           ETCD_PEER_CERT_FILE = "${tls}/etcd-${name}.pem";
           ETCD_PEER_KEY_FILE = "${tls}/etcd-${name}-key.pem";
           ETCD_PEER_TRUSTED_CA_FILE = "${tls}/ca.pem";
+          ETCD_PEER_CERT_ALLOWED_CN = "holdfast etcd member";
         };
       };
 

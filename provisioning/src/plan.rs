@@ -481,11 +481,18 @@ pub fn render_text(p: &Plan) -> String {
 /// and the etcd CA that signs members and every tool's client certificate.
 pub const ETCD_TLS_DIR: &str = "/etc/holdfast/tls";
 
+/// The CN every member certificate carries (its SANs name the host). The
+/// tools' client certificates come from the same etcd CA, so a member
+/// admits as a Raft peer only this CN (`ETCD_PEER_CERT_ALLOWED_CN`): the
+/// arbiter's or the observer's certificate cannot join the peer port.
+pub const MEMBER_CN: &str = "holdfast etcd member";
+
 /// A member's etcd settings as a systemd `EnvironmentFile=` (etcd reads
 /// `ETCD_*`): client and peer TLS, both requiring a certificate from the
 /// etcd CA (`--client-cert-auth`: a tool's etcd user is its certificate's
 /// CN). Authentication itself is turned on once the cluster is up, by
-/// `holdfastctl etcd roles`, which also makes every tool's role.
+/// `holdfastctl etcd roles`, which also makes every tool's role. Peers
+/// must present a certificate with CN [`MEMBER_CN`].
 pub fn render_env(c: &ClusterPlan, m: &Member) -> String {
     let (dir, name) = (ETCD_TLS_DIR, &m.name);
     let tls = format!(
@@ -496,7 +503,8 @@ pub fn render_env(c: &ClusterPlan, m: &Member) -> String {
          ETCD_PEER_CERT_FILE={dir}/{name}.pem\n\
          ETCD_PEER_KEY_FILE={dir}/{name}-key.pem\n\
          ETCD_PEER_TRUSTED_CA_FILE={dir}/etcd-ca.pem\n\
-         ETCD_PEER_CLIENT_CERT_AUTH=true\n"
+         ETCD_PEER_CLIENT_CERT_AUTH=true\n\
+         ETCD_PEER_CERT_ALLOWED_CN={MEMBER_CN}\n"
     );
     let urls = format!(
         "# holdfast-provision plan: member {} of cluster {} ({}). Generated; do not edit.\n\

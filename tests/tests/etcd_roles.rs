@@ -298,6 +298,33 @@ async fn peer_get(addr: &str, ca: &std::path::Path, cert: &std::path::Path, key:
     Ok(String::from_utf8_lossy(&out).lines().next().unwrap_or_default().to_string())
 }
 
+/// The packaged member unit (systemd/holdfast-etcd@.service) on the etcd
+/// under test, through `config/etcd/try-unit-flags` (its Environment=,
+/// ExecStartPre= and ExecStart= exactly): the guard refuses an env file
+/// without `ETCD_PEER_CERT_ALLOWED_CN`; with the one `holdfast-provision
+/// plan` writes, the member starts, its peer port answers the member's
+/// certificate and refuses root's, from the same CA.
+#[test]
+fn the_member_unit_refuses_an_open_peer_port_and_admits_only_member_certificates() {
+    let bin = etcd_binary();
+    let etcdctl = bin.etcdctl.clone().expect("etcdctl beside the etcd under test");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/etcd/try-unit-flags");
+    let out = Command::new("python3").arg(&script).arg("--etcd").arg(&bin.etcd).arg("--etcdctl").arg(&etcdctl).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success() && text.contains("PASS: "), "try-unit-flags failed:\n{text}");
+    assert!(text.contains("(no peer CN rule, must refuse): exit 1") && text.contains("set ETCD_PEER_CERT_ALLOWED_CN"), "{text}");
+    assert!(text.contains("with root's certificate: refused"), "{text}");
+    assert!(text.contains("'s certificate: HTTP/1.1 200"), "{text}");
+    // One member CN everywhere: the plan's env files (its golden file),
+    // the packaged example, and the dev CA's member certificates.
+    let cn = format!("ETCD_PEER_CERT_ALLOWED_CN={}\n", holdfast_devkit::pki::MEMBER_CN);
+    for f in ["provisioning/tests/golden/etcd-c1.env", "config/etcd/member.env.example"] {
+        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(f)).unwrap();
+        assert!(text.contains(&cn), "{f} should carry {cn}");
+    }
+}
+
 /// A member's peer port (Raft messages, `/members`) takes only members: the
 /// members run with `--peer-cert-allowed-cn` naming the member certificate's
 /// CN, so a certificate of the same CA issued to a tool (root, the arbiter,
