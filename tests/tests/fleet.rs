@@ -1,33 +1,43 @@
 //! The fleet test (issue #18): `ansible/site.yml` run for real against
-//! three booted Debian 12 containers (systemd-nspawn), one per hall.
+//! eight booted Debian 12 containers (systemd-nspawn) in three halls: an
+//! entity cluster (three hosts, one per hall, each also running an arbiter,
+//! a controller and a tailer) and a coord cluster of its own (five hosts,
+//! 2-2-1 across the halls, as the placement ADR says).
 //!
 //! - One network namespace made for the test (`ip netns add`), its
-//!   loopback up; the three containers boot into it, each host on its own
-//!   loopback address ([`HOSTS`]: sshd, the etcd member's client and peer
-//!   URLs, the arbiter's socket (a drop-in from the arbiter role), the
-//!   metrics ports). Nothing leaves 127.0.0.0/8 of that namespace.
-//!   The arbiters' `[coord]` lists the same members in another order
-//!   (one cluster for both tiers): rendered, and reported as one cluster
-//!   serving `coord,entity`.
+//!   loopback up; the containers boot into it, each host on its own
+//!   loopback address ([`HOSTS`], [`COORD_HOSTS`]: sshd, the etcd member's
+//!   client and peer URLs, the arbiter's socket (a drop-in from the arbiter
+//!   role), the metrics ports). Nothing leaves 127.0.0.0/8 of that namespace.
+//! - The hosts name their cluster (`holdfast_provision_cluster`), so the
+//!   placement plan pins them; `holdfast_etcd` makes each cluster's roles
+//!   from its first host and initialises the coord cluster's epoch, then
+//!   the entity cluster's, allocated on coord. Arbiters and tailers get a
+//!   `[coord]` table, controllers publish on coord.
 //! - Ansible connects over ssh (a key made by the test, sshd bound to the
 //!   host's address) from the pinned venv tests/ansible.rs uses, run with
-//!   `ip netns exec`; the inventory is written here: three halls, the TLS
-//!   material made with openssl like README.md's quick start, the signed
-//!   packages (HOLDFAST_PACKAGES_DIR, or built by packaging/build), no data
-//!   volume (`holdfast_provision_volume: false`: a container has no disk).
-//! - After the first run: every etcd member active and `etcdctl member
-//!   list` showing three; controller, tailer, socket and arbiter active on
-//!   every host; `holdfastctl health` SERVING and `holdfastctl lock exec`
-//!   granted through each host's arbiter. A second run changes nothing
+//!   `ip netns exec`; the inventory is written here: the TLS material made
+//!   with openssl like README.md's quick start, the signed packages
+//!   (HOLDFAST_PACKAGES_DIR, or built by packaging/build), no data volume
+//!   (`holdfast_provision_volume: false`: a container has no disk).
+//! - After the first run: every etcd member active, `etcdctl member list`
+//!   showing three members of entity-1 and five of coord; controller,
+//!   tailer, socket and arbiter active on every entity host, their rendered
+//!   configurations naming the coord cluster; `holdfastctl health` SERVING
+//!   and `holdfastctl lock exec` granted through each host's arbiter, for an
+//!   entity-tier and a coord-tier class. A second run changes nothing
 //!   (`changed=0` on every host in the PLAY RECAP).
-//! - Then `rolling-restart.yml` (every etcd member, then every arbiter,
-//!   one host at a time, each gated on health) while a client holds a lock
-//!   through `holdfastctl lock exec` and renews it: it keeps the lock
-//!   throughout (exit 0, not 79 for a lost lock).
+//! - Then `rolling-restart.yml` (every etcd member of both clusters, then
+//!   every arbiter, one host at a time, each gated on health) while a
+//!   client holds a lock through `holdfastctl lock exec` and renews it: it
+//!   keeps the lock throughout (exit 0, not 79 for a lost lock).
 //! - Then `epoch-advance.yml` with a request written and signed on
-//!   etcd-a1: with one signer the packaged unit refuses (exit 77) and
-//!   `/sys/epoch` and `/sys/epochs` keep their mod revisions; with two it
-//!   advances, and every host's arbiter serves epoch 2.
+//!   etcd-a1: with one signer the packaged unit refuses (exit 77) and the
+//!   entity cluster's `/sys/epoch`, the coord cluster's `/sys/epoch` and
+//!   `/sys/epochs` keep their mod revisions; with two it advances the entity
+//!   cluster above every allocated epoch (coord 1, entity 2 → 3), and every
+//!   arbiter serves the entity tier at epoch 3 and the coord tier at
+//!   epoch 1, each on its own cluster.
 //!
 //! Needs root, debootstrap, systemd-container, openssl, ssh and the
 //! ansible venv from scripts/install-deps; a Debian mirror the first time
@@ -48,9 +58,32 @@ const ANSIBLE_VENV: &str = "/opt/holdfast/ansible-2.19.14-lint-26.10.1/bin";
 /// that stopped renewing during the restart would have expired.
 const HOLD_PAST_TTL: std::time::Duration = std::time::Duration::from_secs(35);
 
-/// The three hosts: name, hall, address (on the test namespace's loopback).
+/// The entity cluster's three hosts, one per hall, each also running an
+/// arbiter, a controller and a tailer: name, hall, address (on the test
+/// namespace's loopback).
 const HOSTS: &[(&str, &str, &str)] =
     &[("etcd-a1", "hall-a", "127.0.1.11"), ("etcd-b1", "hall-b", "127.0.1.12"), ("etcd-c1", "hall-c", "127.0.1.13")];
+
+/// The coord cluster's five hosts, 2-2-1 across the same halls (the
+/// placement ADR), running its etcd members only.
+const COORD_HOSTS: &[(&str, &str, &str)] = &[
+    ("coord-a1", "hall-a", "127.0.1.21"),
+    ("coord-a2", "hall-a", "127.0.1.22"),
+    ("coord-b1", "hall-b", "127.0.1.23"),
+    ("coord-b2", "hall-b", "127.0.1.24"),
+    ("coord-c1", "hall-c", "127.0.1.25"),
+];
+
+/// Every host: the entity cluster's, then the coord cluster's (the
+/// containers' order).
+fn all_hosts() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
+    HOSTS.iter().chain(COORD_HOSTS)
+}
+
+/// Client URLs of a cluster's hosts, comma-separated.
+fn client_urls(hosts: &[(&str, &str, &str)]) -> String {
+    hosts.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",")
+}
 
 /// The holdfast units whose journal is printed when a step fails.
 const UNITS: &[&str] = &["holdfast-controller.service", "holdfast-arbiter.socket", "holdfast-arbiter.service", "holdfast-tailer.service"];
@@ -98,7 +131,7 @@ fn run_ok(cmd: &mut Command, what: &str) -> String {
     text
 }
 
-/// The TLS material of the quick start, for three hosts: a lock.v1 CA
+/// The TLS material of the quick start, for every host: a lock.v1 CA
 /// (the arbiters' server certificates, SAN their addresses; the operator's
 /// SPIFFE client certificate) and an etcd CA (each member, SAN its address;
 /// a client certificate per etcd user). A member's certificate also names
@@ -124,19 +157,20 @@ for user in root holdfast-arbiter holdfast-controller holdfast-tailer holdfast-e
 done
 "#,
     );
-    for (host, _, addr) in HOSTS {
+    for (host, _, addr) in all_hosts() {
         script.push_str(&format!(
             "issue holdfast-ca arbiter-{host} /CN=arbiter-{host} subjectAltName=IP:{addr},DNS:{host} \
                extendedKeyUsage=serverAuth basicConstraints=critical,CA:FALSE\n\
-             issue etcd-ca etcd-{host} /CN={host} subjectAltName=IP:{addr},IP:127.0.0.1,DNS:{host} \
+             issue etcd-ca etcd-{host} '/CN=holdfast etcd member' subjectAltName=IP:{addr},IP:127.0.0.1,DNS:{host} \
                extendedKeyUsage=serverAuth,clientAuth basicConstraints=critical,CA:FALSE\n"
         ));
     }
     run_ok(Command::new("bash").arg("-ec").arg(&script).current_dir(dir), "openssl: the TLS material");
 }
 
-/// The class set the controller publishes: the quick start's demo class and
-/// the operator's grant.
+/// The class set the controller publishes: the quick start's demo class,
+/// a coord-tier class (its keys on the coord cluster) and the operator's
+/// grant.
 fn write_classes(dir: &Path) {
     std::fs::create_dir_all(dir.join("classes.d")).expect("classes.d");
     std::fs::create_dir_all(dir.join("grants.d")).expect("grants.d");
@@ -147,23 +181,38 @@ fn write_classes(dir: &Path) {
     )
     .expect("demo.toml");
     std::fs::write(
+        dir.join("classes.d/coorddemo.toml"),
+        "[class.coorddemo]\nnamespace = \"coorddemo\"\npurpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"ops\"\n\
+         waiver_expires = 2099-12-31\nttl = \"30s\"\ntier = \"coord\"\n",
+    )
+    .expect("coorddemo.toml");
+    std::fs::write(
         dir.join("grants.d/ops.toml"),
-        "[grant.operator]\nidentity = \"spiffe://example.org/ops/operator\"\nlock = [\"demo/\"]\ninspect = [\"demo/\"]\n",
+        "[grant.operator]\nidentity = \"spiffe://example.org/ops/operator\"\nlock = [\"demo/\", \"coorddemo/\"]\ninspect = [\"demo/\", \"coorddemo/\"]\n",
     )
     .expect("ops.toml");
 }
 
-/// The inventory: the example's shape (three hosts in three halls, every
-/// role on every host) with the test's addresses, files and ssh settings.
+/// The inventory: the example's roles with a coord cluster of its own.
+/// Group `holdfast_entity` (three hosts, one per hall: the entity
+/// cluster's members, arbiters, controllers, tailers) and group
+/// `holdfast_coord` (five hosts, 2-2-1: the coord cluster's members), both
+/// in `holdfast_etcd`; the hosts name their cluster, so the placement plan
+/// pins them. Arbiters grant on entity with `[coord]` on coord; the
+/// controllers publish on coord; the tailers record entity and campaign on
+/// coord; the entity cluster's epoch is allocated on coord.
 fn inventory(work: &Path, debs: &Path, key: &Path) -> String {
     let w = work.display();
-    let mut halls = String::new();
-    for (host, hall, addr) in HOSTS {
-        let group = hall.replace('-', "_");
-        halls.push_str(&format!(
-            "    {group}:\n      vars:\n        holdfast_hall: {hall}\n      hosts:\n        {host}:\n          ansible_host: {addr}\n          holdfast_address: {addr}\n"
-        ));
-    }
+    let hosts = |list: &[(&str, &str, &str)]| {
+        list.iter()
+            .map(|(host, hall, addr)| {
+                format!(
+                    "        {host}:\n          ansible_host: {addr}\n          holdfast_address: {addr}\n          holdfast_hall: {hall}\n"
+                )
+            })
+            .collect::<String>()
+    };
+    let (entity, coord) = (hosts(HOSTS), hosts(COORD_HOSTS));
     format!(
         r#"---
 all:
@@ -174,8 +223,11 @@ all:
     ansible_python_interpreter: /usr/bin/python3
     holdfast_packages_dir: {debs}
     holdfast_tls_src: {w}/tls
-    holdfast_etcd_client_urls: >-
-      {{{{ groups['holdfast_etcd'] | map('extract', hostvars, 'holdfast_address')
+    holdfast_entity_urls: >-
+      {{{{ groups['holdfast_entity'] | map('extract', hostvars, 'holdfast_address')
+         | map('regex_replace', '^', 'https://') | map('regex_replace', '$', ':2379') | list }}}}
+    holdfast_coord_urls: >-
+      {{{{ groups['holdfast_coord'] | map('extract', hostvars, 'holdfast_address')
          | map('regex_replace', '^', 'https://') | map('regex_replace', '$', ':2379') | list }}}}
     holdfast_provision_token_seed: fleet-test
     holdfast_provision_volume: false
@@ -187,15 +239,12 @@ all:
     holdfast_etcd_root_key_src: "{{{{ holdfast_tls_src }}}}/etcd-root-key.pem"
     holdfast_etcd_epoch_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-epoch.pem"
     holdfast_etcd_epoch_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-epoch-key.pem"
-    holdfast_etcd_client_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
     holdfast_arbiter_trust_domain: example.org
     holdfast_arbiter_listen: "{{{{ holdfast_address }}}}:7420"
     holdfast_arbiter_socket_listen: ["{{{{ holdfast_address }}}}:7420"]
     holdfast_arbiter_metrics_listen: "{{{{ holdfast_address }}}}:7421"
-    holdfast_arbiter_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
-    # The coord cluster named as the same members in another order: one
-    # cluster serves both tiers ([coord] rendered, compared as a set).
-    holdfast_arbiter_coord_endpoints: "{{{{ holdfast_etcd_client_urls | reverse | list }}}}"
+    holdfast_arbiter_etcd_endpoints: "{{{{ holdfast_entity_urls }}}}"
+    holdfast_arbiter_coord_endpoints: "{{{{ holdfast_coord_urls }}}}"
     holdfast_arbiter_tls_cert_src: "{{{{ holdfast_tls_src }}}}/arbiter-{{{{ inventory_hostname }}}}.pem"
     holdfast_arbiter_tls_key_src: "{{{{ holdfast_tls_src }}}}/arbiter-{{{{ inventory_hostname }}}}-key.pem"
     holdfast_arbiter_tls_client_ca_src: "{{{{ holdfast_tls_src }}}}/holdfast-ca.pem"
@@ -203,12 +252,13 @@ all:
     holdfast_arbiter_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-arbiter.pem"
     holdfast_arbiter_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-arbiter-key.pem"
     holdfast_controller_metrics_listen: "{{{{ holdfast_address }}}}:7431"
-    holdfast_controller_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    holdfast_controller_etcd_endpoints: "{{{{ holdfast_coord_urls }}}}"
     holdfast_controller_etcd_ca_src: "{{{{ holdfast_tls_src }}}}/etcd-ca.pem"
     holdfast_controller_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-controller.pem"
     holdfast_controller_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-controller-key.pem"
     holdfast_tailer_metrics_listen: "{{{{ holdfast_address }}}}:7432"
-    holdfast_tailer_etcd_endpoints: "{{{{ holdfast_etcd_client_urls }}}}"
+    holdfast_tailer_etcd_endpoints: "{{{{ holdfast_entity_urls }}}}"
+    holdfast_tailer_coord_endpoints: "{{{{ holdfast_coord_urls }}}}"
     holdfast_tailer_etcd_ca_src: "{{{{ holdfast_tls_src }}}}/etcd-ca.pem"
     holdfast_tailer_etcd_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-tailer.pem"
     holdfast_tailer_etcd_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-tailer-key.pem"
@@ -218,14 +268,27 @@ all:
     holdfast_health_cert: /root/fleet-client/operator.pem
     holdfast_health_key: /root/fleet-client/operator-key.pem
   children:
-{halls}    holdfast_etcd:
-      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+    holdfast_entity:
+      vars:
+        holdfast_provision_cluster: entity-1
+        holdfast_provision_tier: entity
+        holdfast_etcd_client_endpoints: "{{{{ holdfast_entity_urls }}}}"
+        holdfast_etcd_coord_endpoints: "{{{{ holdfast_coord_urls }}}}"
+      hosts:
+{entity}    holdfast_coord:
+      vars:
+        holdfast_provision_cluster: coord
+        holdfast_provision_tier: coord
+        holdfast_etcd_client_endpoints: "{{{{ holdfast_coord_urls }}}}"
+      hosts:
+{coord}    holdfast_etcd:
+      children: {{holdfast_entity: {{}}, holdfast_coord: {{}}}}
     holdfast_arbiter:
-      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+      children: {{holdfast_entity: {{}}}}
     holdfast_controller:
-      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+      children: {{holdfast_entity: {{}}}}
     holdfast_tailer:
-      children: {{hall_a: {{}}, hall_b: {{}}, hall_c: {{}}}}
+      children: {{holdfast_entity: {{}}}}
 "#,
         key = key.display(),
         debs = debs.display(),
@@ -261,7 +324,7 @@ fn playbook_with(ns: &Netns, work: &Path, playbook: &str, extra: &[String], log:
         .env("ANSIBLE_PIPELINING", "true")
         .env("ANSIBLE_NOCOLOR", "1")
         .env("ANSIBLE_FORCE_COLOR", "0")
-        .env("ANSIBLE_FORKS", "3")
+        .env("ANSIBLE_FORKS", "8")
         .stdin(std::process::Stdio::null())
         .stdout(out.try_clone().expect("log"))
         .stderr(out);
@@ -326,7 +389,7 @@ fn diagnostics(c: &Container, member: &str) -> String {
 }
 
 fn all_diagnostics(cs: &[Container]) -> String {
-    cs.iter().zip(HOSTS).map(|(c, (host, _, _))| diagnostics(c, host)).collect::<Vec<_>>().join("\n")
+    cs.iter().zip(all_hosts()).map(|(c, (host, _, _))| diagnostics(c, host)).collect::<Vec<_>>().join("\n")
 }
 
 fn must(cs: &[Container], i: usize, what: &str, script: &str) -> Output {
@@ -369,14 +432,13 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
 
     // Declared before the containers: dropped after them.
     let ns = Netns::new(&format!("hf-fleet-{}", std::process::id()));
-    let hosts_file =
-        HOSTS.iter().fold(String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), |acc, (h, _, a)| {
+    let hosts_file = all_hosts()
+        .fold(String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), |acc, (h, _, a)| {
             acc + &format!("{a}\t{h}\n")
         });
-    let cs: Vec<Container> = clock.step("boot three containers into one network namespace", || {
+    let cs: Vec<Container> = clock.step("boot eight containers into one network namespace", || {
         std::thread::scope(|s| {
-            let handles: Vec<_> = HOSTS
-                .iter()
+            let handles: Vec<_> = all_hosts()
                 .map(|(host, _, addr)| {
                     let options = BootOptions {
                         network_namespace: Some(ns.path()),
@@ -406,7 +468,7 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
     }
     eprintln!("{}", tail(&first, 6));
 
-    clock.step("every unit active, three etcd members", || {
+    clock.step("every unit active, two etcd clusters (entity 3 members, coord 5)", || {
         for (i, (host, _, _)) in HOSTS.iter().enumerate() {
             must(
                 &cs,
@@ -417,20 +479,58 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
                      holdfast-arbiter.service holdfast-tailer.service"
                 ),
             );
-            // The arbiter role rendered [coord] (the arbiter runs on it; that
-            // it reads it as the same cluster is checked after the advance).
-            let rendered = must(&cs, i, "arbiter.toml", "grep -c '^\\[coord\\]' /etc/holdfast/arbiter.toml").stdout;
-            assert_eq!(rendered.trim(), "1", "{host}: arbiter.toml should have one [coord] table");
+            // The arbiter and the tailer have a [coord] table naming the
+            // coord cluster; the controller publishes there ([etcd]).
+            let coord: Vec<String> = COORD_HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect();
+            for (file, table) in [("arbiter", "coord"), ("tailer", "coord"), ("controller", "etcd")] {
+                let text = must(&cs, i, "rendered config", &format!("cat /etc/holdfast/{file}.toml")).stdout;
+                assert_eq!(
+                    table_endpoints(&text, table),
+                    Some(coord.clone()),
+                    "{host}: {file}.toml's [{table}] should list the coord cluster's members:\n{text}"
+                );
+            }
         }
-        let listed = run_ok(etcdctl_root(&ns, &w).args(["member", "list"]), "etcdctl member list");
-        eprintln!("{listed}");
-        let started: Vec<&str> = listed.lines().filter(|l| l.contains(", started, ")).collect();
-        assert_eq!(started.len(), 3, "etcdctl member list should show three started members:\n{listed}");
-        for (host, _, addr) in HOSTS {
+        for (i, (host, _, _)) in COORD_HOSTS.iter().enumerate() {
+            let state =
+                must(&cs, HOSTS.len() + i, "coord member active", &format!("systemctl is-active holdfast-etcd@{host}.service")).stdout;
+            assert_eq!(state.trim(), "active", "{host}: holdfast-etcd@{host}");
+        }
+        // The plan's ETCD_PEER_CERT_ALLOWED_CN: a member's peer port answers
+        // a member certificate and refuses a tool's from the same CA.
+        for (host, _, addr) in [HOSTS[0], COORD_HOSTS[0]] {
+            let t = w.join("tls");
+            let peer = |cert: &str| {
+                ns.exec("curl")
+                    .args(["-sS", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "--cacert"])
+                    .arg(t.join("etcd-ca.pem"))
+                    .arg("--cert")
+                    .arg(t.join(format!("{cert}.pem")))
+                    .arg("--key")
+                    .arg(t.join(format!("{cert}-key.pem")))
+                    .arg(format!("https://{addr}:2380/members"))
+                    .output()
+                    .expect("curl")
+            };
+            let member = peer(&format!("etcd-{host}"));
+            assert_eq!(String::from_utf8_lossy(&member.stdout), "200", "{host}'s peer port should answer a member certificate: {member:?}");
+            let tool = peer("etcd-holdfast-observer");
             assert!(
-                started.iter().any(|l| l.contains(&format!(", {host}, https://{addr}:2380"))),
-                "{host} at {addr} is not a member:\n{listed}"
+                !tool.status.success() && String::from_utf8_lossy(&tool.stderr).contains("alert"),
+                "{host}'s peer port should refuse the observer's certificate: {tool:?}"
             );
+        }
+        for (cluster, hosts) in [("entity-1", HOSTS), ("coord", COORD_HOSTS)] {
+            let listed = run_ok(etcdctl_root(&ns, &w, hosts).args(["member", "list"]), "etcdctl member list");
+            eprintln!("{cluster}:\n{listed}");
+            let started: Vec<&str> = listed.lines().filter(|l| l.contains(", started, ")).collect();
+            assert_eq!(started.len(), hosts.len(), "{cluster}: etcdctl member list should show {} started members:\n{listed}", hosts.len());
+            for (host, _, addr) in hosts {
+                assert!(
+                    started.iter().any(|l| l.contains(&format!(", {host}, https://{addr}:2380"))),
+                    "{cluster}: {host} at {addr} is not a member:\n{listed}"
+                );
+            }
         }
     });
 
@@ -449,6 +549,14 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
                 &format!("{env}; holdfastctl lock exec demo/fleet-{i} --wait 30s -- sh -c 'echo granted demo/fleet-{i}'"),
             );
             assert!(got.stdout.contains(&format!("granted demo/fleet-{i}")), "lock exec through {addr}:\n{got}");
+            // A coord-tier class: granted on the coord cluster.
+            let got = must(
+                &cs,
+                i,
+                "holdfastctl lock exec (coord tier)",
+                &format!("{env}; holdfastctl lock exec coorddemo/fleet-{i} --wait 30s -- sh -c 'echo granted coorddemo/fleet-{i}'"),
+            );
+            assert!(got.stdout.contains(&format!("granted coorddemo/fleet-{i}")), "coord-tier lock exec through {addr}:\n{got}");
         }
     });
 
@@ -460,7 +568,7 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
     let at = second.rfind("PLAY RECAP").unwrap_or(0);
     let printed = &second[at..];
     eprintln!("{printed}");
-    assert_eq!(counts.len(), HOSTS.len(), "the second run's PLAY RECAP should list every host:\n{printed}");
+    assert_eq!(counts.len(), all_hosts().count(), "the second run's PLAY RECAP should list every host:\n{printed}");
     for (host, c) in &counts {
         let get = |k: &str| c.get(k).copied().unwrap_or(u32::MAX);
         if get("changed") != 0 || get("failed") != 0 || get("unreachable") != 0 {
@@ -561,17 +669,34 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             );
         }
         assert_ne!(epoch_record(&ns, &w), before, "the advance wrote neither /sys/epoch nor /sys/epochs");
+        // The coord cluster's epoch was initialised first (1), the entity
+        // cluster's allocated there (2); the advance goes above both (3).
         for (i, (_, _, addr)) in HOSTS.iter().enumerate() {
-            let status = must(&cs, i, "epoch status", &epoch_status(addr)).stdout;
-            assert!(
-                status.contains("\"epoch\":2,") && status.contains("\"serving\":true"),
-                "the arbiter at {addr} serves epoch 2: {status}"
-            );
-            // Its [coord] lists the same members: one cluster, both tiers.
-            assert!(
-                status.contains("\"tiers\":\"coord,entity\"") && status.matches("\"tiers\"").count() == 1,
-                "the arbiter at {addr} should serve both tiers on one cluster: {status}"
-            );
+            // Each tier on its own cluster, both serving (up to 30 s after the
+            // advance, while the arbiters watch the new epoch arrive).
+            let want = [("entity".to_string(), 3, true), ("coord".to_string(), 1, true)];
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let status = must(&cs, i, "epoch status", &epoch_status(addr)).stdout;
+                let v: serde_json::Value =
+                    serde_json::from_str(status.trim()).unwrap_or_else(|e| panic!("epoch status --json: {e}: {status}"));
+                let clusters: Vec<(String, u64, bool)> = v["clusters"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|c| (c["tiers"].as_str().unwrap_or("").to_string(), c["epoch"].as_u64().unwrap_or(0), c["serving"] == true))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if v["epoch"] == 3 && v["serving"] == true && clusters == want {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the arbiter at {addr} should serve the entity tier at epoch 3 and the coord tier at epoch 1, each on its own cluster: {status}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
         }
         must(
             &cs,
@@ -591,7 +716,7 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
 /// to advance the (unsealed) cluster, in /root/dr/requests/. Prints
 /// `request NAME.toml`.
 fn epoch_advance_setup() -> String {
-    let etcd = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
+    let (etcd, coord) = (client_urls(HOSTS), client_urls(COORD_HOSTS));
     let arbiters = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
     format!(
         r#"cd /root/dr
@@ -612,6 +737,7 @@ HOLDFAST_ETCD_ENDPOINT={etcd}
 HOLDFAST_ETCD_CA=/etc/holdfast/dr/etcd-ca.pem
 HOLDFAST_ETCD_CERT=/etc/holdfast/dr/etcd-epoch.pem
 HOLDFAST_ETCD_KEY=/etc/holdfast/dr/etcd-epoch-key.pem
+HOLDFAST_COORD_ENDPOINT={coord}
 HOLDFAST_ENDPOINT={arbiters}
 HOLDFAST_CA=/etc/holdfast/dr/holdfast-ca.pem
 HOLDFAST_CERT=/etc/holdfast/dr/operator.pem
@@ -626,12 +752,22 @@ echo "request $(basename "$(ls -t /root/dr/requests/epoch-advance-*.toml | head 
     )
 }
 
-/// `/sys/epoch` and `/sys/epochs` with their mod revisions, read as etcd's
+/// The `endpoints` of `[table]` in a rendered TOML file (one line, a JSON
+/// list of strings as the roles render it).
+fn table_endpoints(text: &str, table: &str) -> Option<Vec<String>> {
+    let header = format!("[{table}]");
+    let body = text.lines().skip_while(|l| l.trim() != header).skip(1).take_while(|l| !l.starts_with('['));
+    let line = body.into_iter().find_map(|l| l.strip_prefix("endpoints = "))?;
+    serde_json::from_str(line).ok()
+}
+
+/// The entity cluster's `/sys/epoch`, the coord cluster's `/sys/epoch` and
+/// `/sys/epochs` (the allocator), with their mod revisions, read as etcd's
 /// root from the test's namespace.
 fn epoch_record(ns: &Netns, work: &Path) -> String {
     let mut text = String::new();
-    for key in ["/sys/epoch", "/sys/epochs"] {
-        let got = run_ok(etcdctl_root(ns, work).args(["get", key, "-w", "fields"]), "etcdctl get");
+    for (hosts, key) in [(HOSTS, "/sys/epoch"), (COORD_HOSTS, "/sys/epoch"), (COORD_HOSTS, "/sys/epochs")] {
+        let got = run_ok(etcdctl_root(ns, work, hosts).args(["get", key, "-w", "fields"]), "etcdctl get");
         text.extend(
             got.lines()
                 .filter(|l| l.starts_with("\"Key\"") || l.starts_with("\"Value\"") || l.starts_with("\"ModRevision\""))
@@ -641,9 +777,10 @@ fn epoch_record(ns: &Netns, work: &Path) -> String {
     text
 }
 
-/// `etcdctl` against every member as etcd's root, from the test's namespace.
-fn etcdctl_root(ns: &Netns, work: &Path) -> Command {
-    let endpoints = HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",");
+/// `etcdctl` against every member of one cluster (its hosts) as etcd's
+/// root, from the test's namespace.
+fn etcdctl_root(ns: &Netns, work: &Path, hosts: &[(&str, &str, &str)]) -> Command {
+    let endpoints = client_urls(hosts);
     let t = work.join("tls");
     let mut cmd = ns.exec("etcdctl");
     cmd.arg(format!("--endpoints={endpoints}"))
@@ -654,17 +791,7 @@ fn etcdctl_root(ns: &Netns, work: &Path) -> Command {
     cmd
 }
 
-/// The arbiter at `addr`'s epoch status, once it serves epoch 2 (up to
-/// 30 s after the advance).
+/// The arbiter at `addr`'s epoch status (`holdfastctl epoch status --json`).
 fn epoch_status(addr: &str) -> String {
-    format!(
-        r#"{}
-for i in $(seq 60); do
-  s=$(holdfastctl epoch status --json)
-  case $s in *'"serving":true'*) case $s in *'"epoch":2,'*) break;; esac;; esac
-  sleep 0.5
-done
-echo "$s""#,
-        client_env(addr)
-    )
+    format!("{}; holdfastctl epoch status --json", client_env(addr))
 }

@@ -240,7 +240,8 @@ const SAFE_ETCD: &str = r#"{ enable = true; name = "etcd-a1"; settings = {
     ETCD_TRUSTED_CA_FILE = "/etc/holdfast/tls/etcd-ca.pem"; ETCD_PEER_CERT_FILE = "/etc/holdfast/tls/etcd-a1.pem";
     ETCD_PEER_KEY_FILE = "/etc/holdfast/tls/etcd-a1-key.pem"; ETCD_PEER_TRUSTED_CA_FILE = "/etc/holdfast/tls/etcd-ca.pem";
     ETCD_LISTEN_CLIENT_URLS = "https://10.0.1.11:2379"; ETCD_ADVERTISE_CLIENT_URLS = "https://10.0.1.11:2379";
-    ETCD_LISTEN_PEER_URLS = "https://10.0.1.11:2380"; ETCD_INITIAL_ADVERTISE_PEER_URLS = "https://10.0.1.11:2380"; }; }"#;
+    ETCD_LISTEN_PEER_URLS = "https://10.0.1.11:2380"; ETCD_INITIAL_ADVERTISE_PEER_URLS = "https://10.0.1.11:2380";
+    ETCD_PEER_CERT_ALLOWED_CN = "holdfast etcd member"; }; }"#;
 
 const SAFE_TANG: &str = r#"[ { url = "http://tang-a:7500"; hall = "hall-a"; } { url = "http://tang-b:7500"; hall = "hall-b"; } ]"#;
 
@@ -330,6 +331,38 @@ fn arbiter_config_is_generated_checked_at_build_time_and_restarts_the_service() 
     assert_ne!(other.as_str().unwrap(), file);
 }
 
+/// A coord cluster of its own, as the Ansible roles render it: the
+/// arbiter's and the tailer's freeform `settings.coord` reach their
+/// generated TOML (the values before the build-time check, which
+/// `checkConfig = false` leaves out), and two etcd members on two hosts
+/// name their units `holdfast-etcd@coord-a1` and `holdfast-etcd@etcd-a1`.
+#[test]
+fn arbiter_and_tailer_settings_carry_a_coord_cluster() {
+    let nix = Nix::new();
+    let coord =
+        r#"coord = { endpoints = [ "https://10.0.1.21:2379" "https://10.0.1.22:2379" ]; ca_file = "/etc/holdfast/tls/etcd-ca.pem"; }"#;
+    let v = nix.eval(
+        &format!(
+            r#"{{ services.holdfast.arbiter = {{ enable = true; checkConfig = false; settings.{coord}; }};
+                services.holdfast.tailer = {{ enable = true; checkConfig = false; settings.{coord}; }}; }}"#
+        ),
+        r#"let file = name: (builtins.head r.config.systemd.services.${name}.restartTriggers).passthru.value; in {
+            arbiter = (file "holdfast-arbiter").coord; tailer = (file "holdfast-tailer").coord; }"#,
+    );
+    let want =
+        serde_json::json!({"endpoints": ["https://10.0.1.21:2379", "https://10.0.1.22:2379"], "ca_file": "/etc/holdfast/tls/etcd-ca.pem"});
+    assert_eq!(v["arbiter"], want, "{v:#}");
+    assert_eq!(v["tailer"], want, "{v:#}");
+    let units = nix.eval_each(
+        &[
+            format!("{{ services.holdfast.etcd = {}; }}", SAFE_ETCD.replace("name = \"etcd-a1\"", "name = \"coord-a1\"")),
+            format!("{{ services.holdfast.etcd = {SAFE_ETCD}; }}"),
+        ],
+        r#"builtins.filter (n: builtins.substring 0 14 n == "holdfast-etcd@") (builtins.attrNames r.config.systemd.services)"#,
+    );
+    assert_eq!(units, [serde_json::json!(["holdfast-etcd@coord-a1"]), serde_json::json!(["holdfast-etcd@etcd-a1"])]);
+}
+
 /// `(configuration, a fragment of the failed assertion's message)`: unsafe.
 fn assertion_cases() -> Vec<(&'static str, String, String, &'static str)> {
     let controller = |class: &str| {
@@ -376,6 +409,12 @@ fn assertion_cases() -> Vec<(&'static str, String, String, &'static str)> {
             ),
             format!("{{ services.holdfast.etcd = {SAFE_ETCD}; }}"),
             "http://10.0.1.11:2379: every URL must be https://",
+        ),
+        (
+            "etcd member admitting any certificate of its CA as a peer",
+            format!("{{ services.holdfast.etcd = {}; }}", SAFE_ETCD.replace("ETCD_PEER_CERT_ALLOWED_CN = \"holdfast etcd member\";", "")),
+            format!("{{ services.holdfast.etcd = {SAFE_ETCD}; }}"),
+            "lacks ETCD_PEER_CERT_ALLOWED_CN",
         ),
         (
             "etcd member setting what the unit fixes",
