@@ -308,8 +308,15 @@ async fn peer_get(addr: &str, ca: &std::path::Path, cert: &std::path::Path, key:
 fn the_member_unit_refuses_an_open_peer_port_and_admits_only_member_certificates() {
     let bin = etcd_binary();
     let etcdctl = bin.etcdctl.clone().expect("etcdctl beside the etcd under test");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/etcd/try-unit-flags");
-    let out = Command::new("python3").arg(&script).arg("--etcd").arg(&bin.etcd).arg("--etcdctl").arg(&etcdctl).output().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("python3")
+        .arg(repo.join("config/etcd/try-unit-flags"))
+        .arg("--etcd")
+        .arg(&bin.etcd)
+        .arg("--etcdctl")
+        .arg(&etcdctl)
+        .output()
+        .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{text}");
     assert!(out.status.success() && text.contains("PASS: "), "try-unit-flags failed:\n{text}");
@@ -320,7 +327,7 @@ fn the_member_unit_refuses_an_open_peer_port_and_admits_only_member_certificates
     // the packaged example, and the dev CA's member certificates.
     let cn = format!("ETCD_PEER_CERT_ALLOWED_CN={}\n", holdfast_devkit::pki::MEMBER_CN);
     for f in ["provisioning/tests/golden/etcd-c1.env", "config/etcd/member.env.example"] {
-        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(f)).unwrap();
+        let text = std::fs::read_to_string(repo.join(f)).unwrap();
         assert!(text.contains(&cn), "{f} should carry {cn}");
     }
 }

@@ -80,9 +80,9 @@ fn all_hosts() -> impl Iterator<Item = &'static (&'static str, &'static str, &'s
     HOSTS.iter().chain(COORD_HOSTS)
 }
 
-/// Client URLs of a cluster's hosts, comma-separated.
-fn client_urls(hosts: &[(&str, &str, &str)]) -> String {
-    hosts.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect::<Vec<_>>().join(",")
+/// Client URLs of a cluster's hosts.
+fn client_urls(hosts: &[(&str, &str, &str)]) -> Vec<String> {
+    hosts.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect()
 }
 
 /// The holdfast units whose journal is printed when a step fails.
@@ -469,6 +469,7 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
     eprintln!("{}", tail(&first, 6));
 
     clock.step("every unit active, two etcd clusters (entity 3 members, coord 5)", || {
+        let coord = client_urls(COORD_HOSTS);
         for (i, (host, _, _)) in HOSTS.iter().enumerate() {
             must(
                 &cs,
@@ -481,7 +482,6 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             );
             // The arbiter and the tailer have a [coord] table naming the
             // coord cluster; the controller publishes there ([etcd]).
-            let coord: Vec<String> = COORD_HOSTS.iter().map(|(_, _, a)| format!("https://{a}:2379")).collect();
             for (file, table) in [("arbiter", "coord"), ("tailer", "coord"), ("controller", "etcd")] {
                 let text = must(&cs, i, "rendered config", &format!("cat /etc/holdfast/{file}.toml")).stdout;
                 assert_eq!(
@@ -542,21 +542,17 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             let env = client_env(addr);
             let health = must(&cs, i, "holdfastctl health", &format!("{env}; holdfastctl health --wait 60s"));
             assert_eq!(health.stdout.trim(), "SERVING", "holdfastctl health on {}", cs[i].name);
-            let got = must(
-                &cs,
-                i,
-                "holdfastctl lock exec",
-                &format!("{env}; holdfastctl lock exec demo/fleet-{i} --wait 30s -- sh -c 'echo granted demo/fleet-{i}'"),
-            );
-            assert!(got.stdout.contains(&format!("granted demo/fleet-{i}")), "lock exec through {addr}:\n{got}");
-            // A coord-tier class: granted on the coord cluster.
-            let got = must(
-                &cs,
-                i,
-                "holdfastctl lock exec (coord tier)",
-                &format!("{env}; holdfastctl lock exec coorddemo/fleet-{i} --wait 30s -- sh -c 'echo granted coorddemo/fleet-{i}'"),
-            );
-            assert!(got.stdout.contains(&format!("granted coorddemo/fleet-{i}")), "coord-tier lock exec through {addr}:\n{got}");
+            // demo is entity-tier; coorddemo's keys are on the coord cluster.
+            for namespace in ["demo", "coorddemo"] {
+                let key = format!("{namespace}/fleet-{i}");
+                let got = must(
+                    &cs,
+                    i,
+                    "holdfastctl lock exec",
+                    &format!("{env}; holdfastctl lock exec {key} --wait 30s -- sh -c 'echo granted {key}'"),
+                );
+                assert!(got.stdout.contains(&format!("granted {key}")), "lock exec through {addr}:\n{got}");
+            }
         }
     });
 
@@ -671,24 +667,14 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
         assert_ne!(epoch_record(&ns, &w), before, "the advance wrote neither /sys/epoch nor /sys/epochs");
         // The coord cluster's epoch was initialised first (1), the entity
         // cluster's allocated there (2); the advance goes above both (3).
+        // Each tier on its own cluster, both serving (up to 30 s after the
+        // advance, while the arbiters watch the new epoch arrive).
+        let want = ((3, true), vec![("entity".to_string(), 3, true), ("coord".to_string(), 1, true)]);
         for (i, (_, _, addr)) in HOSTS.iter().enumerate() {
-            // Each tier on its own cluster, both serving (up to 30 s after the
-            // advance, while the arbiters watch the new epoch arrive).
-            let want = [("entity".to_string(), 3, true), ("coord".to_string(), 1, true)];
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             loop {
                 let status = must(&cs, i, "epoch status", &epoch_status(addr)).stdout;
-                let v: serde_json::Value =
-                    serde_json::from_str(status.trim()).unwrap_or_else(|e| panic!("epoch status --json: {e}: {status}"));
-                let clusters: Vec<(String, u64, bool)> = v["clusters"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|c| (c["tiers"].as_str().unwrap_or("").to_string(), c["epoch"].as_u64().unwrap_or(0), c["serving"] == true))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                if v["epoch"] == 3 && v["serving"] == true && clusters == want {
+                if tiers_served(&status) == want {
                     break;
                 }
                 assert!(
@@ -716,7 +702,7 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
 /// to advance the (unsealed) cluster, in /root/dr/requests/. Prints
 /// `request NAME.toml`.
 fn epoch_advance_setup() -> String {
-    let (etcd, coord) = (client_urls(HOSTS), client_urls(COORD_HOSTS));
+    let (etcd, coord) = (client_urls(HOSTS).join(","), client_urls(COORD_HOSTS).join(","));
     let arbiters = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
     format!(
         r#"cd /root/dr
@@ -780,7 +766,7 @@ fn epoch_record(ns: &Netns, work: &Path) -> String {
 /// `etcdctl` against every member of one cluster (its hosts) as etcd's
 /// root, from the test's namespace.
 fn etcdctl_root(ns: &Netns, work: &Path, hosts: &[(&str, &str, &str)]) -> Command {
-    let endpoints = client_urls(hosts);
+    let endpoints = client_urls(hosts).join(",");
     let t = work.join("tls");
     let mut cmd = ns.exec("etcdctl");
     cmd.arg(format!("--endpoints={endpoints}"))
@@ -789,6 +775,21 @@ fn etcdctl_root(ns: &Netns, work: &Path, hosts: &[(&str, &str, &str)]) -> Comman
         .arg(format!("--key={}", t.join("etcd-root-key.pem").display()))
         .env("ETCDCTL_API", "3");
     cmd
+}
+
+/// `(epoch, serving)`, and per cluster `(tiers, epoch, serving)`.
+type Served = ((u64, bool), Vec<(String, u64, bool)>);
+
+/// From `holdfastctl epoch status --json`: the entity tier's `(epoch,
+/// serving)` and each cluster's `(tiers, epoch, serving)`.
+fn tiers_served(status: &str) -> Served {
+    let v: serde_json::Value = serde_json::from_str(status.trim()).unwrap_or_else(|e| panic!("epoch status --json: {e}: {status}"));
+    let served = |c: &serde_json::Value| (c["epoch"].as_u64().unwrap_or(0), c["serving"] == true);
+    let clusters = v["clusters"].as_array().into_iter().flatten().map(|c| {
+        let (epoch, serving) = served(c);
+        (c["tiers"].as_str().unwrap_or("").to_string(), epoch, serving)
+    });
+    (served(&v), clusters.collect())
 }
 
 /// The arbiter at `addr`'s epoch status (`holdfastctl epoch status --json`).
