@@ -68,3 +68,55 @@ async fn sessions_renew_over_a_few_shared_etcd_streams_and_a_lost_lease_ends_onl
         s.close().await.unwrap();
     }
 }
+
+/// Stalls the whole client (a current-thread runtime) for `stall` right
+/// after it reads its second keepalive answer, as a SIGSTOP between the
+/// answer's arrival and its handling does; records every deadline the
+/// session reports with the time it reported it.
+struct StallAfterSecondAnswer {
+    stall: Duration,
+    answers: std::sync::atomic::AtomicU32,
+    reported: std::sync::Mutex<Vec<(tokio::time::Instant, tokio::time::Instant)>>,
+}
+
+impl holdfast_client::KeepaliveObserver for StallAfterSecondAnswer {
+    fn sent(&self, _session: u64) -> u64 {
+        0
+    }
+    fn answered(&self, _session: u64, _mark: u64, outcome: holdfast_client::KeepaliveOutcome) {
+        if outcome == holdfast_client::KeepaliveOutcome::Renewed && self.answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            std::thread::sleep(self.stall);
+        }
+    }
+    fn deadline(&self, _session: u64, until: tokio::time::Instant) {
+        self.reported.lock().unwrap().push((until, tokio::time::Instant::now()));
+    }
+}
+
+/// A confirmed keepalive whose answer is handled only after the deadline
+/// it sets (the client stopped in between) extends nothing: the session is
+/// lost at once and no deadline already past is reported. Before the fix
+/// the session reported that past deadline as its belief (the gate's C1
+/// checker then saw a client "alive" seconds after its lease ended: a CI
+/// run's false `DeadlinePastSessionEnd` under `client-pause`) and was
+/// healthy until its next turn.
+#[tokio::test]
+async fn a_keepalive_answer_handled_after_its_deadline_ends_the_session() {
+    let app = Appliance::start("renewal-stall", 1).await;
+    let client = app.client("team/a").await;
+    let ttl = Duration::from_secs(5);
+    let observer = std::sync::Arc::new(StallAfterSecondAnswer { stall: ttl, answers: Default::default(), reported: Default::default() });
+    let session = client.open_session_observed(ttl, observer.clone()).await.unwrap();
+    let mut health = session.health();
+    tokio::time::timeout(Duration::from_secs(15), health.wait_for(|h| *h == Health::Lost))
+        .await
+        .expect("the session outlived a renewal handled after its deadline")
+        .unwrap();
+    assert!(observer.answers.load(std::sync::atomic::Ordering::SeqCst) >= 2, "the stall never happened");
+    assert!(!session.can_start());
+    let reported = observer.reported.lock().unwrap().clone();
+    assert!(reported.len() >= 2, "the open and the first renewal set deadlines: {reported:?}");
+    for (until, at) in &reported {
+        assert!(until > at, "a deadline already past when reported ({:?} late): {reported:?}", *at - *until);
+    }
+}

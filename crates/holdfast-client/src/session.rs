@@ -81,7 +81,11 @@ impl Session {
     ) -> Self {
         let (tx, rx) = watch::channel(Health::Healthy);
         let deadline = opened_at + ttl.saturating_sub(FENCE_MARGIN);
-        if let Some(o) = &observer {
+        // An open answered after its deadline (the process stopped while the
+        // call was in flight) promises nothing: the loop ends the session.
+        if let Some(o) = &observer
+            && deadline > Instant::now()
+        {
             o.deadline(id, deadline);
         }
         let clock = Arc::new(Mutex::new(Clock { deadline }));
@@ -302,6 +306,12 @@ async fn keepalive_loop(
         match outcome {
             Round::Acked(sent_at) => {
                 let deadline = fence_anchor(sent_at) + ttl.saturating_sub(FENCE_MARGIN);
+                if !promises_time(deadline, Instant::now()) {
+                    // The answer was read after the deadline it sets (the
+                    // process stopped with it in flight): the session is lost.
+                    let _ = health.send(Health::Lost);
+                    return;
+                }
                 clock.lock().unwrap_or_else(|e| e.into_inner()).deadline = deadline;
                 if let Some(o) = &observer {
                     o.deadline(id, deadline);
@@ -322,6 +332,15 @@ async fn keepalive_loop(
             }
         }
     }
+}
+
+/// Whether a renewal's deadline still leaves the session any time at `now`.
+/// A confirmed keepalive read only after the deadline it sets (the process
+/// was stopped while the answer waited in its socket) extends nothing, so
+/// it must not make the session healthy again, nor be reported as a
+/// deadline the client believed in.
+fn promises_time(deadline: Instant, now: Instant) -> bool {
+    deadline > now
 }
 
 /// Where the local deadline counts from: the acknowledged keepalive's send
