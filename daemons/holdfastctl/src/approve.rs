@@ -2,9 +2,11 @@
 //! sign it with `ssh-keygen -Y sign` under the holdfast namespace.
 //!
 //! Signing is OpenSSH's own (FIDO2 keys prompt for a touch there); this
-//! command shows what is being approved first, refuses a file that is not
-//! a request, and names the signature after the key so two approvers'
-//! signatures sit side by side (`REQUEST.<key>.sig`).
+//! command reads the request once, shows what is being approved, refuses a
+//! file that is not a request, and signs exactly the bytes it showed
+//! (through ssh-keygen's standard input: no copy, no second read). The
+//! signature is named after the key so two approvers' signatures sit side
+//! by side (`REQUEST.<key>.sig`).
 
 use holdfast_approval::{Approved, Approvers, NAMESPACE, Operation, Refusal, Request};
 use holdfast_cli::exit;
@@ -68,14 +70,16 @@ pub fn time_ms(ms: u64) -> String {
 }
 
 pub fn run(args: ApproveArgs) -> u8 {
-    let text = match std::fs::read_to_string(&args.request) {
-        Ok(t) => t,
+    // Read once: what is shown is what is signed, whatever happens to the
+    // file afterwards.
+    let bytes = match std::fs::read(&args.request) {
+        Ok(b) => b,
         Err(e) => {
             eprintln!("holdfastctl: cannot read {}: {e}", args.request.display());
             return exit::INVALID;
         }
     };
-    let request = match Request::parse(&text) {
+    let request = match std::str::from_utf8(&bytes).map_err(|_| "not UTF-8".to_string()).and_then(Request::parse) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("holdfastctl: {}: {e}; nothing was signed", args.request.display());
@@ -84,7 +88,7 @@ pub fn run(args: ApproveArgs) -> u8 {
     };
     print!("{}", describe(&request));
     let out = args.out.unwrap_or_else(|| default_signature_path(&args.request, &args.ssh_key));
-    match sign(&args.request, &args.ssh_key, &out) {
+    match sign(&bytes, &args.ssh_key, &out) {
         Ok(()) => {
             println!("signed: {}", out.display());
             exit::OK
@@ -103,40 +107,39 @@ pub fn default_signature_path(request: &Path, key: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Signs a copy of the request in a private directory (ssh-keygen writes
-/// `FILE.sig` next to the file it signs), then moves the signature to `out`.
-fn sign(request: &Path, key: &Path, out: &Path) -> Result<(), String> {
-    let dir = Private(std::env::temp_dir().join(format!("holdfastctl-approve-{}", std::process::id())));
-    std::fs::create_dir_all(dir.path()).map_err(|e| format!("creating {}: {e}", dir.path().display()))?;
-    let copy = dir.path().join("request");
-    std::fs::copy(request, &copy).map_err(|e| format!("copying {}: {e}", request.display()))?;
-    let status = Command::new("ssh-keygen")
+/// Signs `bytes` (the request as read and shown) through ssh-keygen's
+/// standard input, so no file can be swapped in between; the signature
+/// comes back on its standard output and is written to `out`, never through
+/// a symbolic link.
+fn sign(bytes: &[u8], key: &Path, out: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut child = Command::new("ssh-keygen")
         .args(["-Y", "sign", "-n", NAMESPACE, "-f"])
         .arg(key)
-        .arg(&copy)
-        .status()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("running ssh-keygen (is openssh-client installed?): {e}"))?;
-    if !status.success() {
-        return Err(format!("ssh-keygen -Y sign failed ({status}); nothing was signed"));
+    // ssh-keygen reads all of standard input before it signs (and before a
+    // FIDO2 key asks for its touch), so writing first cannot deadlock.
+    let written = child.stdin.take().map(|mut stdin| stdin.write_all(bytes));
+    let output = child.wait_with_output().map_err(|e| format!("waiting for ssh-keygen: {e}"))?;
+    if !output.status.success() || !output.stdout.starts_with(b"-----BEGIN SSH SIGNATURE-----") {
+        return Err(format!("ssh-keygen -Y sign failed ({}); nothing was signed", output.status));
     }
-    let sig = dir.path().join("request.sig");
-    std::fs::copy(&sig, out).map_err(|e| format!("writing {}: {e}", out.display()))?;
-    Ok(())
-}
-
-/// A scratch directory removed when dropped.
-struct Private(PathBuf);
-
-impl Private {
-    fn path(&self) -> &Path {
-        &self.0
+    if let Some(Err(e)) = written {
+        return Err(format!("handing the request to ssh-keygen: {e}; nothing was signed"));
     }
-}
-
-impl Drop for Private {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(out)
+        .and_then(|mut f| f.write_all(&output.stdout))
+        .map_err(|e| format!("writing {}: {e} (a symbolic link there is refused)", out.display()))
 }
 
 /// Where two-person operations find approvers and keep requests.
