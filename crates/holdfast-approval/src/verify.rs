@@ -6,7 +6,9 @@
 //! 1. the bytes parse as a request, it has not expired, and its expiry is
 //!    at most a day after its creation and after now (`MAX_VALIDITY`);
 //! 2. every signature is an `sshsig` under [`crate::NAMESPACE`] by a key
-//!    listed in `approvers.toml`, and verifies over these exact bytes;
+//!    listed in `approvers.toml`, and verifies over these exact bytes; a
+//!    FIDO2 (`sk-`) key's signature must carry the user-presence flag (a
+//!    touch), as OpenSSH requires by default;
 //! 3. the signers are at least two **different** approvers, one of them the
 //!    requester;
 //! 4. every signer holds the operation's role.
@@ -46,6 +48,10 @@ pub enum Refusal {
         "signature {index} ({approver}): does not verify over this request; the file was changed after signing, or the signature is for another file"
     )]
     BadSignature { index: usize, approver: String },
+    #[error(
+        "signature {index} ({approver}): made by a FIDO2 key without the user's touch (its user-presence flag is not set); sign again and touch the key when it asks (keys made with -O no-touch-required cannot approve)"
+    )]
+    NoUserPresence { index: usize, approver: String },
     #[error("the requester {0:?} is not an approver in approvers.toml")]
     UnknownRequester(String),
     #[error("the requester {0} has not signed; the requester signs first, then a different approver")]
@@ -90,6 +96,9 @@ pub fn verify(request: &[u8], signatures: &[String], approvers: &Approvers, now_
         ssh_key::PublicKey::from(key.clone())
             .verify(crate::NAMESPACE, request, &sig)
             .map_err(|_| Refusal::BadSignature { index, approver: approver.name.clone() })?;
+        if !user_present(&sig) {
+            return Err(Refusal::NoUserPresence { index, approver: approver.name.clone() });
+        }
         if !approver.roles.contains(&role) {
             return Err(Refusal::MissingRole { approver: approver.name.clone(), role });
         }
@@ -105,4 +114,23 @@ pub fn verify(request: &[u8], signatures: &[String], approvers: &Approvers, now_
     }
     signers.sort_by_key(|s| *s != requester.name);
     Ok(Approved { request: parsed, signers })
+}
+
+/// The FIDO user-presence flag in a security-key signature's flags byte.
+const SK_USER_PRESENT: u8 = 0x01;
+
+/// Whether `sig` was made with the user present: always for a key that is
+/// not a security key; for an `sk-` key, when the flags byte the key signed
+/// (the fifth byte from the end: flags, then a 4-byte counter) has the
+/// user-presence bit. The flags are covered by the signature, so they
+/// cannot be set after the fact.
+fn user_present(sig: &SshSig) -> bool {
+    let signature = sig.signature();
+    match signature.algorithm() {
+        ssh_key::Algorithm::SkEd25519 | ssh_key::Algorithm::SkEcdsaSha2NistP256 => {
+            let bytes = signature.as_bytes();
+            bytes.len() >= 5 && bytes[bytes.len() - 5] & SK_USER_PRESENT != 0
+        }
+        _ => true,
+    }
 }

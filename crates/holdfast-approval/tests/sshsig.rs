@@ -149,3 +149,75 @@ fn the_example_approvers_file_parses() {
     assert_eq!(a.approvers["alice"].keys[0].algorithm(), ssh_key::Algorithm::SkEd25519);
     assert!(a.approvers["carol"].roles.contains(&holdfast_approval::Role::LockOperator));
 }
+
+/// An `sk-ssh-ed25519` signature over `bytes` as a FIDO2 key makes it
+/// (OpenSSH's PROTOCOL.u2f): Ed25519 over SHA-256(application) ‖ flags ‖
+/// counter ‖ SHA-256(the sshsig signed data), sent with flags and counter.
+/// Made here with the key's private half, as no FIDO2 device is attached.
+fn sk_sign(secret: &ed25519_dalek::SigningKey, flags: u8, bytes: &[u8]) -> String {
+    use ed25519_dalek::Signer;
+    use sha2::{Digest, Sha256};
+    use ssh_key::public::{Ed25519PublicKey, KeyData, SkEd25519};
+    let public = KeyData::SkEd25519(SkEd25519::new(Ed25519PublicKey(secret.verifying_key().to_bytes()), String::from("ssh:")));
+    let counter: u32 = 41;
+    let message = ssh_key::SshSig::signed_data(NAMESPACE, ssh_key::HashAlg::Sha512, bytes).unwrap();
+    let mut signed = Vec::new();
+    signed.extend(Sha256::digest(b"ssh:"));
+    signed.push(flags);
+    signed.extend(counter.to_be_bytes());
+    signed.extend(Sha256::digest(&message));
+    let mut raw = secret.sign(&signed).to_bytes().to_vec();
+    raw.push(flags);
+    raw.extend(counter.to_be_bytes());
+    let signature = ssh_key::Signature::new(ssh_key::Algorithm::SkEd25519, raw).unwrap();
+    ssh_key::SshSig::new(public, NAMESPACE, ssh_key::HashAlg::Sha512, signature).unwrap().to_pem(ssh_key::LineEnding::LF).unwrap()
+}
+
+/// A FIDO2 key's signature counts only with the user-presence flag (a
+/// touch); the same key's signature without it (a key made with
+/// `-O no-touch-required`, or malware driving a plugged-in key) is refused,
+/// naming the signer. Flags are signed: setting the bit afterwards breaks
+/// the signature.
+#[test]
+fn a_fido_signature_without_user_presence_is_refused() {
+    let secret = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+    let sk = ssh_key::PublicKey::new(
+        ssh_key::public::KeyData::SkEd25519(ssh_key::public::SkEd25519::new(
+            ssh_key::public::Ed25519PublicKey(secret.verifying_key().to_bytes()),
+            String::from("ssh:"),
+        )),
+        "dana@yubikey",
+    );
+    let keys = Keys::new();
+    let eve = keys.key("eve", "ed25519");
+    let approvers = Approvers::parse(&format!(
+        "[approver.dana]\nroles = [\"dr-operator\"]\nkeys = [{:?}]\n[approver.eve]\nroles = [\"dr-operator\"]\nkeys = [{:?}]\n",
+        sk.to_openssh().unwrap(),
+        keys.public(&eve)
+    ))
+    .unwrap();
+    let (_, bytes) = request("dana");
+    let e = keys.sign(&eve, NAMESPACE, &bytes);
+    let touched = sk_sign(&secret, 0x01, &bytes);
+    assert_eq!(verify(&bytes, &[touched, e.clone()], &approvers, NOW).unwrap().signers, ["dana", "eve"]);
+    // User verification (0x04) without presence is still no touch.
+    for flags in [0x00, 0x04] {
+        let untouched = sk_sign(&secret, flags, &bytes);
+        let refusal = verify(&bytes, &[untouched, e.clone()], &approvers, NOW).unwrap_err();
+        assert_eq!(refusal, Refusal::NoUserPresence { index: 1, approver: "dana".into() }, "flags {flags:#x}");
+        assert!(refusal.to_string().contains("touch the key"), "{refusal}");
+    }
+    // The flag set after signing: the signature no longer verifies.
+    let forged = {
+        let sig = ssh_key::SshSig::from_pem(sk_sign(&secret, 0x00, &bytes)).unwrap();
+        let mut raw = sig.signature().as_bytes().to_vec();
+        let at = raw.len() - 5;
+        raw[at] |= 0x01;
+        let signature = ssh_key::Signature::new(ssh_key::Algorithm::SkEd25519, raw).unwrap();
+        ssh_key::SshSig::new(sig.public_key().clone(), NAMESPACE, ssh_key::HashAlg::Sha512, signature)
+            .unwrap()
+            .to_pem(ssh_key::LineEnding::LF)
+            .unwrap()
+    };
+    assert_eq!(verify(&bytes, &[forged, e], &approvers, NOW).unwrap_err(), Refusal::BadSignature { index: 1, approver: "dana".into() });
+}
