@@ -222,6 +222,30 @@ async fn the_dr_drill_restores_seals_and_advances_with_two_signed_approvals() {
     assert_eq!(expired.code, 77, "{expired}");
     assert!(expired.stderr.contains("the request expired"), "{expired}");
     std::fs::remove_file(&short).unwrap();
+    // An epoch far above the highest known: --new-epoch is refused before a
+    // request is written; a request whose requester wrote a higher
+    // highest_known (both signed it) is refused when carried out, against
+    // the epochs known then.
+    let far = Ran::of(Command::new(bin("holdfastctl")).args(with(&[
+        "epoch",
+        "advance-request",
+        "--requester",
+        "alice",
+        "--reason",
+        "far",
+        "--new-epoch",
+        "18",
+    ])));
+    assert_eq!(far.code, 64, "{far}");
+    assert!(far.stderr.contains("--new-epoch 18 is more than 16 above 1, the highest epoch known"), "{far}");
+    let inflated = dir.path.join("inflated.toml");
+    std::fs::write(&inflated, text.replace("highest_known = 1", "highest_known = 20").replace("new_epoch = 2", "new_epoch = 21")).unwrap();
+    let inflated = inflated.display().to_string();
+    sign_file(&inflated, &alice);
+    sign_file(&inflated, &bob);
+    let too_far = with_sigs(&inflated, &[]);
+    assert_eq!(too_far.code, 65, "{too_far}");
+    assert!(too_far.stderr.contains("epoch 21 is more than 16 above 1, the highest epoch known now"), "{too_far}");
     assert_eq!(written(&mut etcd.client().await).await, keys_before, "a refused advance wrote to etcd");
     assert!(arbiter.wait_sealed(&client, true, Duration::from_secs(1)).await.sealed);
 

@@ -105,6 +105,31 @@ async fn force_release_ends_exactly_the_named_hold_with_two_approvals() {
     assert_eq!(held(&etcd, "fra/y").await.unwrap().spiffe_id, "spiffe://holdfast.dev/svc/c");
     assert_eq!(etcd.revision().await, revision, "the refused force-release wrote to etcd");
 
+    // What the requester wrote about the hold's cluster and class is
+    // derived again at apply: a request edited before both signed it (the
+    // fenced class called advisory, another class, another cluster) is
+    // refused, and nothing changes.
+    let _v = sa.acquire(&key("fr/v"), Duration::ZERO).await.unwrap();
+    let edits = [
+        ("fenced = ", "fenced = false", "the request says fenced = false, but the published class set says true"),
+        ("class = ", "class = \"fra\"", "the request says class = fra, but the published class set says fr"),
+        ("cluster_id = ", "cluster_id = \"12345\"", "but the request names 12345"),
+    ];
+    for (field, edited_line, says) in edits {
+        let (req, _) = ops.request("fr/v", &[]);
+        let text = std::fs::read_to_string(&req).unwrap();
+        let edited: Vec<&str> = text.lines().map(|l| if l.starts_with(field) { edited_line } else { l }).collect();
+        assert_ne!(edited.join("\n") + "\n", text, "no {field} line in {text}");
+        std::fs::write(&req, edited.join("\n") + "\n").unwrap();
+        ops.sign(&req, &[0, 1]);
+        let revision = etcd.revision().await;
+        let refused = ops.ctl(&["force-release", "apply", &req]);
+        assert_eq!(refused.code, 65, "{refused}");
+        assert!(refused.stderr.contains(says), "{refused}");
+        assert_eq!(etcd.revision().await, revision, "a refused force-release wrote to etcd");
+    }
+    assert!(held(&etcd, "fr/v").await.is_some(), "fr/v was released by an edited request");
+
     // --revoke-session ends the holder's session: its other hold goes too.
     let (revoke_req, _) = ops.request("fr/w", &["--revoke-session"]);
     ops.sign(&revoke_req, &[0, 1]);
@@ -135,7 +160,11 @@ async fn a_force_release_recorded_on_coord_is_not_replayed_after_an_entity_resto
     etcd.init_epoch().await;
     let coord = Etcd::start_secure(&dir.path.join("coord"), 1).await;
     coord.enable_auth().await;
+    // The arbiter here reads its class set from the entity cluster;
+    // holdfastctl, given the coord cluster, reads it there, as in a
+    // deployment: published on both.
     let _controller = etcd.publish_policy(&dir.path, &[("fr", 10)], "").await;
+    let _coord_controller = coord.publish_policy(&dir.path.join("coord"), &[("fr", 10)], "").await;
     let pki = Pki::new(&dir.path);
     let arbiter_etcd = EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config_as(ARBITER.name) };
     let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = arbiter_etcd.clone());
@@ -154,7 +183,8 @@ async fn a_force_release_recorded_on_coord_is_not_replayed_after_an_entity_resto
         format!("--coord-cert={}", path(&user.cert_file)),
         format!("--coord-key={}", path(&user.key_file)),
     );
-    let (request, _) = ops.request("fr/x", &[]);
+    let (request, _) = ops.request("fr/x", &[&endpoint, &ca, &cert, &key]);
+    assert!(std::fs::read_to_string(&request).unwrap().contains("fenced = true"), "the class was read on coord");
     ops.sign(&request, &[0, 1]);
     let apply = ["force-release", "apply", &request, &endpoint, &ca, &cert, &key];
     let done = ops.ctl(&apply);

@@ -232,7 +232,7 @@ async fn an_advance_refuses_an_epoch_the_allocator_already_allocated() {
     c.put(layout::EPOCHS_KEY, layout::encode(&layout::EpochsRecord { highest: 5 }), None).await.unwrap();
     let revision = async |c: &mut etcd_client::Client| c.get("/", None).await.unwrap().header().unwrap().revision();
     let before = revision(&mut c).await;
-    let target = Target { expected: 1, new_epoch: 2, cluster_id: None, nonce: None };
+    let target = Target { expected: 1, new_epoch: 2, cluster_id: None, known: 0, nonce: None };
     match advance_txn_to(&h, &target).await {
         Err(e @ EpochError::Allocated { new: 2, highest: 5, .. }) => assert!(e.to_string().contains("above 5"), "{e}"),
         Err(e) => panic!("refused for another reason: {e}"),

@@ -23,6 +23,14 @@ pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(3600);
 /// from its creation or from now.
 pub const MAX_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 
+/// The most an epoch advance may ask above the highest epoch known: an
+/// advance needs only one; a few more leave room for epochs allocated
+/// between the request and its signing. A token has 15 bits of epoch, so a
+/// request for a far epoch (up to 32767, the last) would spend every
+/// advance to come. Refused when the request is read, and again when it is
+/// carried out against the epochs known then.
+pub const MAX_EPOCH_STEP: u32 = 16;
+
 /// The operation a request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -38,8 +46,11 @@ pub enum Operation {
     /// since `granted_unix_ms` — that hold and no later one of the same key.
     /// `fenced` is the class's enforcement when the request was written (an
     /// advisory class means a second writer may follow); `revoke_session`
-    /// also ends the holder's session.
+    /// also ends the holder's session. `class`, `fenced` and `cluster_id`
+    /// (the cluster the hold is on) are derived again when the request is
+    /// carried out, and any difference refuses it.
     ForceRelease {
+        cluster_id: u64,
         namespace: String,
         key: String,
         holder: String,
@@ -154,12 +165,13 @@ impl Request {
                     quoted(&cluster_id.to_string()),
                 );
             }
-            Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } => {
+            Operation::ForceRelease { cluster_id, namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } => {
                 let _ = write!(
                     s,
-                    "\n[force_release]\nnamespace = {}\nkey = {}\n# The hold: its holder, session and grant time (never its token).\n\
+                    "\n[force_release]\n# The cluster ID the hold's cluster reports (decimal).\ncluster_id = {}\nnamespace = {}\nkey = {}\n# The hold: its holder, session and grant time (never its token).\n\
                      holder = {}\nsession = {session}\ngranted_unix_ms = {granted_unix_ms}\nclass = {}\nfenced = {fenced}\n\
                      revoke_session = {revoke_session}\n",
+                    quoted(&cluster_id.to_string()),
                     quoted(namespace),
                     quoted(key),
                     quoted(holder),
@@ -185,7 +197,10 @@ impl Request {
         let operation = match (doc.kind.as_str(), doc.epoch_advance) {
             ("force-release", None) => {
                 let f = doc.force_release.ok_or("kind = \"force-release\" without a [force_release] table")?;
+                let cluster_id =
+                    f.cluster_id.parse::<u64>().map_err(|_| format!("force_release.cluster_id {:?}: not a number", f.cluster_id))?;
                 Operation::ForceRelease {
+                    cluster_id,
                     namespace: f.namespace,
                     key: f.key,
                     holder: f.holder,
@@ -204,6 +219,14 @@ impl Request {
                 }
                 if e.new_epoch <= e.highest_known {
                     return Err(format!("epoch_advance.new_epoch {} is not above highest_known {}", e.new_epoch, e.highest_known));
+                }
+                if e.new_epoch - e.highest_known > MAX_EPOCH_STEP {
+                    return Err(format!(
+                        "epoch_advance.new_epoch {} is more than {MAX_EPOCH_STEP} above highest_known {}: epochs are few (a token has 15 bits for them); ask for at most {}",
+                        e.new_epoch,
+                        e.highest_known,
+                        e.highest_known + MAX_EPOCH_STEP
+                    ));
                 }
                 Operation::EpochAdvance {
                     cluster: e.cluster,
@@ -244,6 +267,7 @@ struct Doc {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ForceReleaseDoc {
+    cluster_id: String,
     namespace: String,
     key: String,
     holder: String,
@@ -301,6 +325,7 @@ mod tests {
     #[test]
     fn a_force_release_request_reads_back_the_same() {
         let op = Operation::ForceRelease {
+            cluster_id: u64::MAX - 3,
             namespace: "payments".into(),
             key: "ledger-7".into(),
             holder: "spiffe://example.org/ledger".into(),
@@ -323,6 +348,7 @@ mod tests {
             (text.replace("version = 1", "version = 2"), "request version 2"),
             (text.replace("new_epoch = 4", "new_epoch = 3"), "new_epoch 3 is not above expected_epoch 3"),
             (text.replace("highest_known = 3", "highest_known = 4"), "new_epoch 4 is not above highest_known 4"),
+            (text.replace("new_epoch = 4", "new_epoch = 20"), "new_epoch 20 is more than 16 above highest_known 3: epochs are few"),
             (text.replace("kind = \"epoch-advance\"", "kind = \"format-disk\""), "kind \"format-disk\""),
             (format!("{text}extra = 1\n"), "unknown field"),
             (text.replace("expires_unix", "expires_unix_x"), "not a holdfast request"),

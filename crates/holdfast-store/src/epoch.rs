@@ -46,6 +46,11 @@ pub enum EpochError {
         "epoch {epoch} is allocated on the coord cluster (and this request's nonce recorded there), but the entity cluster's epoch record changed before it could be written; the entity cluster was not changed: write a new request (it asks for an epoch above {epoch})"
     )]
     Spent { epoch: u32 },
+    #[error(
+        "epoch {new} is more than {step} above {highest}, the highest epoch known now; nothing was changed: write a new request (it asks for {})",
+        highest + 1
+    )]
+    TooFar { new: u32, highest: u32, step: u32 },
     #[error("no random number from the OS for the epoch's mint: {0}")]
     Random(String),
     #[error("{0}")]
@@ -259,7 +264,7 @@ pub struct Advanced {
 /// records: only the grant's compare on the session record keeps them from
 /// receiving grants. (The correctness gate delays the revokes on purpose.)
 pub async fn advance_txn(etcd: &Etcd, expected: u32) -> Result<Advanced, EpochError> {
-    advance_txn_to(etcd, &Target { expected, new_epoch: expected.saturating_add(1), cluster_id: None, nonce: None }).await
+    advance_txn_to(etcd, &Target { expected, new_epoch: expected.saturating_add(1), cluster_id: None, known: 0, nonce: None }).await
 }
 
 /// What an approved advance asks for (see [`advance_to`]).
@@ -272,6 +277,11 @@ pub struct Target {
     pub new_epoch: u32,
     /// The cluster ID the request was made for; `None`: whatever etcd reports.
     pub cluster_id: Option<u64>,
+    /// The highest epoch known besides etcd's records (what the arbiters
+    /// report they served). `new_epoch` may be at most
+    /// [`holdfast_approval::request::MAX_EPOCH_STEP`] above the highest of
+    /// this, the record and the allocators.
+    pub known: u32,
     /// The request's nonce and the record to keep at `/sys/nonce/<nonce>`
     /// (on a lease of `ttl_secs`), compared absent in the same transaction.
     pub nonce: Option<(String, Vec<u8>, i64)>,
@@ -299,6 +309,7 @@ pub fn approved_target(approved: &holdfast_approval::Approved, now_unix: u64) ->
         expected: *expected_epoch,
         new_epoch: *new_epoch,
         cluster_id: Some(*cluster_id),
+        known: 0,
         nonce: Some((r.nonce.clone(), record, ttl as i64)),
     })
 }
@@ -394,16 +405,21 @@ pub async fn advance_txn_via(etcd: &Etcd, coord: Option<&Etcd>, target: &Target)
     if allocated.highest >= target.new_epoch {
         return Err(EpochError::Allocated { new: target.new_epoch, highest: allocated.highest, key: layout::EPOCHS_KEY });
     }
+    let mut highest = current.epoch.max(allocated.highest).max(target.known);
     let coord_allocated_at = match coord {
         Some(c) => {
             let (coord_allocated, at) = read_allocator(c).await?;
             if coord_allocated.highest >= target.new_epoch {
                 return Err(EpochError::Allocated { new: target.new_epoch, highest: coord_allocated.highest, key: COORD_EPOCHS });
             }
+            highest = highest.max(coord_allocated.highest);
             Some(at)
         }
         None => None,
     };
+    if target.new_epoch.saturating_sub(highest) > holdfast_approval::request::MAX_EPOCH_STEP {
+        return Err(EpochError::TooFar { new: target.new_epoch, highest, step: holdfast_approval::request::MAX_EPOCH_STEP });
+    }
     let (floor, members) = measured_floor(etcd).await?;
     let cluster_id = members.first().map(|m| m.cluster_id).unwrap_or(sys.cluster_id);
     if let Some(expected) = target.cluster_id.filter(|c| *c != cluster_id) {

@@ -10,7 +10,11 @@
 //! and by the request's nonce being unused: delete the hold, write the
 //! force record (`/sys/force/<nonce>`, on a 24 h lease), record the nonce.
 //! With `revoke_session` the holder's session is then closed (the close
-//! transaction and the lease revoke, `crate::txn::close_session`).
+//! transaction and the lease revoke, `crate::txn::close_session`). Before
+//! any of it, what the requester wrote about the hold's cluster (its ID)
+//! and class (its name and whether it is fenced) is derived again; any
+//! difference refuses the request ([`ForceError::WrongCluster`],
+//! [`ForceError::Changed`]).
 //!
 //! With a separate coord cluster ([`release_via`]) the nonce is recorded
 //! there, where a restore of the entity cluster cannot roll it back: first
@@ -44,8 +48,26 @@ pub enum ForceError {
         "the hold changed after this request's nonce was recorded on the coord cluster; the hold was not touched: request again for the hold there now"
     )]
     Spent,
+    #[error(
+        "the hold's cluster reports cluster ID {actual}, but the request names {expected}; nothing was changed: request again against this cluster"
+    )]
+    WrongCluster { expected: u64, actual: u64 },
+    #[error(
+        "the request says {field} = {requested}, but the published class set says {now} for this key; nothing was changed: request again, so that the signers see what is true now"
+    )]
+    Changed { field: &'static str, requested: String, now: String },
     #[error("{0}")]
     Malformed(String),
+}
+
+/// What a force-release request states about a key's class, derived from
+/// the published class set: the class's name ("(no class)" when none
+/// matches) and whether it is fenced.
+pub fn class_facts(class: Option<&holdfast_policy::Class>) -> (String, bool) {
+    match class {
+        Some(c) => (c.name.clone(), c.enforcement == holdfast_policy::set::Enforcement::Fenced),
+        None => ("(no class)".to_string(), false),
+    }
 }
 
 /// The hold on a key now, as a force-release request names it.
@@ -86,7 +108,9 @@ pub async fn release_via(etcd: &Etcd, coord: Option<&Etcd>, approved: &Approved,
         e => ForceError::Malformed(e.to_string()),
     })?;
     let r = &approved.request;
-    let Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } = &r.operation else {
+    let Operation::ForceRelease { cluster_id, namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } =
+        &r.operation
+    else {
         return Err(ForceError::Malformed(format!("a {} request is not a force-release", r.operation.kind())));
     };
     let lock_key =
@@ -96,6 +120,24 @@ pub async fn release_via(etcd: &Etcd, coord: Option<&Etcd>, approved: &Approved,
         if at.get(nonce_key.as_str(), Some(GetOptions::new().with_count_only())).await?.count() > 0 {
             return Err(ForceError::NonceUsed(nonce_key));
         }
+    }
+    // What the requester wrote about the hold's cluster and class, derived
+    // again: the signers approved what the request said, so it must still
+    // be true.
+    let actual = crate::epoch::cluster_id(etcd).await.map_err(|e| match e {
+        crate::epoch::EpochError::Etcd(e) => ForceError::Etcd(e),
+        e => ForceError::Malformed(e.to_string()),
+    })?;
+    if actual != *cluster_id {
+        return Err(ForceError::WrongCluster { expected: *cluster_id, actual });
+    }
+    let published = crate::policy::read_published(coord.unwrap_or(etcd)).await?;
+    let (now_class, now_fenced) = class_facts(published.doc().and_then(|p| p.set.class_for(namespace)));
+    if now_class != *class {
+        return Err(ForceError::Changed { field: "class", requested: class.clone(), now: now_class });
+    }
+    if now_fenced != *fenced {
+        return Err(ForceError::Changed { field: "fenced", requested: fenced.to_string(), now: now_fenced.to_string() });
     }
     let now = current_hold(etcd, &lock_key).await?.ok_or_else(|| ForceError::NotHeld(lock_key.to_string()))?;
     let named = now.record.spiffe_id == *holder && now.record.session == *session && now.record.granted_unix_ms == *granted_unix_ms;

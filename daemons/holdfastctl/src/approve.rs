@@ -45,8 +45,8 @@ pub fn describe(r: &Request) -> String {
              above {highest_known}, the highest epoch any arbiter or the allocator knew: \
              every hold, waiter and session of epoch {expected_epoch} ends"
         ),
-        Operation::ForceRelease { namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } => format!(
-            "force-release {namespace}/{key}: the hold of {holder} (session {session:x}, granted {}), class {class}, {}{}",
+        Operation::ForceRelease { cluster_id, namespace, key, holder, session, granted_unix_ms, class, fenced, revoke_session } => format!(
+            "force-release {namespace}/{key} on cluster ID {cluster_id}: the hold of {holder} (session {session:x}, granted {}), class {class}, {}{}",
             time_ms(*granted_unix_ms),
             if *fenced { "fenced" } else { "ADVISORY (not fenced: the holder may go on writing, a second writer may follow)" },
             if *revoke_session { "; the holder's session ends too" } else { "" },

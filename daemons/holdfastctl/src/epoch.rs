@@ -110,7 +110,7 @@ struct AdvanceRequestArgs {
     cluster: Option<String>,
     /// The lowest new epoch acceptable (default: one above every epoch
     /// this cluster, the allocator, every arbiter and STATE_DIR/epochs.log
-    /// know).
+    /// know); at most 16 above that highest known epoch.
     #[arg(long)]
     new_epoch: Option<u32>,
     /// How long the request stays valid (at most 24h).
@@ -220,8 +220,10 @@ async fn arbiters_served(conn: &ConnArgs, cluster: Option<&str>) -> Result<Serve
 /// The evidence again, at apply time: an arbiter that served the request's
 /// new epoch or a later one means a later advance, or this request replayed
 /// after another restore (which rolled its nonce record back).
-async fn refuse_served(conn: &ConnArgs, op: &Operation) -> Result<(), u8> {
-    let Operation::EpochAdvance { cluster, new_epoch, .. } = op else { return Ok(()) };
+/// Refuses an advance to an epoch some arbiter already served; returns the
+/// highest epoch the arbiters report they served.
+async fn refuse_served(conn: &ConnArgs, op: &Operation) -> Result<u32, u8> {
+    let Operation::EpochAdvance { cluster, new_epoch, .. } = op else { return Ok(0) };
     let arbiters = arbiters_served(conn, Some(cluster)).await?;
     if arbiters.highest >= *new_epoch {
         eprintln!(
@@ -232,7 +234,7 @@ async fn refuse_served(conn: &ConnArgs, op: &Operation) -> Result<(), u8> {
         );
         return Err(exit::INVALID);
     }
-    Ok(())
+    Ok(arbiters.highest)
 }
 
 /// etcd with the --etcd-* credentials, or the exit status to return (69).
@@ -323,6 +325,15 @@ async fn advance_request(conn: &ConnArgs, args: AdvanceRequestArgs) -> u8 {
         return exit::INVALID;
     }
     let new_epoch = args.new_epoch.unwrap_or(floor).max(floor);
+    let step = holdfast_approval::request::MAX_EPOCH_STEP;
+    if new_epoch - highest_known > step {
+        eprintln!(
+            "holdfastctl: --new-epoch {new_epoch} is more than {step} above {highest_known}, the highest epoch known; \
+             epochs are few (15 bits of a token), so ask for at most {} (without --new-epoch: {floor})",
+            highest_known + step
+        );
+        return exit::USAGE;
+    }
     let op =
         Operation::EpochAdvance { cluster: arbiters.cluster.clone(), expected_epoch: current.epoch, new_epoch, cluster_id, highest_known };
     let (request, path) = match crate::approve::new_request(&args.files, &args.requester, &args.reason, op, args.valid_for) {
@@ -381,9 +392,10 @@ async fn advance(conn: &ConnArgs, args: AdvanceArgs) -> u8 {
     if let Err(e) = epoch::nonce_unused_via(&etcd, coord.as_ref(), &target).await {
         return refused(e);
     }
-    if let Err(code) = refuse_served(conn, &approved.request.operation).await {
-        return code;
-    }
+    let target = match refuse_served(conn, &approved.request.operation).await {
+        Ok(served) => epoch::Target { known: served, ..target },
+        Err(code) => return code,
+    };
     match epoch::advance_via(&etcd, coord.as_ref(), &target).await {
         Ok(done) => {
             let line =
@@ -429,6 +441,7 @@ fn refused(e: EpochError) -> u8 {
         | EpochError::NonceUsed(_)
         | EpochError::NotAbove { .. }
         | EpochError::Allocated { .. }
+        | EpochError::TooFar { .. }
         | EpochError::Spent { .. } => {
             eprintln!("holdfastctl: refused: {e}");
             exit::INVALID

@@ -60,8 +60,12 @@ alone (65) and the request is spent.
 
 SIGNATURE...: the approvals; default every REQUEST.*.sig.
 
+The request's cluster ID, class and fenced status are derived again first
+(the cluster's ID, the published class set): a difference refuses it.
+
 Exit status: 0 released; 65 the hold is not the one named (released,
-expired, a newer hold) or the request was carried out already; 69 etcd
+expired, a newer hold), the cluster or the key's class is not what the
+request says, or the request was carried out already; 69 etcd
 unreachable; 77 the approvals do not hold; 78 a file unreadable.";
 
 #[derive(clap::Args)]
@@ -174,11 +178,16 @@ async fn request(args: RequestArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let (class_name, fenced) = match &class {
-        Some(c) => (c.name.clone(), c.enforcement == holdfast_policy::set::Enforcement::Fenced),
-        None => ("(no class)".to_string(), false),
+    let (class_name, fenced) = force::class_facts(class.as_ref());
+    let cluster_id = match holdfast_store::epoch::cluster_id(home).await {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("holdfastctl: reading the cluster ID of {key}'s cluster: {e}");
+            return exit::UNAVAILABLE;
+        }
     };
     let op = Operation::ForceRelease {
+        cluster_id,
         namespace: key.namespace().to_string(),
         key: key.key().to_string(),
         holder: hold.record.spiffe_id.clone(),
@@ -257,6 +266,8 @@ async fn apply(args: ApplyArgs) -> u8 {
             | ForceError::OtherHold { .. }
             | ForceError::NonceUsed(_)
             | ForceError::Malformed(_)
+            | ForceError::WrongCluster { .. }
+            | ForceError::Changed { .. }
             | ForceError::Spent),
         ) => {
             eprintln!("holdfastctl: refused: {e}");
