@@ -117,3 +117,54 @@ fn approve_refuses_to_write_its_signature_through_a_symbolic_link() {
     assert_eq!(out.code, 0, "{out}");
     assert!(signs(&planted, &std::fs::read(&request).unwrap()));
 }
+
+/// approvers.toml is refused, before anything else is done, when its mode
+/// would let another user add an approver; fixed, it is read.
+#[test]
+fn a_group_writable_approvers_file_is_refused_with_what_to_change() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TestDir::new("approve-modes");
+    let (_, alice_pub) = ssh_keygen(&dir.path.join("keys"), "alice");
+    let (_, bob_pub) = ssh_keygen(&dir.path.join("keys"), "bob");
+    let approvers = dir.path.join("approvers.toml");
+    std::fs::write(
+        &approvers,
+        format!(
+            "[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\"]\nkeys = [{bob_pub:?}]\n"
+        ),
+    )
+    .unwrap();
+    let request = |mode: u32| {
+        std::fs::set_permissions(&approvers, std::fs::Permissions::from_mode(mode)).unwrap();
+        Ran::of(Command::new(bin("holdfastctl")).args([
+            "force-release",
+            "request",
+            "demo/x",
+            "--requester",
+            "alice",
+            "--reason",
+            "modes",
+            // Never dialled: both answers come before etcd.
+            "--etcd-endpoint",
+            "https://127.0.0.1:9",
+            "--approvers",
+            &approvers.display().to_string(),
+            "--state-dir",
+            &dir.path.join("state").display().to_string(),
+        ]))
+    };
+    let refused = request(0o664);
+    assert_eq!(refused.code, 78, "{refused}");
+    assert!(
+        refused.stderr.contains(&format!(
+            "{}: is writable by its group or by others (mode 0664); `chmod go-w {}`",
+            approvers.display(),
+            approvers.display()
+        )),
+        "{refused}"
+    );
+    // Fixed: read, and the next check speaks (alice is no lock-operator).
+    let read = request(0o644);
+    assert_eq!(read.code, 65, "{read}");
+    assert!(read.stderr.contains("\"alice\" is not a lock-operator"), "{read}");
+}

@@ -285,3 +285,59 @@ async fn holds(etcd: &Etcd) -> Vec<(String, i64, i64)> {
     let resp = etcd.client().await.get(holdfast_model::layout::HOLD_PREFIX, Some(opts)).await.unwrap();
     resp.kvs().iter().map(|kv| (kv.key_str().unwrap().to_string(), kv.create_revision(), kv.lease())).collect()
 }
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Trust files are checked for owner and mode at every reload and at
+/// start (`holdfast_tls::trust`): a CA bundle that others could write is
+/// refused, said once in the log with what to change, and the last good
+/// bundle stays in force; once its mode is fixed it loads. An arbiter whose
+/// CA bundle is group-writable does not start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trust_file_others_could_write_is_refused_at_reload_and_at_start() {
+    let mut app = Appliance::start("tls-modes", 1).await;
+    let dir = app.dir.path.clone();
+    let ca_path = app.pki.ca.ca_path();
+    let second = DevCa::open_or_create(&dir.join("second-ca")).unwrap();
+    let probe = second.workload("probe", "modes/probe").unwrap();
+    let known = app.pki.workload("known", "modes/known");
+
+    // The bundle now trusts a second CA, but is group-writable: refused.
+    let both = [std::fs::read(&ca_path).unwrap(), std::fs::read(second.ca_path()).unwrap()].concat();
+    write_atomically(&ca_path, &both);
+    chmod(&ca_path, 0o664);
+    let said = format!("the CA bundle {} is writable by its group or by others (mode 0664); `chmod go-w", ca_path.display());
+    let end = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&app.arbiter.log).unwrap().contains(&said) {
+        assert!(Instant::now() < end, "the arbiter did not say why it refused the bundle");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await; // three more looks at the files
+    let log = std::fs::read_to_string(&app.arbiter.log).unwrap();
+    assert_eq!(log.matches(&said).count(), 1, "said once, not at every look:\n{log}");
+    assert!(
+        open_session(&app.arbiter.endpoint(), client_tls(&ca_path, Some(&probe))).await.is_err(),
+        "a certificate of the CA in the insecure bundle was admitted"
+    );
+    open_session(&app.arbiter.endpoint(), client_tls(&ca_path, Some(&known))).await.expect("the last good bundle stays in force");
+
+    // Its mode fixed, the same bundle loads.
+    chmod(&ca_path, 0o644);
+    let end = Instant::now() + Duration::from_secs(10);
+    while open_session(&app.arbiter.endpoint(), client_tls(&ca_path, Some(&probe))).await.is_err() {
+        assert!(Instant::now() < end, "the bundle was not loaded once its mode was fixed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // At start: refused, saying what to change.
+    app.arbiter.stop();
+    chmod(&ca_path, 0o664);
+    let endpoints = app.etcd.endpoints();
+    let mut refused = Arbiter::spawn(&dir, "arbiter-insecure", &endpoints, &app.pki);
+    let e = refused.wait_ready(Duration::from_secs(15)).unwrap_err();
+    assert!(format!("{e:#}").contains(&said), "{e:#}");
+    chmod(&ca_path, 0o644);
+}

@@ -10,12 +10,16 @@
 //! the certificate, no CA) are refused: the last good config stays, the
 //! error is logged once per distinct content, and the next change is tried
 //! again. So a rotation that writes the certificate and then the key is
-//! picked up once both are in place.
+//! picked up once both are in place. Files whose owner or mode would let
+//! another user rewrite them, or a key that others may read, are refused
+//! the same way, at start and at every reload ([`trust`]).
 //!
 //! [`server_config`] requires a client certificate from the CA bundle
 //! (webpki: trusted chain, validity period, an end-entity certificate, not a
 //! CA); [`client_config`] presents the workload's SVID and trusts the
 //! arbiter's CA. Both speak HTTP/2 only (ALPN `h2`), as gRPC does.
+
+pub mod trust;
 
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
@@ -52,6 +56,8 @@ pub enum TlsError {
     Identity { cert: String, key: String, source: rustls::Error },
     #[error("the CA bundle {path} cannot verify peers: {reason}")]
     Ca { path: String, reason: String },
+    #[error("the {what} {path} {why}")]
+    Insecure { what: &'static str, path: String, why: String },
 }
 
 /// The PEM bytes of [`Files`], as read at one moment.
@@ -63,16 +69,21 @@ pub struct Pem {
     pub ca: Vec<u8>,
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read { what, path: path.display().to_string(), source })
+fn read(what: &'static str, path: &Path, kind: trust::Kind) -> Result<Vec<u8>, TlsError> {
+    trust::read(path, kind).map_err(|e| match e {
+        trust::Refused::Io(source) => TlsError::Read { what, path: path.display().to_string(), source },
+        trust::Refused::Insecure(why) => TlsError::Insecure { what, path: path.display().to_string(), why },
+    })
 }
 
 impl Pem {
+    /// Reads the three files, each checked for owner and mode
+    /// ([`trust`]): an insecure one is [`TlsError::Insecure`].
     pub fn read(files: &Files) -> Result<Pem, TlsError> {
         Ok(Pem {
-            cert: read("certificate", &files.cert)?,
-            key: read("private key", &files.key)?,
-            ca: read("CA bundle", &files.ca)?,
+            cert: read("certificate", &files.cert, trust::Kind::Public)?,
+            key: read("private key", &files.key, trust::Kind::Secret)?,
+            ca: read("CA bundle", &files.ca, trust::Kind::Public)?,
             files: files.clone(),
         })
     }
@@ -164,6 +175,8 @@ struct State<C> {
     current: Arc<C>,
     loaded: Pem,
     refused: Option<Pem>,
+    /// The last insecure-file refusal, reported once until it changes.
+    insecure: Option<String>,
 }
 
 /// A TLS config built from [`Files`] and rebuilt when they change.
@@ -179,7 +192,7 @@ impl<C> Reloading<C> {
     pub fn load(files: Files, build: fn(&Pem) -> Result<C, TlsError>) -> Result<Self, TlsError> {
         let loaded = Pem::read(&files)?;
         let current = Arc::new(build(&loaded)?);
-        Ok(Reloading { files, build, state: Mutex::new(State { current, loaded, refused: None }) })
+        Ok(Reloading { files, build, state: Mutex::new(State { current, loaded, refused: None, insecure: None }) })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State<C>> {
@@ -204,9 +217,19 @@ impl<C> Reloading<C> {
     pub fn check(&self) -> Reload {
         let pem = match Pem::read(&self.files) {
             Ok(p) => p,
+            Err(e @ TlsError::Insecure { .. }) => {
+                // Refused, whatever the content; said once per distinct reason.
+                let mut state = self.state();
+                if state.insecure.as_deref() == Some(e.to_string().as_str()) {
+                    return Reload::Unchanged;
+                }
+                state.insecure = Some(e.to_string());
+                return Reload::Refused(e);
+            }
             Err(e) => return Reload::Unreadable(e),
         };
         let mut state = self.state();
+        state.insecure = None;
         if pem == state.loaded || state.refused.as_ref() == Some(&pem) {
             return Reload::Unchanged;
         }

@@ -157,9 +157,21 @@ pub fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// Reads approvers.toml, refusing one whose owner or mode would let
+/// another user add an approver (see `holdfast_tls::trust`).
 pub fn load_approvers(path: &Path) -> Result<Approvers, u8> {
-    Approvers::load(path).map_err(|e| {
-        eprintln!("holdfastctl: {e}");
+    use holdfast_tls::trust;
+    let problem = |why: String| {
+        eprintln!("holdfastctl: {}: {why}", path.display());
+        exit::CONFIG
+    };
+    let bytes = trust::read(path, trust::Kind::Public).map_err(|e| match e {
+        trust::Refused::Io(e) => problem(format!("cannot read the file ({e})")),
+        trust::Refused::Insecure(why) => problem(format!("{why}; nothing was done")),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| problem("not UTF-8".into()))?;
+    Approvers::parse(&text).map_err(|problems| {
+        eprintln!("holdfastctl: {}", holdfast_approval::ApproversError { path: path.display().to_string(), problems });
         exit::CONFIG
     })
 }
