@@ -165,14 +165,22 @@ async fn validate_token_says_valid_only_for_the_current_holders_token() {
     }
 }
 
+/// ValidateToken has its own rate limit, per identity: a flood from one
+/// identity is refused in part (RESOURCE_EXHAUSTED) while a second
+/// identity's calls in the same moment are all answered, and granting goes
+/// on. (With one bucket per arbiter, as before, the flood refused the other
+/// resource's calls too.)
 #[tokio::test]
 async fn validate_token_is_rate_limited_on_its_own() {
     const CALLS: usize = 1500;
+    /// The other identity's calls during each flood: well under its burst.
+    const OTHER_CALLS: usize = 60;
     let app = Appliance::start("validate-token-limit", 1).await;
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(app.client("team/burst").await);
     }
+    let other = app.client("team/quiet").await;
     let session = clients[0].open_session(Duration::from_secs(30)).await.unwrap();
     let key = LockKey::parse("vt-burst/k").unwrap();
     let token = Token::new(1, 1).unwrap();
@@ -183,10 +191,26 @@ async fn validate_token_is_rate_limited_on_its_own() {
     for _ in 0..5 {
         let started = Instant::now();
         let mut calls = tokio::task::JoinSet::new();
+        let mut quiet = tokio::task::JoinSet::new();
         for i in 0..CALLS {
-            let (c, key) = (clients[i % clients.len()].clone(), key.clone());
-            calls.spawn(async move { c.validate_token(&key, token).await });
+            let (c, k) = (clients[i % clients.len()].clone(), key.clone());
+            calls.spawn(async move { c.validate_token(&k, token).await });
+            if i % (CALLS / OTHER_CALLS) == 0 {
+                let (c, k) = (other.clone(), key.clone());
+                quiet.spawn(async move { c.validate_token(&k, token).await });
+            }
         }
+        let mut quiet_answered = 0;
+        while let Some(r) = quiet.join_next().await {
+            match r.unwrap() {
+                Ok(valid) => {
+                    assert!(!valid, "a free key");
+                    quiet_answered += 1;
+                }
+                Err(e) => panic!("team/quiet was refused during team/burst's flood: {e}"),
+            }
+        }
+        assert_eq!(quiet_answered, OTHER_CALLS);
         let (mut answered, mut refused) = (0usize, 0usize);
         while let Some(r) = calls.join_next().await {
             match r.unwrap() {
@@ -195,7 +219,7 @@ async fn validate_token_is_rate_limited_on_its_own() {
                     answered += 1;
                 }
                 Err(Error::Refused { code: tonic::Code::ResourceExhausted, reason: ErrorReason::Unavailable, message, .. }) => {
-                    assert!(message.contains("rate-limited"), "{message}");
+                    assert!(message.contains("rate-limited for spiffe://holdfast.dev/team/burst"), "{message}");
                     refused += 1;
                 }
                 Err(e) => panic!("unexpected refusal: {e}"),

@@ -213,7 +213,7 @@ mod tests {
             assert_eq!((r.code, r.reason), (Code::Unavailable, ErrorReason::Unavailable), "{r:?}");
         }
         assert!(!Refusal::etcd(grpc(tonic::Status::not_found("etcdserver: requested lease not found"))).pauses_granting);
-        assert!(!crate::validate::rate_limited().pauses_granting);
+        assert!(!crate::validate::rate_limited("spiffe://example.org/db").pauses_granting);
         assert!(!Refusal::sealed("restored").pauses_granting);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - **Request rate**, per identity, on this arbiter: a keyed token bucket
 //!   ([`governor`], GCRA) checked right after the caller is authenticated,
-//!   before anything else. Keepalive renewals on an open stream are not
+//!   before anything else; ValidateToken has a second one of its own, also
+//!   per identity. Keepalive renewals on an open stream are not
 //!   counted (the stream itself is, once); the session quota bounds them.
 //! - **Quotas**, across the cluster: sessions per identity, holds per
 //!   identity, holds per namespace (with per-namespace overrides). They are
@@ -43,6 +44,8 @@ const RANGE_END: &str = "/s0";
 pub struct Limits {
     pub config: LimitsConfig,
     rate: DefaultKeyedRateLimiter<String>,
+    /// ValidateToken's own bucket per identity ([`crate::validate`]).
+    validate_rate: DefaultKeyedRateLimiter<String>,
     /// One ledger per etcd cluster the arbiter grants on (its sessions and
     /// holds); the quotas count them all together.
     pub ledgers: Vec<Ledger>,
@@ -54,7 +57,8 @@ impl Limits {
         let nonzero = |v: u32| NonZeroU32::new(v).unwrap_or(NonZeroU32::MIN);
         let quota = Quota::per_second(nonzero(config.requests_per_second)).allow_burst(nonzero(config.request_burst));
         let ledgers = (0..clusters.max(1)).map(|_| Ledger::default()).collect();
-        Limits { rate: RateLimiter::keyed(quota), config, ledgers }
+        let validate = Quota::per_second(nonzero(crate::validate::RATE_PER_SECOND)).allow_burst(nonzero(crate::validate::BURST));
+        Limits { rate: RateLimiter::keyed(quota), validate_rate: RateLimiter::keyed(validate), config, ledgers }
     }
 
     /// Notes that this arbiter committed a session or a grant at `revision`
@@ -151,6 +155,13 @@ impl Limits {
     /// full bucket again (memory stays bounded by the active identities).
     pub fn forget_idle(&self) {
         self.rate.retain_recent();
+        self.validate_rate.retain_recent();
+    }
+
+    /// One ValidateToken call of `who`, if its own bucket has a permit: one
+    /// caller's flood refuses only that caller.
+    pub fn admit_validate(&self, who: &str) -> Result<(), Refusal> {
+        self.validate_rate.check_key(&who.to_string()).map_err(|_| crate::validate::rate_limited(who))
     }
 }
 

@@ -121,14 +121,7 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     tokio::spawn(crate::limits::export(limits.clone(), policy.clone()));
 
     let entity_guard = clusters.entity.guard.clone();
-    let service = LockService {
-        clusters,
-        stopping,
-        validate_limit: Default::default(),
-        policy,
-        limits,
-        trust_domain: config.tls.trust_domain.as_str().into(),
-    };
+    let service = LockService { clusters, stopping, policy, limits, trust_domain: config.tls.trust_domain.as_str().into() };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     crate::tls::watch(tls.clone()).context("SIGHUP handler")?;
     let incoming = crate::tls::incoming(listener, tls, stopping_tx.subscribe());

@@ -29,8 +29,6 @@ pub struct LockService {
     /// Becomes true on SIGTERM: waits and keepalive streams end so the
     /// drain finishes promptly.
     pub stopping: tokio::sync::watch::Receiver<bool>,
-    /// ValidateToken's own rate limit (see [`crate::validate`]).
-    pub validate_limit: Arc<crate::validate::Bucket>,
     /// The published class set, enforced before any etcd read.
     pub policy: Arc<crate::policy::Policy>,
     /// The per-identity request rate and the session and hold quotas.
@@ -283,8 +281,8 @@ impl holdfast_proto::Lock for LockService {
             // Resources check tokens for keys they may inspect; the check is
             // in memory, so it comes before the rate limit.
             let class = self.policy.authorize(&who, &key, Action::Inspect)?;
-            if !self.validate_limit.try_take() {
-                let refused = Err(crate::validate::rate_limited());
+            if let Err(limited) = self.limits.admit_validate(&who) {
+                let refused = Err(limited);
                 crate::validate::count(&class, &refused);
                 return refused.map(|valid| ValidateTokenResponse { valid });
             }

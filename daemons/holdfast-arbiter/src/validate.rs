@@ -14,9 +14,10 @@
 //!   served counts. It is compared with the presented value in constant time
 //!   ([`subtle`]), whether or not a hold exists; the presented value is never
 //!   logged, traced or returned.
-//! - **The rate limit**: one token bucket per arbiter for this call alone
-//!   ([`RATE_PER_SECOND`], [`BURST`]), so guessing is slow and etcd reads are
-//!   bounded; grants are not affected.
+//! - **The rate limit**: a token bucket per caller identity for this call
+//!   alone ([`RATE_PER_SECOND`], [`BURST`], kept in [`crate::limits`]), so
+//!   guessing is slow and one caller's flood leaves every other resource
+//!   its answers; grants are not affected.
 //! - **Counting**: `holdfast_arbiter_validate_token_{valid,invalid,refused}_total`
 //!   by the key's class (`namespace`, `class`, `tier`, `cluster`); calls
 //!   refused by the class set before that are not counted here.
@@ -27,61 +28,24 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use holdfast_model::layout::{self, HoldRecord};
 use holdfast_model::{LockKey, Token};
 use holdfast_store::etcd::Etcd;
-use std::sync::Mutex;
-use std::time::Instant;
 use subtle::{Choice, ConstantTimeEq};
 use tonic::Code;
 
-/// ValidateToken calls one arbiter admits per second, sustained.
+/// ValidateToken calls one arbiter admits per second from one identity,
+/// sustained.
 pub const RATE_PER_SECOND: u32 = 2000;
-/// ValidateToken calls one arbiter admits at once after a quiet period.
+/// ValidateToken calls one arbiter admits at once from one identity after
+/// a quiet period.
 pub const BURST: u32 = 200;
 
-/// A token bucket: holds up to `burst` permits, refilled at `rate` per second.
-pub struct Bucket {
-    rate: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl Bucket {
-    pub fn new(rate: u32, burst: u32) -> Self {
-        Bucket { rate: f64::from(rate), burst: f64::from(burst), state: Mutex::new((f64::from(burst), Instant::now())) }
-    }
-
-    /// Takes one permit now, if there is one.
-    pub fn try_take(&self) -> bool {
-        self.try_take_at(Instant::now())
-    }
-
-    fn try_take_at(&self, now: Instant) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
-        s.0 = (s.0 + elapsed * self.rate).min(self.burst);
-        s.1 = s.1.max(now);
-        if s.0 >= 1.0 {
-            s.0 -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-impl Default for Bucket {
-    fn default() -> Self {
-        Self::new(RATE_PER_SECOND, BURST)
-    }
-}
-
-/// The refusal past the bucket. Not an etcd failure: it must not pause
-/// granting.
-pub fn rate_limited() -> Refusal {
+/// The refusal past `who`'s bucket. Not an etcd failure: it must not
+/// pause granting.
+pub fn rate_limited(who: &str) -> Refusal {
     Refusal::new(
         Code::ResourceExhausted,
         holdfast_proto::ErrorReason::Unavailable,
         format!(
-            "ValidateToken is rate-limited on this arbiter ({RATE_PER_SECOND}/s, burst {BURST}); retry after a short backoff or ask another arbiter"
+            "ValidateToken is rate-limited for {who} on this arbiter ({RATE_PER_SECOND}/s, burst {BURST}, per identity); retry after a short backoff"
         ),
     )
 }
@@ -163,22 +127,6 @@ pub fn same(expected: Option<Token>, presented: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn the_bucket_admits_its_burst_then_its_rate() {
-        let b = Bucket::new(100, 10);
-        let t0 = Instant::now();
-        assert_eq!((0..25).filter(|_| b.try_take_at(t0)).count(), 10, "the burst, then nothing");
-        // 50 ms at 100/s: 5 more.
-        let t1 = t0 + Duration::from_millis(50);
-        assert_eq!((0..25).filter(|_| b.try_take_at(t1)).count(), 5);
-        // A long quiet period refills to the burst, no further.
-        let t2 = t1 + Duration::from_secs(60);
-        assert_eq!((0..25).filter(|_| b.try_take_at(t2)).count(), 10);
-        // Time that seems to go backwards grants nothing extra.
-        assert!(!b.try_take_at(t0));
-    }
 
     #[test]
     fn only_the_exact_token_of_a_present_hold_is_the_same() {
@@ -193,8 +141,8 @@ mod tests {
 
     #[test]
     fn the_rate_limit_refusal_is_not_an_etcd_failure_code() {
-        let r = rate_limited();
+        let r = rate_limited("spiffe://example.org/db");
         assert_eq!(r.code, Code::ResourceExhausted);
-        assert!(r.message.contains("rate-limited"));
+        assert!(r.message.contains("rate-limited for spiffe://example.org/db"), "{}", r.message);
     }
 }
