@@ -687,7 +687,7 @@ mod tests {
 
     fn with_tracing(table: &str) -> ArbiterConfig {
         toml::from_str(&format!(
-            "[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[tracing]\n{table}"
+            "[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n[tracing]\n{table}"
         ))
         .unwrap()
     }
@@ -723,7 +723,7 @@ mod tests {
     #[test]
     fn unknown_and_renamed_keys_are_named() {
         let err = toml::from_str::<ArbiterConfig>(
-            "listen = \"127.0.0.1:1\"\n[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoint = [\"http://x:1\"]\n",
+            "listen = \"127.0.0.1:1\"\n[tls]\ncert_file=\"a\"\nkey_file=\"b\"\nclient_ca_file=\"c\"\ntrust_domain=\"example.org\"\n[etcd]\nendpoint = [\"http://127.0.0.1:1\"]\n",
         )
         .unwrap_err()
         .to_string();

@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn defaults_fill_everything_but_etcd() {
-        let c: ControllerConfig = toml::from_str("[etcd]\nendpoints = [\"http://x:1\"]\n").unwrap();
+        let c: ControllerConfig = toml::from_str("[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n").unwrap();
         assert_eq!(c.policy_dir, PathBuf::from("/etc/holdfast"));
         assert_eq!(c.rescan_interval, Duration::from_secs(2));
         assert_eq!(c.election, ElectionConfig::default());
@@ -198,18 +198,18 @@ mod tests {
         assert!(p[2].starts_with("rescan_interval"), "{p:?}");
         assert!(p[3].starts_with("election.name"), "{p:?}");
         assert!(p[4].starts_with("election.ttl") && p[4].contains("1s 500ms"), "{p:?}");
-        let c: ControllerConfig = toml::from_str("rescan_interval = \"10s\"\n[etcd]\nendpoints = [\"http://x:1\"]\n").unwrap();
+        let c: ControllerConfig = toml::from_str("rescan_interval = \"10s\"\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n").unwrap();
         let p = c.problems();
         assert!(p.len() == 1 && p[0].contains("shorter than election.ttl"), "{p:?}");
     }
 
     #[test]
     fn unknown_and_renamed_keys_are_named() {
-        let err = toml::from_str::<ControllerConfig>("policy_directory = \"/x\"\n[etcd]\nendpoints = [\"http://x:1\"]\n")
+        let err = toml::from_str::<ControllerConfig>("policy_directory = \"/x\"\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n")
             .unwrap_err()
             .to_string();
         assert!(err.contains("policy_directory") && err.contains("policy_dir"), "{err}");
-        let err = toml::from_str::<ControllerConfig>("[etcd]\nendpoints = [\"http://x:1\"]\n[election]\nlease_ttl = \"5s\"\n")
+        let err = toml::from_str::<ControllerConfig>("[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n[election]\nlease_ttl = \"5s\"\n")
             .unwrap_err()
             .to_string();
         assert!(err.contains("lease_ttl") && err.contains("ttl"), "{err}");

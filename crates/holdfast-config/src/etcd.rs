@@ -66,6 +66,8 @@ impl EtcdConfig {
         for e in &self.endpoints {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
                 p.push(format!("{section}.endpoints: {e:?} needs a scheme, e.g. \"https://{e}\""));
+            } else if plaintext_off_host(e) {
+                p.push(format!("{section}.endpoints: {e:?} {PLAINTEXT_OFF_HOST}"));
             }
         }
         if self.request_timeout < Duration::from_millis(100) {
@@ -75,6 +77,52 @@ impl EtcdConfig {
     }
 }
 
+/// Why a plain `http://` URL to another host is refused (etcd's and
+/// ClickHouse's): the rest of the sentence after the URL.
+pub const PLAINTEXT_OFF_HOST: &str = "is plain http:// to a host off this machine: credentials, and revisions from which tokens \
+     follow, would cross the network in clear; use https:// (plain http:// is accepted on loopback only, where \
+     holdfastctl dev and the tests run)";
+
+/// Whether `url` is plain `http://` to a host that is not loopback
+/// (`localhost`, 127.0.0.0/8, `::1`).
+pub fn plaintext_off_host(url: &str) -> bool {
+    let Some(rest) = url.trim().strip_prefix("http://") else { return false };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+    };
+    !(host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
+}
+
 pub(crate) fn default_request_timeout() -> Duration {
     Duration::from_secs(5)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test reports by panicking
+
+    use super::*;
+
+    #[test]
+    fn plain_http_is_refused_off_loopback_only() {
+        for off in
+            ["http://10.0.0.1:2379", "http://etcd-a1:2379", "http://[2001:db8::1]:2379/", "http://u:p@10.0.0.1:8123", "http://8.8.8.8"]
+        {
+            assert!(plaintext_off_host(off), "{off}");
+        }
+        for ok in
+            ["http://127.0.0.1:2379", "http://127.3.4.5:2379/x", "http://localhost:2379", "http://[::1]:2379", "https://10.0.0.1:2379"]
+        {
+            assert!(!plaintext_off_host(ok), "{ok}");
+        }
+        let mut c = EtcdConfig::plain(vec!["http://127.0.0.1:2379".into()]);
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        c.endpoints.push("http://10.0.0.2:2379".into());
+        let p = c.problems().join("\n");
+        assert!(p.contains("etcd.endpoints: \"http://10.0.0.2:2379\" is plain http:// to a host off this machine"), "{p}");
+        assert!(p.contains("use https://"), "{p}");
+    }
 }

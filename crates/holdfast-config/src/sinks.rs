@@ -71,6 +71,8 @@ impl ClickHouseConfig {
                 "clickhouse.url = {:?}: must start with http:// or https:// (ClickHouse's HTTP interface, e.g. http://127.0.0.1:8123)",
                 self.url
             ));
+        } else if crate::etcd::plaintext_off_host(url) {
+            p.push(format!("clickhouse.url = {:?} {}", self.url, crate::etcd::PLAINTEXT_OFF_HOST));
         } else if url.contains('?') || url.contains('#') || url.contains('@') {
             p.push(format!(
                 "clickhouse.url = {:?}: give only scheme, host, port and path; credentials go in clickhouse.user and clickhouse.password_file",
@@ -334,6 +336,11 @@ mod tests {
         }
         assert!(c.password().unwrap_err().contains("world-readable"));
         assert!(!ClickHouseConfig::new("http://u:p@host:8123").problems().is_empty());
+        // Plain http:// only on loopback; https:// anywhere.
+        let remote = ClickHouseConfig::new("http://clickhouse.example:8123").problems().join("\n");
+        assert!(remote.contains("is plain http:// to a host off this machine"), "{remote}");
+        assert!(ClickHouseConfig::new("https://clickhouse.example:8443").problems().is_empty());
+        assert!(ClickHouseConfig::new("http://127.0.0.1:8123").problems().is_empty());
     }
 
     #[test]

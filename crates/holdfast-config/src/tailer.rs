@@ -187,14 +187,14 @@ mod tests {
     #[test]
     fn every_problem_is_named_at_once() {
         let c: TailerConfig = toml::from_str(
-            "store_dir = \"audit\"\ncheckpoint_interval = \"5m\"\ncompaction_window = \"10s\"\n[etcd]\nendpoints = [\"http://x:1\"]\n[election]\nttl = \"1s\"\n",
+            "store_dir = \"audit\"\ncheckpoint_interval = \"5m\"\ncompaction_window = \"10s\"\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n[election]\nttl = \"1s\"\n",
         )
         .unwrap();
         let p = c.problems();
         assert_eq!(p.len(), 4, "{p:?}");
         assert!(p[0].starts_with("store_dir") && p[1].starts_with("checkpoint_interval"), "{p:?}");
         assert!(p[2].starts_with("compaction_window") && p[3].starts_with("election.ttl"), "{p:?}");
-        let err = toml::from_str::<TailerConfig>("store = \"/x\"\n[etcd]\nendpoints = [\"http://x:1\"]\n").unwrap_err().to_string();
+        let err = toml::from_str::<TailerConfig>("store = \"/x\"\n[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n").unwrap_err().to_string();
         assert!(err.contains("store_dir"), "{err}");
     }
 
@@ -266,10 +266,11 @@ mod tests {
         bad.clickhouse.as_mut().unwrap().table = "a-b".into();
         let p = bad.problems().join("\n");
         assert!(p.contains("clickhouse.table") && p.contains("archive.secret_access_key_file") && p.contains("world-readable"), "{p}");
-        let err =
-            toml::from_str::<TailerConfig>("[etcd]\nendpoints = [\"http://x:1\"]\n[clickhouse]\nurl = \"http://x\"\npassword = \"pw\"\n")
-                .unwrap_err()
-                .to_string();
+        let err = toml::from_str::<TailerConfig>(
+            "[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n[clickhouse]\nurl = \"http://x\"\npassword = \"pw\"\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("password_file"), "{err}");
     }
 }

@@ -195,6 +195,9 @@ struct Transport {
 
 impl Transport {
     fn new(cfg: &EtcdConfig) -> anyhow::Result<Self> {
+        if let Some(e) = cfg.endpoints.iter().find(|e| holdfast_config::etcd::plaintext_off_host(e)) {
+            anyhow::bail!("etcd endpoint {e:?} {}", holdfast_config::etcd::PLAINTEXT_OFF_HOST);
+        }
         let https = cfg.endpoints.iter().filter(|e| e.starts_with("https://")).count();
         if https != 0 && https != cfg.endpoints.len() {
             anyhow::bail!("etcd.endpoints mixes https:// and other URLs; use https:// for every member");
