@@ -56,7 +56,6 @@ pub struct Metrics {
     events: Family<Labels, Counter>,
     gaps: Family<Labels, Counter>,
     leader: Family<Labels, Gauge>,
-    recorded_revision: Family<Labels, Gauge>,
     lag_revisions: Family<Labels, Gauge>,
     checkpoint_age: Family<Labels, Gauge>,
     lag_alarm: Family<Labels, Gauge>,
@@ -72,7 +71,6 @@ impl Metrics {
             events: register(&mut r, l, "events", "Audit events stored by this tailer"),
             gaps: register(&mut r, l, "gaps", "Gap events written: etcd compacted revisions before this tailer read them"),
             leader: register(&mut r, l, "leader", "1 while this tailer is the active (elected) one, else 0"),
-            recorded_revision: register(&mut r, l, "recorded_revision", "The last etcd revision stored"),
             lag_revisions: register(&mut r, l, "lag_revisions", "etcd's revision minus the last one stored, as last seen"),
             checkpoint_age: register(
                 &mut r,
@@ -97,9 +95,11 @@ impl Metrics {
         Metrics { registry, ..self }
     }
 
-    pub fn stored(&self, events: usize, revision: i64) {
+    /// `events` more stored. No revision is exported: on a quiet cluster
+    /// the last one stored is the last grant's, which with the epoch is a
+    /// live hold's token; lag is exported as a difference only.
+    pub fn stored(&self, events: usize) {
         self.events.get_or_create(&self.labels).inc_by(events as u64);
-        self.recorded_revision.get_or_create(&self.labels).set(revision);
     }
 
     pub fn gap(&self) {
@@ -134,13 +134,12 @@ mod tests {
     #[test]
     fn names_and_the_one_label() {
         let m = super::Metrics::new("unit");
-        m.stored(3, 42);
+        m.stored(3);
         m.gap();
         m.set_lag(5, 1900, true);
         let text = m.encode();
         for line in [
             "holdfast_tailer_events_total{cluster=\"unit\"} 3",
-            "holdfast_tailer_recorded_revision{cluster=\"unit\"} 42",
             "holdfast_tailer_gaps_total{cluster=\"unit\"} 1",
             "holdfast_tailer_gap_alarm{cluster=\"unit\"} 1",
             "holdfast_tailer_lag_alarm{cluster=\"unit\"} 1",

@@ -293,7 +293,7 @@ impl Tailer {
             Ok(())
         })?;
         self.done = self.done.max(through);
-        METRICS.stored(n, self.done);
+        METRICS.stored(n);
         Ok(())
     }
 
