@@ -136,7 +136,10 @@ impl Cluster {
                     data_dir: dir.join("coord-etcd"),
                     client_port: holdfast_devkit::ports::free_port(),
                     peer_port: holdfast_devkit::ports::free_port(),
-                    tls: None,
+                    // TLS as the entity members (the member certificate
+                    // names the gateway): plain http:// off loopback is
+                    // refused by every holdfast etcd client.
+                    tls: Some(member_tls.clone()),
                     metrics_port: None,
                 }],
                 token: format!("holdfast-gate-coord-{}", std::process::id()),
@@ -175,8 +178,8 @@ impl Cluster {
         let (controller, _) = holdfast_fixtures::policy::publish(
             holdfast_devkit::controller::locate()?,
             dir,
-            cluster.coord_config(),
-            &cluster.coord_config(),
+            cluster.coord_config()?,
+            &cluster.coord_config()?,
             "spiffe://holdfast.dev/gate/",
             &classes,
             "",
@@ -213,7 +216,7 @@ impl Cluster {
             config.listen = (ip, ARBITER_PORT).into();
             config.metrics_listen = (ip, 9100).into();
             config.cluster_name = ENTITY_CLUSTER.into();
-            config.coord = Some(cluster.coord_config());
+            config.coord = Some(cluster.coord_config()?);
             config.coord_cluster_name = Some(COORD_CLUSTER.into());
             config.state_dir = dir.join(format!("arbiter{a}-state"));
             config.drain_timeout = Duration::from_secs(2);
@@ -282,20 +285,22 @@ impl Cluster {
     async fn start_coord(&mut self) -> anyhow::Result<()> {
         let log = self.dir.join("coord-etcd.log");
         self.coord_process = Some(EtcdProcess::start(&self.bin, &self.coord, 0, &log)?);
-        holdfast_devkit::etcd::wait_ready(&self.coord.client_urls(), Duration::from_secs(60))
+        holdfast_devkit::etcd::wait_ready_with(&self.coord_config()?, Duration::from_secs(60))
             .await
             .context("the gate's coord etcd did not start; see coord-etcd.log")
     }
 
-    /// The coord cluster's client config (plain HTTP on the gateway's
-    /// address), with the gate's 2 s request timeout.
-    pub fn coord_config(&self) -> EtcdConfig {
-        EtcdConfig { request_timeout: Duration::from_secs(2), ..EtcdConfig::plain(self.coord.client_urls()) }
+    /// The coord cluster's client config (mTLS on the gateway's address,
+    /// authentication off: any certificate of the gate's etcd CA), with the
+    /// gate's 2 s request timeout.
+    pub fn coord_config(&self) -> anyhow::Result<EtcdConfig> {
+        let c = self.etcd_pki.config_as(roles::ROOT, self.coord.client_urls())?;
+        Ok(EtcdConfig { request_timeout: Duration::from_secs(2), ..c })
     }
 
     /// The coord cluster.
     pub async fn coord_etcd(&self) -> anyhow::Result<Etcd> {
-        Etcd::connect(&self.coord_config()).await
+        Etcd::connect(&self.coord_config()?).await
     }
 
     /// Saves a snapshot of the coord cluster into the run's directory;
@@ -303,7 +308,7 @@ impl Cluster {
     pub async fn snapshot_coord(&mut self) -> anyhow::Result<(PathBuf, i64)> {
         let revision = self.coord_etcd().await?.client.get("/", None).await?.header().map(|h| h.revision());
         let file = self.dir.join(format!("coord-snapshot-{}.db", self.snapshots));
-        holdfast_devkit::etcd::snapshot_save(&self.bin, &self.coord_config(), &file)?;
+        holdfast_devkit::etcd::snapshot_save(&self.bin, &self.coord_config()?, &file)?;
         Ok((file, revision.context("no revision in the coord cluster's answer")?))
     }
 
