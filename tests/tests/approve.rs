@@ -97,23 +97,16 @@ fn approve_refuses_to_write_its_signature_through_a_symbolic_link() {
     std::fs::write(&victim, "precious\n").unwrap();
     let planted = dir.path.join("epoch-advance.toml.alice.sig");
     std::os::unix::fs::symlink(&victim, &planted).unwrap();
-    let out = Ran::of(Command::new(bin("holdfastctl")).args([
-        "approve",
-        &request.display().to_string(),
-        "--ssh-key",
-        &key.display().to_string(),
-    ]));
+    let approve = || {
+        Ran::of(Command::new(bin("holdfastctl")).args(["approve", &request.display().to_string(), "--ssh-key", &key.display().to_string()]))
+    };
+    let out = approve();
     assert_eq!(out.code, 70, "{out}");
     assert!(out.stderr.contains("a symbolic link there is refused"), "{out}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     // Without the link, the default name beside the request.
     std::fs::remove_file(&planted).unwrap();
-    let out = Ran::of(Command::new(bin("holdfastctl")).args([
-        "approve",
-        &request.display().to_string(),
-        "--ssh-key",
-        &key.display().to_string(),
-    ]));
+    let out = approve();
     assert_eq!(out.code, 0, "{out}");
     assert!(signs(&planted, &std::fs::read(&request).unwrap()));
 }

@@ -87,9 +87,15 @@ fn valid_name(name: &str) -> bool {
 
 impl Approvers {
     pub fn load(path: &Path) -> Result<Self, ApproversError> {
-        let err = |problems: Vec<String>| ApproversError { path: path.display().to_string(), problems };
-        let text = std::fs::read_to_string(path).map_err(|e| err(vec![format!("cannot read the file ({e})")]))?;
-        Self::parse(&text).map_err(err)
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ApproversError { path: path.display().to_string(), problems: vec![format!("cannot read the file ({e})")] })?;
+        Self::from_text(path, &text)
+    }
+
+    /// [`Approvers::parse`] of the text read from `path` (by a reader that
+    /// checked the file first), the error naming the file.
+    pub fn from_text(path: &Path, text: &str) -> Result<Self, ApproversError> {
+        Self::parse(text).map_err(|problems| ApproversError { path: path.display().to_string(), problems })
     }
 
     /// Parses and validates the file's text; `Err` lists every problem.

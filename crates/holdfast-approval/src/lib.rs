@@ -24,7 +24,7 @@ pub mod approvers;
 pub mod request;
 pub mod verify;
 
-pub use approvers::{Approver, Approvers, ApproversError, Role};
+pub use approvers::{Approver, Approvers, Role};
 pub use request::{Operation, Request};
 pub use verify::{Approved, Refusal, verify};
 

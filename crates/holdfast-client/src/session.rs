@@ -306,9 +306,11 @@ async fn keepalive_loop(
         match outcome {
             Round::Acked(sent_at) => {
                 let deadline = fence_anchor(sent_at) + ttl.saturating_sub(FENCE_MARGIN);
-                if !promises_time(deadline, Instant::now()) {
-                    // The answer was read after the deadline it sets (the
-                    // process stopped with it in flight): the session is lost.
+                if deadline <= Instant::now() {
+                    // The answer was read only after the deadline it sets
+                    // (the process was stopped while it waited in the
+                    // socket): it extends nothing, so the session is lost,
+                    // neither healthy again nor reporting that deadline.
                     let _ = health.send(Health::Lost);
                     return;
                 }
@@ -332,15 +334,6 @@ async fn keepalive_loop(
             }
         }
     }
-}
-
-/// Whether a renewal's deadline still leaves the session any time at `now`.
-/// A confirmed keepalive read only after the deadline it sets (the process
-/// was stopped while the answer waited in its socket) extends nothing, so
-/// it must not make the session healthy again, nor be reported as a
-/// deadline the client believed in.
-fn promises_time(deadline: Instant, now: Instant) -> bool {
-    deadline > now
 }
 
 /// Where the local deadline counts from: the acknowledged keepalive's send

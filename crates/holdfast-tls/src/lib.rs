@@ -219,11 +219,12 @@ impl<C> Reloading<C> {
             Ok(p) => p,
             Err(e @ TlsError::Insecure { .. }) => {
                 // Refused, whatever the content; said once per distinct reason.
+                let why = e.to_string();
                 let mut state = self.state();
-                if state.insecure.as_deref() == Some(e.to_string().as_str()) {
+                if state.insecure.as_ref() == Some(&why) {
                     return Reload::Unchanged;
                 }
-                state.insecure = Some(e.to_string());
+                state.insecure = Some(why);
                 return Reload::Refused(e);
             }
             Err(e) => return Reload::Unreadable(e),

@@ -170,8 +170,8 @@ pub fn load_approvers(path: &Path) -> Result<Approvers, u8> {
         trust::Refused::Insecure(why) => problem(format!("{why}; nothing was done")),
     })?;
     let text = String::from_utf8(bytes).map_err(|_| problem("not UTF-8".into()))?;
-    Approvers::parse(&text).map_err(|problems| {
-        eprintln!("holdfastctl: {}", holdfast_approval::ApproversError { path: path.display().to_string(), problems });
+    Approvers::from_text(path, &text).map_err(|e| {
+        eprintln!("holdfastctl: {e}");
         exit::CONFIG
     })
 }
