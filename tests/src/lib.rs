@@ -203,11 +203,18 @@ impl Etcd {
 
     /// Publishes a class set through a real controller (see
     /// [`holdfast_fixtures::policy`]): `classes` as (namespace, TTL in
-    /// seconds), one grant giving every `spiffe://holdfast.dev/` identity
+    /// seconds; a namespace starting with [`DURABLE_CLASSES`] gets
+    /// `fairness = "durable"`, every other one best-effort), one grant giving every `spiffe://holdfast.dev/` identity
     /// lock, inspect and force-release on them, plus `extra_grants`.
     /// Returns once the set is published; keep the controller running.
     pub async fn publish_policy(&self, dir: &Path, classes: &[(&str, u64)], extra_grants: &str) -> ControllerProcess {
-        let classes: Vec<FixtureClass> = classes.iter().map(|(ns, ttl)| FixtureClass::new(ns, Duration::from_secs(*ttl))).collect();
+        let classes: Vec<FixtureClass> = classes
+            .iter()
+            .map(|(ns, ttl)| {
+                let class = FixtureClass::new(ns, Duration::from_secs(*ttl));
+                if ns.starts_with(DURABLE_CLASSES) { class.durable() } else { class }
+            })
+            .collect();
         let config = EtcdConfig { request_timeout: Duration::from_secs(2), ..self.config_as(holdfast_store::roles::CONTROLLER.name) };
         let pausetest = self.config_as(holdfast_store::roles::PAUSETEST.name);
         let (controller, _) =
@@ -438,6 +445,10 @@ impl Drop for Arbiter {
 
 /// Every identity the test PKI issues ([`Pki::workload`]).
 pub const LAB_IDENTITIES: &str = "spiffe://holdfast.dev/";
+
+/// Lab classes whose namespace starts with this have durable fairness
+/// ([`Etcd::publish_policy`]).
+pub const DURABLE_CLASSES: &str = "durable";
 
 /// The lab's classes, (namespace, TTL in seconds): every namespace the
 /// tests lock in. A session's TTL must be its key's class TTL, so a test

@@ -24,7 +24,7 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing() {
     ];
     for (ns, key, field) in cases {
         let before = app.etcd.revision().await;
-        let req = AcquireRequest { session_id: session.id(), namespace: ns.into(), key: key.into(), wait_millis: 0, ..Default::default() };
+        let req = AcquireRequest { session_id: session.id(), namespace: ns.into(), key: key.into(), wait_millis: 0 };
         let status = rpc.acquire(req).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{ns:?}/{key:?}");
         assert_eq!(reason_of(&status), Some((ErrorReason::InvalidArgument, field.to_string())), "{ns:?}/{key:?}");
@@ -73,8 +73,7 @@ async fn bad_input_is_refused_naming_the_field_and_writes_nothing() {
     // A session ID that is not this identity's is reported as not found.
     let other = app.client("team/b").await;
     let before = app.etcd.revision().await;
-    let req =
-        AcquireRequest { session_id: session.id(), namespace: "orders".into(), key: "k".into(), wait_millis: 0, ..Default::default() };
+    let req = AcquireRequest { session_id: session.id(), namespace: "orders".into(), key: "k".into(), wait_millis: 0 };
     let status = other.rpc().acquire(req).await.unwrap_err();
     assert_eq!(reason_of(&status).map(|r| r.0), Some(ErrorReason::SessionNotFound));
     assert_eq!(app.etcd.revision().await, before);

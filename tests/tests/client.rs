@@ -16,7 +16,7 @@ fn no_fence() -> impl Fn(Fenced) + Send + Sync + 'static {
 }
 
 fn opts(ttl: u64, wait_ms: u64) -> AcquireOptions {
-    AcquireOptions { ttl: Some(Duration::from_secs(ttl)), wait: Duration::from_millis(wait_ms), durable: false }
+    AcquireOptions { ttl: Some(Duration::from_secs(ttl)), wait: Duration::from_millis(wait_ms) }
 }
 
 async fn lease_count(etcd: &Etcd) -> usize {
@@ -310,6 +310,99 @@ async fn a_release_through_the_arbiter_hands_the_key_to_its_waiter_without_waiti
     assert!(attempts <= 21, "{attempts} grant transactions for 10 handoffs");
 }
 
+/// An AcquireRequest as clients sent it while durable waiting was the
+/// caller's choice: field 5 asked for it. The class decides now, and the
+/// arbiter ignores the field.
+#[derive(Clone, PartialEq, prost::Message)]
+struct AcquireAskingFairness {
+    #[prost(uint64, tag = "1")]
+    session_id: u64,
+    #[prost(string, tag = "2")]
+    namespace: String,
+    #[prost(string, tag = "3")]
+    key: String,
+    #[prost(uint64, tag = "4")]
+    wait_millis: u64,
+    #[prost(bool, tag = "5")]
+    durable: bool,
+}
+
+async fn acquire_asking(
+    client: &holdfast_client::Client,
+    session_id: u64,
+    k: &LockKey,
+    wait: Duration,
+    durable: bool,
+) -> Result<holdfast_proto::v1::AcquireResponse, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(client.channel());
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/lock.v1.Lock/Acquire");
+    let codec = tonic_prost::ProstCodec::<AcquireAskingFairness, holdfast_proto::v1::AcquireResponse>::default();
+    let req = AcquireAskingFairness {
+        session_id,
+        namespace: k.namespace().into(),
+        key: k.key().into(),
+        wait_millis: wait.as_millis() as u64,
+        durable,
+    };
+    grpc.unary(tonic::Request::new(req), path, codec).await.map(|r| r.into_inner())
+}
+
+/// Durable waiter records (`/q/`) written or deleted since `from`.
+async fn waiter_writes_since(etcd: &Etcd, from: i64) -> usize {
+    let mut client = etcd.client().await;
+    let options = etcd_client::WatchOptions::new().with_prefix().with_start_revision(from);
+    let mut stream = client.watch(layout::WAITER_PREFIX, Some(options)).await.unwrap();
+    let mut n = 0;
+    while let Ok(Ok(Some(resp))) = tokio::time::timeout(Duration::from_millis(500), stream.message()).await {
+        n += resp.events().len();
+    }
+    n
+}
+
+async fn waiters_now(etcd: &Etcd) -> i64 {
+    let opts = etcd_client::GetOptions::new().with_prefix().with_count_only();
+    etcd.client().await.get(layout::WAITER_PREFIX, Some(opts)).await.unwrap().count()
+}
+
+#[tokio::test]
+async fn fairness_is_the_classs_whatever_the_request_says() {
+    // "plain" is best-effort, "durable-order" durable (DURABLE_CLASSES).
+    let app = Appliance::start_policy("fairness", 1, &defaults, &[("plain", 30), ("durable-order", 30)], "").await;
+    let holder = app.client("svc/holder").await;
+    let hs = holder.open_session(Duration::from_secs(30)).await.unwrap();
+    let (plain, durable) = (key("plain/k"), key("durable-order/k"));
+    let plain_hold = hs.acquire(&plain, Duration::ZERO).await.unwrap();
+    let durable_hold = hs.acquire(&durable, Duration::ZERO).await.unwrap();
+    let waiter = app.client("svc/waiter").await;
+    let ws = waiter.open_session(Duration::from_secs(30)).await.unwrap();
+
+    // A best-effort class: a request asking for a durable wait waits in
+    // memory and writes nothing under /q/.
+    let from = app.etcd.revision().await + 1;
+    let asked = acquire_asking(&waiter, ws.id(), &plain, Duration::from_millis(1500), true).await;
+    let refused = asked.expect_err("the key is held");
+    assert_eq!(refused.code(), tonic::Code::Aborted, "contention: {refused:?}");
+    assert_eq!(waiter_writes_since(&app.etcd, from).await, 0, "a best-effort class wrote /q/ because the request asked");
+
+    // A durable class: a request asking for none is recorded anyway, and
+    // granted when the holder releases.
+    let queued = {
+        let (waiter, id, durable) = (waiter.clone(), ws.id(), durable.clone());
+        tokio::spawn(async move { acquire_asking(&waiter, id, &durable, Duration::from_secs(20), false).await })
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    while waiters_now(&app.etcd).await != 1 {
+        assert!(Instant::now() < end, "the durable class's waiter was not recorded under /q/");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    durable_hold.release().await.unwrap();
+    let granted = queued.await.unwrap().expect("granted after the release");
+    assert!(granted.token > 0);
+    assert_eq!(waiters_now(&app.etcd).await, 0, "the grant consumed the waiter record");
+    plain_hold.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn durable_waiting_order_survives_an_arbiter_restart() {
     let dir = TestDir::new("durable");
@@ -323,7 +416,8 @@ async fn durable_waiting_order_survives_an_arbiter_restart() {
     let holder = first_arbiter.client(&pki, &pki.workload("h", "svc/h")).await;
     let hs = holder.open_session(Duration::from_secs(60)).await.unwrap();
     let hold = hs.acquire(&k, Duration::ZERO).await.unwrap();
-    // Three durable waiters queue, in order, through the first arbiter.
+    // Three waiters queue, in order, through the first arbiter: the class
+    // is durable (DURABLE_CLASSES), the requests ask nothing.
     let mut sessions = Vec::new();
     for i in 0..3 {
         let c = first_arbiter.client(&pki, &pki.workload(&format!("w{i}"), &format!("svc/w{i}"))).await;
@@ -331,7 +425,7 @@ async fn durable_waiting_order_survives_an_arbiter_restart() {
         let s = Arc::new(s);
         let task = {
             let (s, c, k) = (s.clone(), c.clone(), k.clone());
-            tokio::spawn(async move { s.acquire_on(&c, &k, Duration::from_secs(60), true).await })
+            tokio::spawn(async move { s.acquire_on(&c, &k, Duration::from_secs(60)).await })
         };
         let end = Instant::now() + Duration::from_secs(5);
         loop {
@@ -365,7 +459,7 @@ async fn durable_waiting_order_survives_an_arbiter_restart() {
         let c = second.client(&pki, &pki.workload(&format!("w{i}"), &format!("svc/w{i}"))).await;
         let (order, k) = (order.clone(), k.clone());
         tasks.push(tokio::spawn(async move {
-            let h = s.acquire_on(&c, &k, Duration::from_secs(60), true).await.unwrap();
+            let h = s.acquire_on(&c, &k, Duration::from_secs(60)).await.unwrap();
             order.lock().unwrap().push(i);
             tokio::time::sleep(Duration::from_millis(100)).await;
             h.release().await.unwrap();

@@ -97,6 +97,62 @@ async fn quotas_on_sessions_and_holds_refuse_naming_the_limit_and_write_nothing(
     assert_eq!(sample(&seen, &format!("holdfast_arbiter_holds_quota{qbig}")), 10.0, "{seen}");
 }
 
+/// Waiters of a durable class: each is two writes, a read and watches. One
+/// identity queuing past `limits.max_durable_waiters_per_namespace` is
+/// refused before anything is written, while another identity keeps locking.
+#[tokio::test]
+async fn a_flood_of_durable_waiters_is_refused_and_another_identity_still_locks() {
+    let limits = |c: &mut holdfast_config::ArbiterConfig| c.limits.max_durable_waiters_per_namespace = 3;
+    // "durable-q" has durable fairness (DURABLE_CLASSES), "free" is best-effort.
+    let app = Appliance::start_policy("limits-waiters", 1, &limits, &[("durable-q", 30), ("free", 30)], "").await;
+    let a = app.client("flood/a").await;
+    let b = app.client("flood/b").await;
+    let k = key("durable-q/k");
+    let hold = a.open_session(TTL).await.unwrap().acquire(&k, Duration::ZERO).await.unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let s = a.open_session(TTL).await.unwrap();
+        let k = k.clone();
+        waiting.push(tokio::spawn(async move {
+            let h = s.acquire(&k, Duration::from_secs(30)).await?;
+            h.release().await?;
+            Ok::<_, holdfast_client::Error>(())
+        }));
+    }
+    let queued = || async {
+        let opts = etcd_client::GetOptions::new().with_prefix().with_count_only();
+        app.etcd.client().await.get(holdfast_model::layout::WAITER_PREFIX, Some(opts)).await.unwrap().count()
+    };
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while queued().await != 3 {
+        assert!(tokio::time::Instant::now() < end, "three durable waiters were not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fourth = a.open_session(TTL).await.unwrap();
+    let before = app.etcd.revision().await;
+    refused(fourth.acquire(&k, Duration::from_secs(30)).await, ErrorReason::Quota, "limits.max_durable_waiters_per_namespace = 3");
+    assert_eq!(app.etcd.revision().await, before, "a refused durable waiter writes nothing");
+    assert_eq!(queued().await, 3);
+
+    // Meanwhile B's locks are granted.
+    let sb = b.open_session(TTL).await.unwrap();
+    for i in 0..20 {
+        let h = sb.acquire(&key(&format!("free/{i}")), Duration::ZERO).await.expect("B is granted while A floods");
+        h.release().await.unwrap();
+    }
+
+    // The queue drains once A's hold ends, and the place is free again.
+    hold.release().await.unwrap();
+    for w in waiting {
+        w.await.unwrap().expect("each queued waiter is granted in turn");
+    }
+    let other = key("durable-q/other");
+    let granted = once_quota_allows(|| fourth.acquire(&other, Duration::from_secs(1))).await;
+    assert!(granted.is_some(), "still refused a second after the queue drained");
+    let text = scrape(app.arbiter.metrics_port).await;
+    assert_eq!(sample(&text, "holdfast_arbiter_limit_durable_waiters_per_namespace{cluster=\"test\"}"), 3.0, "{text}");
+}
+
 /// Sessions opened at the same moment through one arbiter: each counts from
 /// its quota check, so exactly the quota is granted (the check alone reads
 /// the watched counts, which none of the concurrent opens had reached yet).

@@ -353,7 +353,7 @@ async fn holds_ended_by_session_expiry_are_counted_once_by_their_granting_arbite
     for k in ["gone-1", "gone-2", "gone-3"] {
         vanished.acquire(&key(k), Duration::ZERO).await.unwrap();
     }
-    vanished.acquire_on(&two, &key("gone-4"), Duration::ZERO, false).await.unwrap();
+    vanished.acquire_on(&two, &key("gone-4"), Duration::ZERO).await.unwrap();
     drop(vanished);
 
     let deadline = tokio::time::Instant::now() + ttl + Duration::from_secs(15);

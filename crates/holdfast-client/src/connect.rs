@@ -180,6 +180,13 @@ impl Client {
     pub fn rpc(&self) -> LockClient<Channel> {
         self.rpc.clone()
     }
+
+    /// The connection itself (mTLS, this client's identity), for a call
+    /// the generated client cannot make: another gRPC service, or a message
+    /// of another shape.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -53,14 +53,14 @@ pub struct AcquireOptions {
     /// `tier`: a session lives on one) share one session.
     pub ttl: Option<Duration>,
     /// How long to wait while another session holds the key (0: try once).
+    /// Whether the wait is durable (its order survives an arbiter restart)
+    /// is the key's class's `fairness`, not the caller's choice.
     pub wait: Duration,
-    /// Record the wait in etcd so its order survives an arbiter restart.
-    pub durable: bool,
 }
 
 impl Default for AcquireOptions {
     fn default() -> Self {
-        AcquireOptions { ttl: None, wait: Duration::ZERO, durable: false }
+        AcquireOptions { ttl: None, wait: Duration::ZERO }
     }
 }
 
@@ -232,7 +232,7 @@ impl Locker {
         }
         let mut last = None;
         for i in ranked(&key.to_string(), &self.inner.endpoints) {
-            match slot.session.acquire_on(&self.inner.clients[i], key, opts.wait, opts.durable).await {
+            match slot.session.acquire_on(&self.inner.clients[i], key, opts.wait).await {
                 Ok(hold) => {
                     let token = hold.token();
                     lock(&slot.holds).insert(key.clone(), Entry { token, count: 1, via: i });

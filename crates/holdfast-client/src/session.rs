@@ -126,20 +126,19 @@ impl Session {
     /// Acquires `key`, waiting up to `wait` while another session holds it.
     /// Refused locally once the session is lost.
     pub async fn acquire(&self, key: &LockKey, wait: Duration) -> Result<Hold, Error> {
-        self.acquire_on(&self.client, key, wait, false).await
+        self.acquire_on(&self.client, key, wait).await
     }
 
     /// Acquires through a chosen arbiter (any arbiter serves any session).
-    /// `durable`: record the wait in etcd so its order survives an arbiter
-    /// restart.
-    pub async fn acquire_on(&self, client: &Client, key: &LockKey, wait: Duration, durable: bool) -> Result<Hold, Error> {
+    /// Whether the wait is recorded in etcd (its order surviving an arbiter
+    /// restart) is the key's class's `fairness`.
+    pub async fn acquire_on(&self, client: &Client, key: &LockKey, wait: Duration) -> Result<Hold, Error> {
         self.ensure_alive()?;
         let req = AcquireRequest {
             session_id: self.id,
             namespace: key.namespace().into(),
             key: key.key().into(),
             wait_millis: wait.as_millis() as u64,
-            durable,
         };
         let resp = client.rpc.clone().acquire(req).await?.into_inner();
         let token = Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?;

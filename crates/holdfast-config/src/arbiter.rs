@@ -290,6 +290,11 @@ pub struct LimitsConfig {
     /// otherwise for it.
     #[serde(default = "default_holds_per_namespace")]
     pub max_holds_per_namespace: u64,
+    /// Durable waiters (of classes with `fairness = "durable"`) queued in
+    /// one namespace, in the cluster: each costs two consensus writes, a
+    /// prefix read and watches while it waits.
+    #[serde(default = "default_durable_waiters_per_namespace")]
+    pub max_durable_waiters_per_namespace: u64,
     /// Per-namespace overrides: `[limits.namespaces.payments] max_holds = 500`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub namespaces: std::collections::BTreeMap<String, NamespaceLimits>,
@@ -316,6 +321,7 @@ impl LimitsConfig {
             ("limits.max_sessions_per_identity", self.max_sessions_per_identity),
             ("limits.max_holds_per_identity", self.max_holds_per_identity),
             ("limits.max_holds_per_namespace", self.max_holds_per_namespace),
+            ("limits.max_durable_waiters_per_namespace", self.max_durable_waiters_per_namespace),
         ];
         for (key, v) in positive {
             if v == 0 {
@@ -341,6 +347,7 @@ impl Default for LimitsConfig {
             max_sessions_per_identity: default_sessions_per_identity(),
             max_holds_per_identity: default_holds_per_identity(),
             max_holds_per_namespace: default_holds_per_namespace(),
+            max_durable_waiters_per_namespace: default_durable_waiters_per_namespace(),
             namespaces: Default::default(),
         }
     }
@@ -360,6 +367,9 @@ fn default_holds_per_identity() -> u64 {
 }
 fn default_holds_per_namespace() -> u64 {
     50_000
+}
+fn default_durable_waiters_per_namespace() -> u64 {
+    1000
 }
 
 impl Default for WaitersConfig {

@@ -151,6 +151,31 @@ impl Limits {
         Ok(())
     }
 
+    /// Whether one more durable waiter may queue in `key`'s namespace with
+    /// the record `record` (a waiter already recorded, retrying after an
+    /// arbiter restart, keeps its place). Checked before the record is
+    /// written, so a refusal writes nothing; waiters queuing on several
+    /// arbiters at once can overshoot by their number.
+    pub async fn waiter_quota(&self, key: &LockKey, record: &str) -> Result<(), Refusal> {
+        self.caught_up().await;
+        let ns = key.namespace();
+        let (mut queued, mut known) = (0, false);
+        for l in &self.ledgers {
+            let (n, k) = l.waiters_in(ns, record);
+            queued += n;
+            known |= k;
+        }
+        let max = self.config.max_durable_waiters_per_namespace;
+        if known || queued < max {
+            return Ok(());
+        }
+        crate::metrics::inc(|m| &m.quota_refusals);
+        Err(Refusal::quota(format!(
+            "namespace {ns:?} has {queued} durable waiters queued, limits.max_durable_waiters_per_namespace = {max}; \
+             retry after a backoff (waiters leave as they are granted or give up), or ask the operator to raise it"
+        )))
+    }
+
     /// Forgets the rate state of identities idle long enough to have a
     /// full bucket again (memory stays bounded by the active identities).
     pub fn forget_idle(&self) {
@@ -231,6 +256,9 @@ struct Counts {
     sessions_by_identity: HashMap<String, u64>,
     holds_by_identity: HashMap<String, u64>,
     holds_by_namespace: HashMap<String, u64>,
+    /// Durable waiter record key → namespace.
+    waiters: HashMap<String, String>,
+    waiters_by_namespace: HashMap<String, u64>,
     /// The revision these counts include.
     revision: i64,
     /// Sessions this arbiter is opening, by identity: checked, not yet
@@ -269,6 +297,11 @@ impl Counts {
             }
             bump(&mut self.holds_by_identity, &record.spiffe_id, true);
             bump(&mut self.holds_by_namespace, &ns, true);
+        } else if let Some(rest) = key.strip_prefix(layout::WAITER_PREFIX) {
+            let ns = rest.split('/').next().unwrap_or_default().to_string();
+            if self.waiters.insert(key.to_string(), ns.clone()).is_none() {
+                bump(&mut self.waiters_by_namespace, &ns, true);
+            }
         }
     }
 
@@ -292,6 +325,8 @@ impl Counts {
         } else if let Some((owner, ns)) = self.holds.remove(key) {
             bump(&mut self.holds_by_identity, &owner, false);
             bump(&mut self.holds_by_namespace, &ns, false);
+        } else if let Some(ns) = self.waiters.remove(key) {
+            bump(&mut self.waiters_by_namespace, &ns, false);
         }
     }
 }
@@ -323,6 +358,13 @@ impl Ledger {
 
     pub fn holds_in(&self, namespace: &str) -> u64 {
         self.counts().holds_by_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// Durable waiters queued in `namespace`, and whether the record `key`
+    /// is one of them.
+    fn waiters_in(&self, namespace: &str, key: &str) -> (u64, bool) {
+        let c = self.counts();
+        (c.waiters_by_namespace.get(namespace).copied().unwrap_or(0), c.waiters.contains_key(key))
     }
 
     /// Replaces the view with a fresh listing; returns the revision to watch
@@ -523,6 +565,7 @@ mod tests {
             max_sessions_per_identity: 1,
             max_holds_per_identity: 5,
             max_holds_per_namespace: 1,
+            max_durable_waiters_per_namespace: 2,
             namespaces: [("big".to_string(), holdfast_config::arbiter::NamespaceLimits { max_holds: 3 })].into(),
         };
         let limits = Limits::new(config, 1);
@@ -549,5 +592,19 @@ mod tests {
         limits.ledgers[0].counts().put("/l/big/z", &hold("a"));
         let e = limits.hold_quota("b", &big).await.unwrap_err();
         assert!(e.message.contains("limits.namespaces.big.max_holds = 3"), "{}", e.message);
+
+        // Durable waiters per namespace; a waiter already recorded keeps its place.
+        let jobs = LockKey::new("jobs", "k").unwrap();
+        limits.ledgers[0].counts().put("/q/jobs/k/0000000000000001", b"a");
+        assert!(limits.waiter_quota(&jobs, "/q/jobs/k/0000000000000002").await.is_ok());
+        limits.ledgers[0].counts().put("/q/jobs/k/0000000000000002", b"a");
+        limits.ledgers[0].counts().put("/q/jobs/k/0000000000000002", b"a");
+        let e = limits.waiter_quota(&jobs, "/q/jobs/k/0000000000000003").await.unwrap_err();
+        assert_eq!(e.reason, holdfast_proto::ErrorReason::Quota);
+        assert!(e.message.contains("has 2 durable waiters queued, limits.max_durable_waiters_per_namespace = 2"), "{}", e.message);
+        assert!(limits.waiter_quota(&jobs, "/q/jobs/k/0000000000000002").await.is_ok(), "a recorded waiter retrying");
+        assert!(limits.waiter_quota(&small, "/q/small/y/0000000000000003").await.is_ok(), "another namespace");
+        limits.ledgers[0].counts().delete("/q/jobs/k/0000000000000001");
+        assert!(limits.waiter_quota(&jobs, "/q/jobs/k/0000000000000003").await.is_ok(), "a waiter that left frees its place");
     }
 }

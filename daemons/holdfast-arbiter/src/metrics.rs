@@ -89,6 +89,7 @@ pub struct Metrics {
     pub limit_sessions_per_identity: Family<Labels, Gauge>,
     pub limit_holds_per_identity: Family<Labels, Gauge>,
     pub limit_holds_per_namespace: Family<Labels, Gauge>,
+    pub limit_durable_waiters_per_namespace: Family<Labels, Gauge>,
 }
 
 impl Metrics {
@@ -130,6 +131,7 @@ impl Metrics {
             limit_sessions_per_identity: Default::default(),
             limit_holds_per_identity: Default::default(),
             limit_holds_per_namespace: Default::default(),
+            limit_durable_waiters_per_namespace: Default::default(),
         };
         registry.register_with_unit(
             "grant_latency",
@@ -267,6 +269,11 @@ impl Metrics {
             "limits.max_holds_per_namespace (the default hold quota of a namespace)",
             m.limit_holds_per_namespace.clone(),
         );
+        registry.register(
+            "limit_durable_waiters_per_namespace",
+            "limits.max_durable_waiters_per_namespace (waiters of durable classes queued in a namespace)",
+            m.limit_durable_waiters_per_namespace.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -310,6 +317,7 @@ pub fn set_limits(c: &holdfast_config::arbiter::LimitsConfig) {
     m.limit_sessions_per_identity.get_or_create(l).set(c.max_sessions_per_identity as i64);
     m.limit_holds_per_identity.get_or_create(l).set(c.max_holds_per_identity as i64);
     m.limit_holds_per_namespace.get_or_create(l).set(c.max_holds_per_namespace as i64);
+    m.limit_durable_waiters_per_namespace.get_or_create(l).set(c.max_durable_waiters_per_namespace as i64);
 }
 
 /// Records the class-set version now in force.

@@ -366,8 +366,11 @@ impl LockService {
         }
         let deadline = tokio::time::Instant::now() + wait;
         let wait = async {
-            if r.durable {
-                crate::waiting::acquire_durable(c.waiters.committer(), &c.etcd, &c.guard, &session, &key, deadline).await
+            // The class decides, never the request (a caller cannot make a
+            // best-effort class write /q/, nor skip a durable class's queue).
+            if class.fairness == holdfast_policy::Fairness::Durable {
+                let quota = crate::waiting::WaiterQuota { limits: &self.limits, ledger: c.ledger };
+                crate::waiting::acquire_durable(c.waiters.committer(), &c.etcd, &c.guard, &session, &key, quota, deadline).await
             } else {
                 c.waiters.acquire(&c.etcd, &c.guard, &session, &key, deadline).await
             }

@@ -25,10 +25,11 @@
 //! etcd leader change and is lost when the arbiter restarts (waiters then
 //! retry).
 //!
-//! **Durable fairness** (per acquire until classes exist): the waiter is
-//! recorded at `/q/<ns>/<key>/<lease>` on its own session lease; the grant
-//! goes to the lowest create revision, checked and consumed inside the grant
-//! transaction. The order survives an arbiter restart.
+//! **Durable fairness** (a class with `fairness = "durable"`; the request
+//! has no say): the waiter is recorded at `/q/<ns>/<key>/<lease>` on its own
+//! session lease; the grant goes to the lowest create revision, checked and
+//! consumed inside the grant transaction. The order survives an arbiter
+//! restart. `limits.max_durable_waiters_per_namespace` caps the records.
 
 use crate::Refusal;
 use crate::etcd::Etcd;
@@ -453,6 +454,13 @@ fn waiter_key(hold_key: &str, lease: i64) -> String {
     format!("{}{}/{:016x}", layout::WAITER_PREFIX, &hold_key[layout::HOLD_PREFIX.len()..], lease as u64)
 }
 
+/// The cap on durable waiters per namespace, and the ledger of the
+/// cluster the waiter is recorded on.
+pub struct WaiterQuota<'a> {
+    pub limits: &'a crate::limits::Limits,
+    pub ledger: usize,
+}
+
 /// Durable fairness: see the module docs.
 pub async fn acquire_durable(
     committer: &crate::commit::Committer,
@@ -460,18 +468,22 @@ pub async fn acquire_durable(
     guard: &Guard,
     session: &Owned,
     key: &LockKey,
+    quota: WaiterQuota<'_>,
     deadline: Instant,
 ) -> Result<Token, Refusal> {
     let hold_key = layout::hold_key(key);
     let me = waiter_key(&hold_key, session.lease);
     let prefix = format!("{}{}/", layout::WAITER_PREFIX, &hold_key[layout::HOLD_PREFIX.len()..]);
+    quota.limits.waiter_quota(key, &me).await?;
     // Record the waiter once; a retry after an arbiter restart keeps its place.
     let txn = Txn::new().when([Compare::create_revision(me.as_str(), CompareOp::Equal, 0)]).and_then([TxnOp::put(
         me.as_str(),
         layout::encode(&session.record.spiffe_id),
         Some(PutOptions::new().with_lease(session.lease)),
     )]);
-    etcd.txn(txn).await.map_err(Refusal::etcd)?;
+    let recorded = etcd.txn(txn).await.map_err(Refusal::etcd)?;
+    // The next quota check through this arbiter waits to count this record.
+    quota.limits.wrote(quota.ledger, recorded.header().map_or(0, |h| h.revision()));
     let mut holder = None;
     let outcome = loop {
         // Who is first? Only waiter records of exactly this key count (a

@@ -88,7 +88,7 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Option<Du
     let hold = loop {
         let left = wait.map(|w| w.saturating_sub(started.elapsed()));
         let slice = left.unwrap_or(SLICE).min(SLICE);
-        let opts = AcquireOptions { ttl, wait: slice, durable: false };
+        let opts = AcquireOptions { ttl, wait: slice };
         let attempt = tokio::select! {
             r = locker.acquire(&key, opts) => r,
             _ = tokio::signal::ctrl_c() => {

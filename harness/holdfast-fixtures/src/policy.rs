@@ -33,11 +33,19 @@ pub struct FixtureClass {
     pub ttl: Duration,
     /// The class's `tier`: "entity" (the default) or "coord".
     pub tier: &'static str,
+    /// The class's `fairness`: "best-effort" (the default) or "durable".
+    pub fairness: &'static str,
 }
 
 impl FixtureClass {
     pub fn new(namespace: &str, ttl: Duration) -> Self {
-        FixtureClass { namespace: namespace.to_string(), ttl, tier: "entity" }
+        FixtureClass { namespace: namespace.to_string(), ttl, tier: "entity", fairness: "best-effort" }
+    }
+
+    /// The same class with durable fairness (waiters recorded under `/q/`).
+    pub fn durable(mut self) -> Self {
+        self.fairness = "durable";
+        self
     }
 
     /// The same class on the coord tier.
@@ -63,7 +71,10 @@ pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], ex
         } else {
             "purpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"holdfast-lab\"\nwaiver_expires = 2099-12-31".to_string()
         };
-        text.push_str(&format!("\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"{}\"\n", c.tier));
+        text.push_str(&format!(
+            "\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"{}\"\nfairness = \"{}\"\n",
+            c.tier, c.fairness
+        ));
     }
     let prefixes: Vec<String> = classes.iter().map(|c| format!("\"{}/\"", c.namespace)).collect();
     let all = prefixes.join(", ");

@@ -227,8 +227,8 @@ proptest! {
     }
 
     #[test]
-    fn acquire_request(bytes in wire((id(), name(), name(), millis(), any::<bool>()).prop_map(|(session_id, namespace, key, wait_millis, durable)| {
-        AcquireRequest { session_id, namespace, key, wait_millis, durable }
+    fn acquire_request(bytes in wire((id(), name(), name(), millis()).prop_map(|(session_id, namespace, key, wait_millis)| {
+        AcquireRequest { session_id, namespace, key, wait_millis }
     }))) {
         decode_and_check::<AcquireRequest>(&bytes)?;
     }

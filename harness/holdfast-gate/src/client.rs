@@ -267,7 +267,6 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
             namespace: key.namespace().into(),
             key: key.key().into(),
             wait_millis: rng.random_range(100..1000),
-            durable: false,
         };
         let invoke = raw_monotonic_ns();
         let token = match clients[preferred].rpc().acquire(req).await.map_err(Error::from) {
