@@ -39,11 +39,19 @@ async fn wait_version(arbiter: &Arbiter, version: u64, within: Duration) -> Dura
     start.elapsed()
 }
 
+/// An acquire by `client` on `session_id` (B has no session of its own: it
+/// may lock nowhere, so none is opened for it; authorisation comes before
+/// the session is looked at).
+async fn acquire_as(client: &Client, session_id: u64, k: &LockKey) -> Result<u64, holdfast_client::Error> {
+    let req = holdfast_proto::v1::AcquireRequest { session_id, namespace: k.namespace().into(), key: k.key().into(), wait_millis: 0 };
+    Ok(client.rpc().acquire(req).await?.into_inner().token)
+}
+
 /// Every way B can ask about a key, each refused as Denied with one message
 /// (the key named as asked); returns the messages.
-async fn denials(b: &Client, session: &holdfast_client::Session, k: &LockKey) -> Vec<String> {
+async fn denials(b: &Client, session_id: u64, k: &LockKey) -> Vec<String> {
     let mut out = Vec::new();
-    let e = session.acquire(k, Duration::ZERO).await.expect_err("B must be refused");
+    let e = acquire_as(b, session_id, k).await.expect_err("B must be refused");
     assert_eq!(reason(&e), Some(ErrorReason::Denied), "{e}");
     out.push(e.to_string());
     let e = b.inspect(k).await.expect_err("B has no inspect grant on payments/");
@@ -58,7 +66,6 @@ async fn a_granted_identity_locks_and_another_is_denied_alike_for_free_held_and_
     let a = app.client("team/a").await;
     let b = app.client(OUTSIDER).await;
     let sa = a.open_session_for("payments", None).await.unwrap();
-    let sb = b.open_session(Duration::from_secs(30)).await.unwrap();
 
     // A locks payments/x; payments/free was held and released; payments/never never used.
     let held = sa.acquire(&key("payments/x"), Duration::ZERO).await.expect("A is granted payments/");
@@ -67,18 +74,24 @@ async fn a_granted_identity_locks_and_another_is_denied_alike_for_free_held_and_
     let before = app.etcd.revision().await;
     let mut messages = Vec::new();
     for k in ["payments/x", "payments/free", "payments/never"] {
-        let m = denials(&b, &sb, &key(k)).await;
+        let m = denials(&b, sa.id(), &key(k)).await;
         messages.push(m.iter().map(|s| s.replace(k, "KEY")).collect::<Vec<_>>());
     }
     assert_eq!(app.etcd.revision().await, before, "a denial writes nothing");
     assert!(messages.windows(2).all(|w| w[0] == w[1]), "one message whatever the key's state: {messages:#?}");
     assert!(messages[0][0].contains("may not lock") && messages[0][0].contains("grants.d"), "{:?}", messages[0]);
-    // A session of B's opened *for* payments is refused too.
+    // B may open no session: not one *for* payments, nor one without a
+    // namespace (B may lock in no class). Neither writes.
     let e = b.open_session_for("payments", None).await.err().unwrap();
     assert_eq!(reason(&e), Some(ErrorReason::Denied), "{e}");
+    let e = b.open_session(Duration::from_secs(30)).await.err().unwrap();
+    assert_eq!(reason(&e), Some(ErrorReason::Denied), "{e}");
+    assert!(e.to_string().contains("may lock in no class, so it may open no session"), "{e}");
+    assert_eq!(app.etcd.revision().await, before, "a refused session writes nothing");
+    assert!(a.open_session(Duration::from_secs(30)).await.is_ok(), "A may lock in payments");
     // B may inspect orders/ (its own narrow grant) but not lock there.
     assert!(!b.inspect(&key("orders/o1")).await.unwrap().held);
-    assert_eq!(reason(&sb.acquire(&key("orders/o1"), Duration::ZERO).await.err().unwrap()), Some(ErrorReason::Denied));
+    assert_eq!(reason(&acquire_as(&b, sa.id(), &key("orders/o1")).await.err().unwrap()), Some(ErrorReason::Denied));
     // ValidateToken needs an inspect grant too.
     let e = b.validate_token(&key("payments/x"), held.token()).await.err().unwrap();
     assert_eq!(reason(&e), Some(ErrorReason::Denied), "{e}");
@@ -104,8 +117,8 @@ fn crop(a: &mut Vec<f64>, b: &mut Vec<f64>, percentile: f64) {
 }
 
 /// dudect-style (Reparaz, Balasch, Verbauwhede 2017), measured in the test
-/// process: the denial's latency for a held key and for a never-used key,
-/// interleaved in random order so drift hits both classes alike; Welch's t
+/// process: the denial's latency for a held key, for a never-used key and
+/// for a key of a namespace no class declares, interleaved in random order so drift hits both classes alike; Welch's t
 /// on the cropped samples must stay under dudect's 4.5 threshold. The same
 /// measurement between a denial and a granted Inspect (which reads etcd)
 /// must exceed it — the test can see a difference of one etcd read.
@@ -119,29 +132,34 @@ async fn denial_time_does_not_depend_on_the_key() {
     let held = key("payments/held");
     let _hold = sa.acquire(&held, Duration::ZERO).await.unwrap();
     let unused = key("payments/never-used");
+    let undeclared = key("no-such-class/never-used");
 
     const N: usize = 1500;
     let mut rng = rand::rng();
-    let (mut t_held, mut t_unused, mut t_granted) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut t_held, mut t_unused, mut t_granted, mut t_undeclared) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     // Warm the connection and both paths.
     for _ in 0..100 {
         let _ = b.inspect(&held).await;
         let _ = a.inspect(&held).await;
     }
-    for _ in 0..3 * N {
-        let which = rng.random_range(0..3);
+    for _ in 0..4 * N {
+        let which = rng.random_range(0..4);
         let start = Instant::now();
         match which {
             0 => assert!(b.inspect(&held).await.is_err()),
             1 => assert!(b.inspect(&unused).await.is_err()),
-            _ => assert!(a.inspect(&unused).await.is_ok()),
+            2 => assert!(a.inspect(&unused).await.is_ok()),
+            _ => assert!(b.inspect(&undeclared).await.is_err()),
         }
         let ns = start.elapsed().as_nanos() as f64;
-        [&mut t_held, &mut t_unused, &mut t_granted][which].push(ns);
+        [&mut t_held, &mut t_unused, &mut t_granted, &mut t_undeclared][which].push(ns);
     }
     let (mut h, mut u) = (t_held.clone(), t_unused.clone());
     crop(&mut h, &mut u, 0.9);
     let t_key = welch_t(&h, &u);
+    let (mut u, mut n) = (t_unused.clone(), t_undeclared.clone());
+    crop(&mut u, &mut n, 0.9);
+    let t_namespace = welch_t(&u, &n);
     let (mut d, mut g) = (t_unused.clone(), t_granted.clone());
     crop(&mut d, &mut g, 0.9);
     let t_read = welch_t(&d, &g);
@@ -151,12 +169,15 @@ async fn denial_time_does_not_depend_on_the_key() {
         v[v.len() / 2] / 1000.0
     };
     eprintln!(
-        "denial held {:.0} µs, never used {:.0} µs (t = {t_key:.2}); granted inspect {:.0} µs (t vs denial = {t_read:.2})",
+        "denial held {:.0} µs, never used {:.0} µs (t = {t_key:.2}), undeclared namespace {:.0} µs (t = {t_namespace:.2}); \
+         granted inspect {:.0} µs (t vs denial = {t_read:.2})",
         median(&t_held),
         median(&t_unused),
+        median(&t_undeclared),
         median(&t_granted)
     );
     assert!(t_key.abs() < 4.5, "denial time depends on the key's state: t = {t_key:.2}");
+    assert!(t_namespace.abs() < 4.5, "denial time depends on whether a class declares the namespace: t = {t_namespace:.2}");
     assert!(t_read.abs() > 4.5, "the measurement cannot even see an etcd read (t = {t_read:.2}); it proves nothing");
 }
 
@@ -168,17 +189,20 @@ async fn without_a_published_set_nothing_is_granted() {
     let pki = Pki::new(&dir.path);
     let arbiter = Arbiter::start(&dir.path, "arbiter", &etcd.endpoints(), &pki);
     let client = arbiter.client(&pki, &pki.workload("team-a", "team/a")).await;
-    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
     let before = etcd.revision().await;
-    let e = session.acquire(&key("ns/a"), Duration::ZERO).await.err().unwrap();
+    // Not even a session: with no grants, it could hold nothing.
+    let e = client.open_session(Duration::from_secs(10)).await.err().unwrap();
     assert_eq!(reason(&e), Some(ErrorReason::NoPolicy), "{e}");
     assert!(e.to_string().contains("holdfastctl status"), "{e}");
+    let e = client.inspect(&key("ns/a")).await.err().unwrap();
+    assert_eq!(reason(&e), Some(ErrorReason::NoPolicy), "{e}");
     assert_eq!(etcd.revision().await, before);
     assert_eq!(policy_version(&arbiter).await, 0);
 
-    // Once a controller publishes, the same session is served.
+    // Once a controller publishes, the client is served.
     let _controller = etcd.publish_lab_policy(&dir.path).await;
     wait_version(&arbiter, 1, Duration::from_secs(5)).await;
+    let session = client.open_session(Duration::from_secs(10)).await.expect("a session under the published set");
     session.acquire(&key("ns/a"), Duration::ZERO).await.expect("granted under the published set");
 }
 
@@ -190,8 +214,9 @@ async fn changes_reach_every_arbiter_in_seconds_and_a_refused_change_keeps_the_l
     let outsider = app.pki.workload("outsider-b", OUTSIDER);
     let b = app.arbiter.client(&app.pki, &outsider).await;
     let b2 = second.client(&app.pki, &outsider).await;
-    let sb = b.open_session(Duration::from_secs(30)).await.unwrap();
-    assert_eq!(reason(&sb.acquire(&key("payments/p"), Duration::ZERO).await.err().unwrap()), Some(ErrorReason::Denied));
+    // B may lock nowhere yet, so it may not even open a session.
+    let e = b.open_session(Duration::from_secs(30)).await.err().unwrap();
+    assert_eq!(reason(&e), Some(ErrorReason::Denied), "{e}");
 
     // A good change: B may lock payments/, and payments is homed to hall-a.
     let grants = app.dir.path.join("policy/grants.d/lab.toml");
@@ -203,6 +228,7 @@ async fn changes_reach_every_arbiter_in_seconds_and_a_refused_change_keeps_the_l
     let took = wait_version(&app.arbiter, 2, Duration::from_secs(5)).await;
     let took2 = wait_version(&second, 2, Duration::from_secs(5)).await;
     eprintln!("version 2 in force after {took:?} and {took2:?}");
+    let sb = b.open_session(Duration::from_secs(30)).await.expect("B may lock in payments now");
     let hold = sb.acquire(&key("payments/p"), Duration::ZERO).await.expect("granted after the change");
     // The arbiter in hall-b refuses the hall-a class, naming its region.
     let sb2 = b2.open_session(Duration::from_secs(30)).await.unwrap();

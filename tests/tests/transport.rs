@@ -341,3 +341,135 @@ async fn a_trust_file_others_could_write_is_refused_at_reload_and_at_start() {
     assert!(format!("{e:#}").contains(&said), "{e:#}");
     chmod(&ca_path, 0o644);
 }
+
+/// A TLS connection to the arbiter, kept open by the caller.
+async fn connect_tls(endpoint: &str, tls: Arc<rustls::ClientConfig>) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(endpoint).await?;
+    let handshake = tokio_rustls::TlsConnector::from(tls).connect(ServerName::try_from("127.0.0.1").unwrap(), tcp);
+    tokio::time::timeout(Duration::from_secs(5), handshake).await.map_err(|_| std::io::Error::other("handshake timed out"))?
+}
+
+async fn turned_away(arbiter: &Arbiter) -> f64 {
+    sample(&scrape(arbiter.metrics_port).await, "holdfast_arbiter_connections_turned_away_total{cluster=\"test\"}")
+}
+
+/// `limits.max_connections_per_address`: a connection past it is closed
+/// before its handshake (counted and logged), while the connections
+/// already open, another identity's among them, carry on; a close frees
+/// its place. (The handshake rate buckets and the total are unit-tested in
+/// the arbiter's tls.rs.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_past_the_per_address_limit_is_closed_before_its_handshake_and_open_ones_carry_on() {
+    let limits = |c: &mut holdfast_config::ArbiterConfig| c.limits.max_connections_per_address = 4;
+    let app = Appliance::start_with("tls-connections", 1, &limits).await;
+    let endpoint = app.arbiter.endpoint();
+    let b = app.client("svc/b").await;
+    let sb = b.open_session(Duration::from_secs(10)).await.unwrap();
+    let tls = client_tls(&app.pki.ca.ca_path(), Some(&app.pki.workload("flood", "svc/flood")));
+    let mut held = Vec::new();
+    for i in 0..3 {
+        held.push(connect_tls(&endpoint, tls.clone()).await.unwrap_or_else(|e| panic!("connection {} of 4 refused: {e}", i + 2)));
+    }
+    let before = turned_away(&app.arbiter).await;
+    assert!(connect_tls(&endpoint, tls.clone()).await.is_err(), "a fifth connection from 127.0.0.1 was accepted");
+    assert_eq!(turned_away(&app.arbiter).await, before + 1.0);
+    let end = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&app.arbiter.log).unwrap_or_default().contains("limits.max_connections_per_address = 4") {
+        assert!(Instant::now() < end, "no warning naming limits.max_connections_per_address in the arbiter's log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // B's connection, open before the flood, carries on.
+    for i in 0..5 {
+        let hold = sb.acquire(&LockKey::parse(&format!("svc/conn-{i}")).unwrap(), Duration::ZERO).await.expect("B is granted");
+        hold.release().await.unwrap();
+    }
+    // A connection closed frees its place (once the arbiter sees the close).
+    drop(held.pop());
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        match connect_tls(&endpoint, tls.clone()).await {
+            Ok(c) => break held.push(c),
+            Err(e) => assert!(Instant::now() < end, "still refused 5 s after a connection closed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// rustls checks a certificate's validity at the handshake only. A
+/// certificate that expires while its connection stays open is refused on
+/// the next call and on the next renewal of an open keepalive stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_that_expires_on_an_open_connection_is_refused_on_its_next_call_and_renewal() {
+    let app = Appliance::start("tls-expiry", 1).await;
+    let mut short = params("short", &[], &["spiffe://holdfast.dev/matrix/short"]).unwrap();
+    let valid = Duration::from_secs(6);
+    short.not_before = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+    short.not_after = time::OffsetDateTime::now_utc() + time::Duration::seconds(valid.as_secs() as i64);
+    let expires = Instant::now() + valid;
+    let issued = app.pki.ca.issue_with("short", short).unwrap();
+    let client = app.arbiter.client(&app.pki, &issued).await;
+    let session = client.open_session(Duration::from_secs(10)).await.unwrap();
+    let k = LockKey::parse("svc/expiry").unwrap();
+    assert!(!client.inspect(&k).await.unwrap().held);
+
+    // One keepalive stream, renewing the session every second.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = client.rpc().keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let refused = loop {
+        tx.send(holdfast_proto::v1::KeepAliveRequest { session_id: session.id() }).await.unwrap();
+        match replies.message().await {
+            Ok(Some(r)) => assert!(r.ttl_millis > 0, "the session was renewed"),
+            Ok(None) => panic!("the keepalive stream ended without a status"),
+            Err(status) => break status,
+        }
+        assert!(Instant::now() < expires + Duration::from_secs(60), "renewals still answered a minute after the certificate expired");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let late = Instant::now().saturating_duration_since(expires);
+    eprintln!("the stream was refused {late:?} after the certificate expired");
+    assert!(Instant::now() + Duration::from_millis(1500) >= expires, "refused before the certificate expired: {refused:?}");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    assert!(refused.message().contains("client certificate expired at"), "{refused:?}");
+    // A call on the same connection is refused the same way.
+    let e = client.inspect(&k).await.expect_err("a call with an expired certificate");
+    assert_eq!(e.code(), Some(tonic::Code::Unauthenticated), "{e}");
+    assert!(e.to_string().contains("renew it"), "{e}");
+}
+
+/// `limits.max_connection_age`: a connection made under a CA that is then
+/// withdrawn from `tls.client_ca_file` keeps working only until its age
+/// runs out; its client's reconnection is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_outlives_its_cas_withdrawal_by_at_most_the_maximum_connection_age() {
+    let age = Duration::from_secs(60);
+    let app = Appliance::start_with("tls-age", 1, &|c| c.limits.max_connection_age = age).await;
+    let k = LockKey::parse("svc/age").unwrap();
+    let client = app.client("svc/aged").await;
+    let connected = Instant::now();
+    assert!(!client.inspect(&k).await.unwrap().held);
+
+    // The bundle now trusts only another CA: new connections from the first are refused.
+    // (The test's own copy of the first CA verifies the server, whose certificate it issued.)
+    let first = app.dir.path.join("first-ca.pem");
+    std::fs::copy(app.pki.ca.ca_path(), &first).unwrap();
+    let other = DevCa::open_or_create(&app.dir.path.join("other-ca")).unwrap();
+    write_atomically(&app.pki.ca.ca_path(), &std::fs::read(other.ca_path()).unwrap());
+    let fresh = app.pki.workload("fresh", "svc/fresh");
+    let end = Instant::now() + Duration::from_secs(10);
+    while open_session(&app.arbiter.endpoint(), client_tls(&first, Some(&fresh))).await.is_ok() {
+        assert!(Instant::now() < end, "the arbiter still trusts the withdrawn CA for new connections");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(client.inspect(&k).await.is_ok(), "the open connection carries on for now");
+
+    // Until its age runs out (a minute's grace for calls in flight, none here).
+    let refused = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Err(e) = client.inspect(&k).await {
+            break e;
+        }
+        assert!(connected.elapsed() < age * 2 + Duration::from_secs(10), "still served {:?} after connecting", connected.elapsed());
+    };
+    eprintln!("the connection ended {:?} after it was made: {refused}", connected.elapsed());
+    assert!(connected.elapsed() >= age - Duration::from_secs(1), "ended before its age: {refused}");
+}

@@ -295,6 +295,25 @@ pub struct LimitsConfig {
     /// prefix read and watches while it waits.
     #[serde(default = "default_durable_waiters_per_namespace")]
     pub max_durable_waiters_per_namespace: u64,
+    /// Open client connections (TLS or still handshaking), in total and
+    /// from one source address. Past either, a new connection is closed
+    /// before its handshake: no gRPC status can be sent before TLS, and
+    /// answering one would cost the handshake being limited.
+    #[serde(default = "default_connections")]
+    pub max_connections: u32,
+    #[serde(default = "default_connections_per_address")]
+    pub max_connections_per_address: u32,
+    /// TLS handshakes started per second, in total and per source address
+    /// (token buckets with a burst of one second's worth).
+    #[serde(default = "default_handshakes_per_second")]
+    pub handshakes_per_second: u32,
+    #[serde(default = "default_handshakes_per_second_per_address")]
+    pub handshakes_per_second_per_address: u32,
+    /// After this long a connection is asked to go away (HTTP/2 GOAWAY; its
+    /// calls get another minute to finish), so the client reconnects and
+    /// its certificate is checked again against the CA bundle in force.
+    #[serde(default = "default_connection_age", with = "humantime_serde")]
+    pub max_connection_age: Duration,
     /// Per-namespace overrides: `[limits.namespaces.payments] max_holds = 500`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub namespaces: std::collections::BTreeMap<String, NamespaceLimits>,
@@ -322,11 +341,21 @@ impl LimitsConfig {
             ("limits.max_holds_per_identity", self.max_holds_per_identity),
             ("limits.max_holds_per_namespace", self.max_holds_per_namespace),
             ("limits.max_durable_waiters_per_namespace", self.max_durable_waiters_per_namespace),
+            ("limits.max_connections", u64::from(self.max_connections)),
+            ("limits.max_connections_per_address", u64::from(self.max_connections_per_address)),
+            ("limits.handshakes_per_second", u64::from(self.handshakes_per_second)),
+            ("limits.handshakes_per_second_per_address", u64::from(self.handshakes_per_second_per_address)),
         ];
         for (key, v) in positive {
             if v == 0 {
                 p.push(format!("{key} = 0 would refuse everything; leave it out for the default or set at least 1"));
             }
+        }
+        if self.max_connection_age < Duration::from_secs(60) {
+            p.push(format!(
+                "limits.max_connection_age = {} is under a minute: clients would reconnect constantly; set 1m or more (default 1h)",
+                humantime::format_duration(self.max_connection_age)
+            ));
         }
         for (ns, n) in &self.namespaces {
             if n.max_holds == 0 {
@@ -348,6 +377,11 @@ impl Default for LimitsConfig {
             max_holds_per_identity: default_holds_per_identity(),
             max_holds_per_namespace: default_holds_per_namespace(),
             max_durable_waiters_per_namespace: default_durable_waiters_per_namespace(),
+            max_connections: default_connections(),
+            max_connections_per_address: default_connections_per_address(),
+            handshakes_per_second: default_handshakes_per_second(),
+            handshakes_per_second_per_address: default_handshakes_per_second_per_address(),
+            max_connection_age: default_connection_age(),
             namespaces: Default::default(),
         }
     }
@@ -370,6 +404,21 @@ fn default_holds_per_namespace() -> u64 {
 }
 fn default_durable_waiters_per_namespace() -> u64 {
     1000
+}
+fn default_connections() -> u32 {
+    20_000
+}
+fn default_connections_per_address() -> u32 {
+    2000
+}
+fn default_handshakes_per_second() -> u32 {
+    2000
+}
+fn default_handshakes_per_second_per_address() -> u32 {
+    500
+}
+fn default_connection_age() -> Duration {
+    Duration::from_secs(3600)
 }
 
 impl Default for WaitersConfig {

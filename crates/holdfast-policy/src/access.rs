@@ -128,21 +128,32 @@ impl Access {
     /// The class governing `namespace/key` if `spiffe_id` may do `action` on
     /// it; `None` otherwise (no class for the namespace, no grant for the
     /// identity, or no matching prefix).
+    ///
+    /// The identity's grants are looked up and scanned whether or not a
+    /// class declares the namespace, so a denial takes the same steps for a
+    /// namespace that exists and one that does not.
     pub fn check(&self, spiffe_id: &str, namespace: &str, key: &str, action: Action) -> Option<&Class> {
-        let class = self.classes.get(namespace)?;
-        let perms = self.lookup(spiffe_id)?;
-        perms.prefixes(action).iter().any(|p| covers(p, namespace, key)).then_some(class)
+        let class = self.classes.get(namespace);
+        let allowed = self.lookup(spiffe_id).is_some_and(|perms| perms.prefixes(action).iter().any(|p| covers(p, namespace, key)));
+        class.filter(|_| allowed)
     }
 
-    /// The node for `identity`, created with its missing ancestors.
     /// The class of `namespace` if `spiffe_id` may lock some key in it (a
     /// session opened for a namespace takes its class's TTL).
     pub fn namespace_class(&self, spiffe_id: &str, namespace: &str) -> Option<&Class> {
-        let class = self.classes.get(namespace)?;
-        let perms = self.lookup(spiffe_id)?;
-        perms.prefixes(Action::Lock).iter().any(|p| p.split_once('/').is_some_and(|(ns, _)| ns == namespace)).then_some(class)
+        let class = self.classes.get(namespace);
+        let allowed = self.lookup(spiffe_id).is_some_and(|perms| perms.prefixes(Action::Lock).iter().any(|p| reaches(p, namespace)));
+        class.filter(|_| allowed)
     }
 
+    /// Some class in whose namespace `spiffe_id` may lock some key: a
+    /// session opened without a namespace needs a lock grant somewhere.
+    pub fn any_lock_class(&self, spiffe_id: &str) -> Option<&Class> {
+        let prefixes = self.lookup(spiffe_id)?.prefixes(Action::Lock);
+        self.classes.values().find(|c| prefixes.iter().any(|p| reaches(p, &c.namespace)))
+    }
+
+    /// The node for `identity`, created with its missing ancestors.
     fn insert(&mut self, identity: &str) -> usize {
         let mut node = 0;
         for &b in identity.as_bytes() {
@@ -185,6 +196,14 @@ impl Access {
 
 /// Whether `prefix` is a byte prefix of `namespace/key`, without building
 /// that string.
+/// Whether `prefix` covers some key of `namespace` ([`covers`] for some key).
+fn reaches(prefix: &str, namespace: &str) -> bool {
+    if prefix.len() <= namespace.len() {
+        return namespace.starts_with(prefix);
+    }
+    prefix.strip_prefix(namespace).is_some_and(|rest| rest.starts_with('/'))
+}
+
 fn covers(prefix: &str, namespace: &str, key: &str) -> bool {
     let (p, ns) = (prefix.as_bytes(), namespace.as_bytes());
     if p.len() <= ns.len() {
@@ -363,6 +382,17 @@ mod tests {
     }
 
     #[test]
+    fn a_session_without_a_namespace_needs_a_lock_grant_somewhere() {
+        let a = access(&["payments", "orders"], &[("g", "spiffe://a/x", &["payments/ledger-"], &["orders/"], &[])]);
+        assert_eq!(a.any_lock_class("spiffe://a/x").map(|c| c.namespace.as_str()), Some("payments"));
+        assert!(a.any_lock_class("spiffe://a/y").is_none(), "no grant");
+        let inspect_only = access(&["orders"], &[("g", "spiffe://a/x", &[], &["orders/"], &[])]);
+        assert!(inspect_only.any_lock_class("spiffe://a/x").is_none(), "inspect only");
+        let no_class = access(&["orders"], &[("g", "spiffe://a/x", &["payments/"], &[], &[])]);
+        assert!(no_class.any_lock_class("spiffe://a/x").is_none(), "a grant where no class is");
+    }
+
+    #[test]
     fn identity_without_a_grant_is_denied() {
         let a = access(&["payments"], &[("ledger", LEDGER, &["payments/"], &["payments/"], &["payments/"])]);
         for id in ["spiffe://b/ns/payments/sa/ledger", "spiffe://a/", "", "spiffe://a/ns/payments/sa/"] {
@@ -372,6 +402,19 @@ mod tests {
         }
         let empty = access(&["payments"], &[]);
         assert!(!can(&empty, LEDGER, "payments", "x", Action::Lock));
+    }
+
+    #[test]
+    fn reaches_means_some_key_of_the_namespace_is_covered() {
+        assert!(reaches("payments/", "payments"));
+        assert!(reaches("payments/ledger-", "payments"));
+        assert!(reaches("pay", "payments"));
+        assert!(reaches("payments", "payments"));
+        assert!(reaches("payments", "paymentsold"), "as covers(\"payments\", \"paymentsold\", _) is");
+        assert!(!reaches("payments/", "payment"));
+        assert!(!reaches("paymentsx", "payments"));
+        assert!(!reaches("payments/", "paymentsold"));
+        assert!(!reaches("orders/", "payments"));
     }
 
     #[test]

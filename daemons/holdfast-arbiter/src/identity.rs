@@ -1,5 +1,8 @@
 //! Caller identity: the single `spiffe://` URI SAN of the client certificate,
-//! in the arbiter's trust domain (`tls.trust_domain`).
+//! in the arbiter's trust domain (`tls.trust_domain`), and the end of the
+//! certificate's validity. rustls checks validity at the handshake only; a
+//! connection can outlive its certificate, so every call checks it again
+//! ([`expired`]), and a keepalive stream before each renewal.
 
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -9,7 +12,32 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 /// An ID of another trust domain is refused even when the CA vouches for it
 /// (one CA may serve several domains).
 pub fn spiffe_id(der: &[u8], trust_domain: &str) -> Result<String, String> {
+    identify(der, trust_domain).map(|(id, _)| id)
+}
+
+/// The SPIFFE ID ([`spiffe_id`]) and the certificate's notAfter, in Unix
+/// seconds.
+pub fn identify(der: &[u8], trust_domain: &str) -> Result<(String, i64), String> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("client certificate could not be parsed ({e})"))?;
+    let not_after = cert.validity().not_after.timestamp();
+    id_of(&cert, trust_domain).map(|id| (id, not_after))
+}
+
+/// Why a certificate valid until `not_after` (Unix seconds) is refused at
+/// `now`, if it is.
+pub fn expired(not_after: i64, now: i64) -> Option<String> {
+    (now > not_after).then(|| {
+        let at = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(not_after.max(0) as u64));
+        format!("client certificate expired at {at}, after this connection was made; renew it (the client reconnects with the new one)")
+    })
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+fn id_of(cert: &X509Certificate<'_>, trust_domain: &str) -> Result<String, String> {
     let san = cert.subject_alternative_name().map_err(|e| format!("client certificate has a malformed subjectAltName ({e})"))?;
     let uris: Vec<&str> = san
         .map(|ext| {

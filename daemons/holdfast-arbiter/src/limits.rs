@@ -567,6 +567,7 @@ mod tests {
             max_holds_per_namespace: 1,
             max_durable_waiters_per_namespace: 2,
             namespaces: [("big".to_string(), holdfast_config::arbiter::NamespaceLimits { max_holds: 3 })].into(),
+            ..LimitsConfig::default()
         };
         let limits = Limits::new(config, 1);
         assert!(limits.admit("a").is_ok() && limits.admit("a").is_ok());

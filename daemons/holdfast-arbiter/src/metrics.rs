@@ -82,6 +82,8 @@ pub struct Metrics {
     pub quota_refusals: Counters,
     pub tls_handshake_failures: Counters,
     pub tls_reloads: Counters,
+    pub connections_turned_away: Counters,
+    pub connections_open: Family<Labels, Gauge>,
     pub holds: Family<ClassLabels, Gauge>,
     pub holds_quota: Family<ClassLabels, Gauge>,
     pub limit_requests_per_second: Family<Labels, Gauge>,
@@ -124,6 +126,8 @@ impl Metrics {
             quota_refusals: Default::default(),
             tls_handshake_failures: Default::default(),
             tls_reloads: Default::default(),
+            connections_turned_away: Default::default(),
+            connections_open: Default::default(),
             holds: Default::default(),
             holds_quota: Default::default(),
             limit_requests_per_second: Default::default(),
@@ -231,6 +235,14 @@ impl Metrics {
         );
         let _ = m.rate_limited.get_or_create(&m.labels);
         let _ = m.quota_refusals.get_or_create(&m.labels);
+        registry.register(
+            "connections_turned_away",
+            "Connections closed before their TLS handshake by limits.max_connections, max_connections_per_address, \
+             handshakes_per_second or handshakes_per_second_per_address",
+            m.connections_turned_away.clone(),
+        );
+        registry.register("connections_open", "Client connections open (TLS or handshaking)", m.connections_open.clone());
+        let _ = m.connections_turned_away.get_or_create(&m.labels);
         let _ = m.tls_handshake_failures.get_or_create(&m.labels);
         let _ = m.tls_reloads.get_or_create(&m.labels);
         // Cluster-wide counters exist at 0 from the start, so an alert on

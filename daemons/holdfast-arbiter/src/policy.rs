@@ -104,6 +104,22 @@ impl Policy {
             )
         })
     }
+
+    /// For a session opened without a namespace: `who` must hold a lock
+    /// grant in some class. Without one the session could hold nothing,
+    /// and opening it would cost etcd a lease and a record for a caller the
+    /// policy gives nothing.
+    pub fn may_open_session(&self, who: &str) -> Result<(), Refusal> {
+        let Some(loaded) = self.loaded() else { return Err(no_policy()) };
+        match loaded.access.any_lock_class(who) {
+            Some(_) => Ok(()),
+            None => Err(Refusal::new(
+                Code::PermissionDenied,
+                ErrorReason::Denied,
+                format!("{who} may lock in no class, so it may open no session; ask for a lock grant in grants.d/ (docs/policy.md)"),
+            )),
+        }
+    }
 }
 
 fn no_policy() -> Refusal {

@@ -124,7 +124,20 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let service = LockService { clusters, stopping, policy, limits, trust_domain: config.tls.trust_domain.as_str().into() };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     crate::tls::watch(tls.clone()).context("SIGHUP handler")?;
-    let incoming = crate::tls::incoming(listener, tls, stopping_tx.subscribe());
+    let admission = Arc::new(crate::tls::Admission::new(&config.limits));
+    {
+        let admission = admission.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                admission.forget_idle();
+                let m = &*crate::metrics::METRICS;
+                m.connections_open.get_or_create(m.labels()).set(i64::from(admission.open_connections()));
+            }
+        });
+    }
+    let incoming = crate::tls::incoming(listener, tls, admission, stopping_tx.subscribe());
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(holdfast_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -138,6 +151,11 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
         .context("gRPC reflection descriptors")?;
     let server = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        // A connection's certificate was checked once, at its handshake:
+        // after this age the client reconnects and is checked again (its
+        // calls get a minute to finish first).
+        .max_connection_age(config.limits.max_connection_age)
+        .max_connection_age_grace(Duration::from_secs(60))
         .add_service(LockServer::new(service))
         .add_service(health_service)
         .add_service(reflection)

@@ -48,9 +48,15 @@ impl LockService {
 
     /// The caller's SPIFFE ID, once its request is within its rate.
     fn admit<T>(&self, req: &Request<T>) -> Result<String, Refusal> {
-        let who = caller(req, &self.trust_domain)?;
+        self.admit_until(req).map(|(who, _)| who)
+    }
+
+    /// [`Self::admit`], and the end of the caller's certificate (Unix
+    /// seconds), for a stream that checks it again on each message.
+    fn admit_until<T>(&self, req: &Request<T>) -> Result<(String, i64), Refusal> {
+        let (who, not_after) = caller(req, &self.trust_domain)?;
         self.limits.admit(&who)?;
-        Ok(who)
+        Ok((who, not_after))
     }
 
     async fn until_stopping(&self) {
@@ -59,11 +65,16 @@ impl LockService {
     }
 }
 
-/// The caller's SPIFFE ID, from the verified client certificate.
-fn caller<T>(req: &Request<T>, trust_domain: &str) -> Result<String, Refusal> {
+/// The caller's SPIFFE ID, from the verified client certificate, and the
+/// certificate's end; refused once it has expired.
+fn caller<T>(req: &Request<T>, trust_domain: &str) -> Result<(String, i64), Refusal> {
     let certs = req.peer_certs().ok_or_else(|| Refusal::unauthenticated("no client certificate; connect with mTLS and an X.509 SVID"))?;
     let leaf = certs.first().ok_or_else(|| Refusal::unauthenticated("no client certificate; connect with mTLS and an X.509 SVID"))?;
-    identity::spiffe_id(leaf.as_ref(), trust_domain).map_err(Refusal::unauthenticated)
+    let (who, not_after) = identity::identify(leaf.as_ref(), trust_domain).map_err(Refusal::unauthenticated)?;
+    if let Some(why) = identity::expired(not_after, identity::now()) {
+        return Err(Refusal::unauthenticated(why));
+    }
+    Ok((who, not_after))
 }
 
 fn lock_key(namespace: &str, key: &str) -> Result<LockKey, Refusal> {
@@ -123,7 +134,9 @@ impl holdfast_proto::Lock for LockService {
             let requested = Duration::from_millis(req.get_ref().ttl_millis);
             let namespace = &req.get_ref().namespace;
             let (ttl, tier) = if namespace.is_empty() {
-                (ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?, Tier::Entity)
+                let ttl = ttl::session_ttl(requested).map_err(|m| Refusal::invalid("ttl_millis", m))?;
+                self.policy.may_open_session(&who)?;
+                (ttl, Tier::Entity)
             } else {
                 lock_key(namespace, "x")?;
                 let class = self.policy.class_for_session(&who, namespace)?;
@@ -161,8 +174,8 @@ impl holdfast_proto::Lock for LockService {
     type KeepAliveStream = KeepAliveStream;
 
     async fn keep_alive(&self, req: Request<Streaming<KeepAliveRequest>>) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let who = match self.admit(&req) {
-            Ok(who) => who,
+        let (who, not_after) = match self.admit_until(&req) {
+            Ok(caller) => caller,
             Err(e) => {
                 finish(&rpc_span!("KeepAlive"), &Err::<(), _>(e.clone()), |_| "");
                 return Err(e.into());
@@ -179,6 +192,12 @@ impl holdfast_proto::Lock for LockService {
                     _ = svc.until_stopping() => None,
                 };
                 let Some(Ok(msg)) = msg else { break };
+                if let Some(why) = identity::expired(not_after, identity::now()) {
+                    let refused = Refusal::unauthenticated(why);
+                    finish(&rpc_span!("KeepAlive"), &Err::<(), _>(refused.clone()), |_| "");
+                    let _ = tx.send(Err(refused.into())).await;
+                    break;
+                }
                 // One span per renewal: the stream itself lives as long as the session.
                 let span = rpc_span!("KeepAlive");
                 let reply = svc.renew(&who, msg.session_id, &mut known, &span).instrument(span.clone()).await;
