@@ -397,7 +397,8 @@ async fn a_connection_past_the_per_address_limit_is_closed_before_its_handshake_
 
 /// rustls checks a certificate's validity at the handshake only. A
 /// certificate that expires while its connection stays open is refused on
-/// the next call and on the next renewal of an open keepalive stream.
+/// its next call, and its open keepalive stream ends at the expiry even
+/// with no renewal sent (a 300 s class renews only every 100 s).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_certificate_that_expires_on_an_open_connection_is_refused_on_its_next_call_and_renewal() {
     let app = Appliance::start("tls-expiry", 1).await;
@@ -412,22 +413,23 @@ async fn a_certificate_that_expires_on_an_open_connection_is_refused_on_its_next
     let k = LockKey::parse("svc/expiry").unwrap();
     assert!(!client.inspect(&k).await.unwrap().held);
 
-    // One keepalive stream, renewing the session every second.
+    // One keepalive stream: one renewal, then silence.
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let mut replies = client.rpc().keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
-    let refused = loop {
-        tx.send(holdfast_proto::v1::KeepAliveRequest { session_id: session.id() }).await.unwrap();
-        match replies.message().await {
-            Ok(Some(r)) => assert!(r.ttl_millis > 0, "the session was renewed"),
-            Ok(None) => panic!("the keepalive stream ended without a status"),
-            Err(status) => break status,
-        }
-        assert!(Instant::now() < expires + Duration::from_secs(60), "renewals still answered a minute after the certificate expired");
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    tx.send(holdfast_proto::v1::KeepAliveRequest { session_id: session.id() }).await.unwrap();
+    let renewed = replies.message().await.unwrap().expect("a renewal");
+    assert!(renewed.ttl_millis > 0, "the session was renewed");
+    let ended = tokio::time::timeout(valid + Duration::from_secs(60), replies.message()).await;
+    let refused = match ended {
+        Ok(Err(status)) => status,
+        Ok(Ok(r)) => panic!("the stream answered {r:?} with nothing sent, or ended without a status"),
+        Err(_) => panic!("the stream was still open a minute after the certificate expired"),
     };
     let late = Instant::now().saturating_duration_since(expires);
     eprintln!("the stream was refused {late:?} after the certificate expired");
     assert!(Instant::now() + Duration::from_millis(1500) >= expires, "refused before the certificate expired: {refused:?}");
+    assert!(late < Duration::from_secs(5), "refused {late:?} after the expiry");
+    drop(tx);
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
     assert!(refused.message().contains("client certificate expired at"), "{refused:?}");
     // A call on the same connection is refused the same way.
@@ -444,14 +446,18 @@ async fn a_connection_outlives_its_cas_withdrawal_by_at_most_the_maximum_connect
     let age = Duration::from_secs(60);
     let app = Appliance::start_with("tls-age", 1, &|c| c.limits.max_connection_age = age).await;
     let k = LockKey::parse("svc/age").unwrap();
-    let client = app.client("svc/aged").await;
+    // The clients verify the server with their own copy of the first CA
+    // (which issued the server's certificate): the arbiter's bundle is
+    // about to change, theirs is not.
+    let first = app.dir.path.join("first-ca.pem");
+    std::fs::copy(app.pki.ca.ca_path(), &first).unwrap();
+    let aged = app.pki.workload("aged", "svc/aged");
+    let config = holdfast_client::ClientConfig { ca: first.clone(), ..app.pki.client_config(&app.arbiter.endpoint(), &aged) };
+    let client = holdfast_client::Client::connect(&config).await.unwrap();
     let connected = Instant::now();
     assert!(!client.inspect(&k).await.unwrap().held);
 
     // The bundle now trusts only another CA: new connections from the first are refused.
-    // (The test's own copy of the first CA verifies the server, whose certificate it issued.)
-    let first = app.dir.path.join("first-ca.pem");
-    std::fs::copy(app.pki.ca.ca_path(), &first).unwrap();
     let other = DevCa::open_or_create(&app.dir.path.join("other-ca")).unwrap();
     write_atomically(&app.pki.ca.ca_path(), &std::fs::read(other.ca_path()).unwrap());
     let fresh = app.pki.workload("fresh", "svc/fresh");
@@ -462,7 +468,8 @@ async fn a_connection_outlives_its_cas_withdrawal_by_at_most_the_maximum_connect
     }
     assert!(client.inspect(&k).await.is_ok(), "the open connection carries on for now");
 
-    // Until its age runs out (a minute's grace for calls in flight, none here).
+    // Until its age runs out (plus at most the minute's grace for calls in
+    // flight): then its client reconnects and the arbiter refuses it.
     let refused = loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         if let Err(e) = client.inspect(&k).await {
@@ -472,4 +479,12 @@ async fn a_connection_outlives_its_cas_withdrawal_by_at_most_the_maximum_connect
     };
     eprintln!("the connection ended {:?} after it was made: {refused}", connected.elapsed());
     assert!(connected.elapsed() >= age - Duration::from_secs(1), "ended before its age: {refused}");
+    // The client still trusts the server: the refusal is the arbiter's.
+    assert!(!refused.to_string().contains("invalid peer certificate: BadSignature"), "the client refused the server: {refused}");
+    let trusted = holdfast_client::Client::connect(&holdfast_client::ClientConfig { ca: first, ..config.clone() }).await;
+    let e = match trusted {
+        Ok(c) => c.inspect(&k).await.expect_err("a new connection from the withdrawn CA"),
+        Err(e) => e,
+    };
+    eprintln!("a new connection from the withdrawn CA: {e}");
 }

@@ -150,7 +150,7 @@ impl Access {
     /// session opened without a namespace needs a lock grant somewhere.
     pub fn any_lock_class(&self, spiffe_id: &str) -> Option<&Class> {
         let prefixes = self.lookup(spiffe_id)?.prefixes(Action::Lock);
-        self.classes.values().find(|c| prefixes.iter().any(|p| reaches(p, &c.namespace)))
+        self.classes.iter().find(|(ns, _)| prefixes.iter().any(|p| reaches(p, ns))).map(|(_, c)| c)
     }
 
     /// The node for `identity`, created with its missing ancestors.

@@ -2,7 +2,7 @@
 //! in the arbiter's trust domain (`tls.trust_domain`), and the end of the
 //! certificate's validity. rustls checks validity at the handshake only; a
 //! connection can outlive its certificate, so every call checks it again
-//! ([`expired`]), and a keepalive stream before each renewal.
+//! ([`expired`]), and a keepalive stream ends at the expiry.
 
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};

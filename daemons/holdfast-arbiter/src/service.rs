@@ -184,20 +184,24 @@ impl holdfast_proto::Lock for LockService {
         let mut incoming = req.into_inner();
         let svc = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
+        // The stream ends when the certificate expires, renewal or not (a
+        // class of 300 s renews only every 100 s).
+        let left = Duration::from_secs(u64::try_from(not_after - identity::now()).unwrap_or(0) + 1);
+        let expires = tokio::time::Instant::now() + left;
         tokio::spawn(async move {
             let mut known = Known::new();
             loop {
                 let msg = tokio::select! {
                     m = incoming.next() => m,
                     _ = svc.until_stopping() => None,
+                    _ = tokio::time::sleep_until(expires) => {
+                        let refused = Refusal::unauthenticated(identity::expired(not_after, identity::now()).unwrap_or_default());
+                        finish(&rpc_span!("KeepAlive"), &Err::<(), _>(refused.clone()), |_| "");
+                        let _ = tx.send(Err(refused.into())).await;
+                        break;
+                    }
                 };
                 let Some(Ok(msg)) = msg else { break };
-                if let Some(why) = identity::expired(not_after, identity::now()) {
-                    let refused = Refusal::unauthenticated(why);
-                    finish(&rpc_span!("KeepAlive"), &Err::<(), _>(refused.clone()), |_| "");
-                    let _ = tx.send(Err(refused.into())).await;
-                    break;
-                }
                 // One span per renewal: the stream itself lives as long as the session.
                 let span = rpc_span!("KeepAlive");
                 let reply = svc.renew(&who, msg.session_id, &mut known, &span).instrument(span.clone()).await;

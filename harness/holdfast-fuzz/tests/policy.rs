@@ -261,15 +261,17 @@ fn expected(set: &CompiledSet, id: &str, ns: &str, key: &str, action: Action) ->
 }
 
 /// What `Access::namespace_class` must answer: some applicable lock prefix
-/// is in the namespace.
+/// covers some key of the namespace, i.e. [`expected`] grants Lock on
+/// `ns/k` for some `k`: the prefix is a prefix of `ns/`, or starts with it.
 fn expected_namespace(set: &CompiledSet, id: &str, ns: &str) -> bool {
     let Some(longest) = set.grants.values().filter(|g| g.matches(id)).map(|g| g.identity.len()).max() else { return false };
+    let dir = format!("{ns}/");
     set.classes.contains_key(ns)
         && set
             .grants
             .values()
             .filter(|g| g.matches(id) && g.identity.len() == longest)
-            .any(|g| g.lock.iter().any(|p| p.split_once('/').is_some_and(|(n, _)| n == ns)))
+            .any(|g| g.lock.iter().any(|p| dir.starts_with(p.as_str()) || p.starts_with(&dir)))
 }
 
 /// `Access` answers as [`expected`] says, for every probe. A compiled set
@@ -289,6 +291,9 @@ fn check_access(set: &CompiledSet, probes: &[Probe]) -> Result<(), TestCaseError
         }
         let got = access.namespace_class(&id, &ns);
         prop_assert_eq!(got.is_some(), expected_namespace(set, &id, &ns), "namespace_class({:?}, {:?})", id, ns);
+        // A session without a namespace: some class it may lock in.
+        let anywhere = set.classes.keys().any(|n| expected_namespace(set, &id, n));
+        prop_assert_eq!(access.any_lock_class(&id).is_some(), anywhere, "any_lock_class({:?})", id);
     }
     Ok(())
 }
