@@ -33,6 +33,27 @@ use std::time::{Duration, Instant};
 /// How long the clients run on the restored cluster after the advance.
 const AFTER_ADVANCE: Duration = Duration::from_secs(10);
 
+/// How long a read of the restored clusters is tried again.
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// A read of the restored clusters: right after every member was restored
+/// and restarted they may still be electing a leader, and under a loaded
+/// machine a read then times out (a CI run's restore went unconfirmed on
+/// one such timeout). Tried again every half second for [`SETTLE`].
+async fn settled<T, F: std::future::Future<Output = anyhow::Result<T>>>(what: &str, read: impl Fn() -> F) -> anyhow::Result<T> {
+    let end = Instant::now() + SETTLE;
+    loop {
+        match read().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() < end => {
+                say(&format!("restore: {what} not answered yet ({e:#}); trying again"));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.context(format!("{what}, tried for {} s after the restore", SETTLE.as_secs()))),
+        }
+    }
+}
+
 /// Runs the restore and checks the restored cluster's history; adds to the
 /// summary and returns whether everything passed.
 pub async fn phase(
@@ -64,12 +85,12 @@ pub async fn phase(
         "restored every member from the snapshot of e{} (revision {}) and the coord cluster from its snapshot; both arbiters restarted",
         pending.member, pending.revision
     ));
-    let from = cluster::epoch_of(&setup.cluster.holdfast_etcd().await?).await?;
-    let coord_from = cluster::epoch_of(&setup.cluster.coord_etcd().await?).await?;
+    let c: &cluster::Cluster = setup.cluster;
+    let from = settled("the entity epoch", || async { cluster::epoch_of(&c.holdfast_etcd().await?).await }).await?;
+    let coord_from = settled("the coord epoch", || async { cluster::epoch_of(&c.coord_etcd().await?).await }).await?;
 
     // Clients on fresh keys, racing the arbiters' seal.
     let mut procs = episode::spawn_clients(ep, setup.cluster, args, setup.resource, seed ^ 0x7265_7374_6f72_6521)?;
-    let c: &cluster::Cluster = setup.cluster;
     let restored = Instant::now();
     let sealed_in = wait_for(Duration::from_secs(20), || c.all_sealed()).await.then(|| restored.elapsed());
     let etcd = c.holdfast_etcd().await?;
@@ -77,8 +98,9 @@ pub async fn phase(
     // What `holdfastctl epoch advance-request` reads: the restored record,
     // the allocators (both restored) and every arbiter's report of what it
     // served.
-    let allocated = holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?;
-    let served = c.served_high().await?;
+    let allocated =
+        settled("the allocators", || async { Ok(holdfast_store::epoch::highest_allocated(&etcd, Some(&coord)).await?) }).await?;
+    let served = settled("what the arbiters served", || c.served_high()).await?;
     let highest_known = from.max(allocated).max(served);
     let mutated = args.mutation.as_deref() == Some("advance_from_restored_record");
     let (to, highest_known) = if mutated { (from + 1, from) } else { (highest_known + 1, highest_known) };
@@ -86,7 +108,9 @@ pub async fn phase(
     let advanced = c.approvals.advance(&etcd, &coord, cluster::ENTITY_CLUSTER, (from, to, highest_known), reason).await;
     // The coord cluster's own advance: above everything known, the entity
     // cluster's new epoch included (its allocator is coord's own).
-    let coord_known = coord_from.max(holdfast_store::epoch::highest_allocated(&coord, None).await?).max(served).max(to);
+    let coord_allocated =
+        settled("the coord allocator", || async { Ok(holdfast_store::epoch::highest_allocated(&coord, None).await?) }).await?;
+    let coord_known = coord_from.max(coord_allocated).max(served).max(to);
     let (coord_to, coord_known) = if mutated { (coord_from + 1, coord_from) } else { (coord_known + 1, coord_known) };
     let coord_advanced = c.approvals.advance(&coord, &coord, cluster::COORD_CLUSTER, (coord_from, coord_to, coord_known), reason).await;
     let switched = wait_for(Duration::from_secs(15), || c.all_serving_now(to, coord_to)).await;
