@@ -7,16 +7,11 @@
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-/// Extracts the SPIFFE ID from a DER client certificate. The message of the
-/// error names what is wrong with the certificate and what to issue instead.
-/// An ID of another trust domain is refused even when the CA vouches for it
-/// (one CA may serve several domains).
-pub fn spiffe_id(der: &[u8], trust_domain: &str) -> Result<String, String> {
-    identify(der, trust_domain).map(|(id, _)| id)
-}
-
-/// The SPIFFE ID ([`spiffe_id`]) and the certificate's notAfter, in Unix
-/// seconds.
+/// Extracts the SPIFFE ID from a DER client certificate, and its notAfter
+/// in Unix seconds. The message of the error names what is wrong with the
+/// certificate and what to issue instead. An ID of another trust domain is
+/// refused even when the CA vouches for it (one CA may serve several
+/// domains).
 pub fn identify(der: &[u8], trust_domain: &str) -> Result<(String, i64), String> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("client certificate could not be parsed ({e})"))?;
     let not_after = cert.validity().not_after.timestamp();

@@ -83,8 +83,6 @@ pub fn watch(tls: Tls) -> std::io::Result<()> {
 
 /// The bounds on connections and handshakes (see the module docs).
 pub struct Admission {
-    max_total: u32,
-    max_per_address: u32,
     open: Mutex<Open>,
     handshakes: DefaultDirectRateLimiter,
     handshakes_per_address: DefaultKeyedRateLimiter<IpAddr>,
@@ -113,8 +111,6 @@ impl Admission {
             Quota::per_second(v).allow_burst(v)
         };
         Admission {
-            max_total: config.max_connections,
-            max_per_address: config.max_connections_per_address,
             open: Mutex::default(),
             handshakes: RateLimiter::direct(per_second(config.handshakes_per_second)),
             handshakes_per_address: RateLimiter::keyed(per_second(config.handshakes_per_second_per_address)),
@@ -130,10 +126,10 @@ impl Admission {
     /// connection closes; or why not.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Slot, Turned> {
         let mut open = self.open();
-        if open.total >= self.max_total {
+        if open.total >= self.config.max_connections {
             return Err(Turned::Connections);
         }
-        if open.by_address.get(&peer).copied().unwrap_or(0) >= self.max_per_address {
+        if open.by_address.get(&peer).copied().unwrap_or(0) >= self.config.max_connections_per_address {
             return Err(Turned::ConnectionsFromAddress);
         }
         // The address's bucket first: one address's flood spends its own
