@@ -50,7 +50,14 @@ impl Sources {
     /// subdirectories must exist (a misspelt one would otherwise read as an
     /// empty set).
     pub fn read(dir: &Path) -> Result<Sources, LoadError> {
-        if let Err(source) = std::fs::read_dir(dir) {
+        // Only the two subdirectories are listed: the daemon's user may
+        // pass through `dir` (0711 in packages) without listing it.
+        let source = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => None,
+            Ok(_) => Some(std::io::Error::from(std::io::ErrorKind::NotADirectory)),
+            Err(e) => Some(e),
+        };
+        if let Some(source) = source {
             return Err(LoadError::Unreadable { path: dir.display().to_string(), source });
         }
         let mut sources = Sources::default();

@@ -12,10 +12,16 @@
 //!
 //! The checks run on the open file (`fstat`), so what was checked is what
 //! is read. A refusal says what to change.
+//!
+//! Under systemd a unit may receive a file by `LoadCredential=NAME:PATH`
+//! instead: when `$CREDENTIALS_DIRECTORY/NAME` exists for the file name of
+//! a configured path, that copy is read ([`credential`]). The config keeps
+//! the real path, so `check` run by root reads the real file.
 
+use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What a file is, for the rule that applies to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +59,24 @@ pub enum Refused {
     Insecure(String),
 }
 
-/// Opens `path`, checks its owner and mode on the open file, and reads it.
+/// The copy of `path` that systemd handed this process by `LoadCredential=`:
+/// the file of the same name in `$CREDENTIALS_DIRECTORY`, if there is one.
+pub fn credential(path: &Path) -> Option<PathBuf> {
+    credential_in(std::env::var_os("CREDENTIALS_DIRECTORY").as_deref(), path)
+}
+
+fn credential_in(dir: Option<&OsStr>, path: &Path) -> Option<PathBuf> {
+    let copy = Path::new(dir?).join(path.file_name()?);
+    copy.is_file().then_some(copy)
+}
+
+/// Opens `path` (or its [`credential`] copy), checks its owner and mode on
+/// the open file, and reads it. A file this user may not open says how to
+/// hand it to this user alone.
 pub fn read(path: &Path, kind: Kind) -> Result<Vec<u8>, Refused> {
-    let mut file = std::fs::File::open(path).map_err(Refused::Io)?;
+    let copy = credential(path);
+    let path = copy.as_deref().unwrap_or(path);
+    let mut file = std::fs::File::open(path).map_err(|e| Refused::Io(explain(e, path, kind)))?;
     let meta = file.metadata().map_err(Refused::Io)?;
     if let Some(why) = problem(path, kind, meta.uid(), meta.mode(), nix::unistd::geteuid().as_raw()) {
         return Err(Refused::Insecure(why));
@@ -63,6 +84,24 @@ pub fn read(path: &Path, kind: Kind) -> Result<Vec<u8>, Refused> {
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.read_to_end(&mut bytes).map_err(Refused::Io)?;
     Ok(bytes)
+}
+
+/// A permission error on a key names the fix: each daemon reads its own
+/// keys through its own group (`root:holdfast-arbiter 0640`).
+fn explain(e: std::io::Error, path: &Path, kind: Kind) -> std::io::Error {
+    if e.kind() != std::io::ErrorKind::PermissionDenied || kind != Kind::Secret {
+        return e;
+    }
+    let user = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok().flatten().map(|u| u.name);
+    let user = user.unwrap_or_else(|| format!("uid {}", nix::unistd::geteuid()));
+    std::io::Error::new(
+        e.kind(),
+        format!(
+            "{e}; this runs as {user}: hand the key to this user alone, `chown root:{user} {p} && chmod 0640 {p}`, \
+             or by systemd's LoadCredential=",
+            p = path.display()
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -88,5 +127,30 @@ mod tests {
         assert!(problem(p, Kind::Secret, 0, 0o604, 998).is_some());
         // File type bits are not mode bits.
         assert!(ok(Kind::Secret, 0, 0o100600));
+    }
+
+    #[test]
+    fn a_credential_of_the_same_name_is_read_in_place_of_the_file() {
+        let dir = Scratch(std::env::temp_dir().join(format!("holdfast-tls-credential-{}", std::process::id())));
+        std::fs::create_dir_all(dir.path()).unwrap();
+        let key = Path::new("/etc/holdfast/tls/etcd-tailer-key.pem");
+        assert_eq!(credential_in(None, key), None);
+        assert_eq!(credential_in(Some(dir.path().as_os_str()), key), None, "no such credential");
+        std::fs::write(dir.path().join("etcd-tailer-key.pem"), "k").unwrap();
+        assert_eq!(credential_in(Some(dir.path().as_os_str()), key), Some(dir.path().join("etcd-tailer-key.pem")));
+        assert_eq!(credential_in(Some(dir.path().as_os_str()), Path::new("/")), None, "a path without a file name");
+    }
+
+    /// A directory removed when the test ends.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }

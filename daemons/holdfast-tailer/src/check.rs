@@ -22,6 +22,11 @@ pub fn run(config_path: &Path) -> u8 {
         println!("{}: not created yet (the tailer creates it on start)", dir.display());
         return 0;
     }
+    // systemd makes the unit's StateDirectory= (the store) empty before this runs.
+    if dir.read_dir().is_ok_and(|mut entries| entries.next().is_none()) {
+        println!("{}: empty (the tailer creates the store on start)", dir.display());
+        return 0;
+    }
     match (holdfast_audit::store::read_checkpoint(dir), holdfast_audit::store::read_events(dir)) {
         (Ok(checkpoint), Ok(events)) => {
             match checkpoint {
