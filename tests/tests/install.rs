@@ -182,13 +182,13 @@ for who in alice bob; do ssh-keygen -q -t ed25519 -N '' -C $who -f /root/dr-keys
 for who in alice bob; do
   printf '[approver.%s]\nroles = ["dr-operator"]\nkeys = ["%s"]\n' $who "$(cat /root/dr-keys/$who.pub)"
 done > /root/approvers.toml
-install -m 0640 -g holdfast /root/approvers.toml /etc/holdfast/approvers.toml
+install -m 0644 /root/approvers.toml /etc/holdfast/approvers.toml
 cd /root/holdfast-ca
 install -m 0644 etcd-holdfast-epoch.pem /etc/holdfast/tls/etcd-epoch.pem
-install -m 0640 -g holdfast etcd-holdfast-epoch-key.pem /etc/holdfast/tls/etcd-epoch-key.pem
+install -m 0640 -g holdfast-epoch etcd-holdfast-epoch-key.pem /etc/holdfast/tls/etcd-epoch-key.pem
 install -m 0644 holdfast-ca.pem /etc/holdfast/tls/holdfast-ca.pem
 install -m 0644 operator.pem /etc/holdfast/tls/dr-operator.pem
-install -m 0640 -g holdfast operator-key.pem /etc/holdfast/tls/dr-operator-key.pem
+install -m 0640 -g holdfast-epoch operator-key.pem /etc/holdfast/tls/dr-operator-key.pem
 cat > /etc/holdfast/epoch-advance.env <<'ENV'
 HOLDFAST_ETCD_ENDPOINT=https://127.0.0.1:2379
 HOLDFAST_ETCD_CA=/etc/holdfast/tls/etcd-ca.pem
@@ -199,7 +199,7 @@ HOLDFAST_CA=/etc/holdfast/tls/holdfast-ca.pem
 HOLDFAST_CERT=/etc/holdfast/tls/dr-operator.pem
 HOLDFAST_KEY=/etc/holdfast/tls/dr-operator-key.pem
 ENV
-chmod 0640 /etc/holdfast/epoch-advance.env
+chmod 0600 /etc/holdfast/epoch-advance.env
 set -a; . /etc/holdfast/epoch-advance.env; set +a
 holdfastctl epoch advance-request --unsealed --requester alice --reason 'install test' \
   --approvers /etc/holdfast/approvers.toml --state-dir /var/lib/holdfast"#;
@@ -218,6 +218,72 @@ for i in $(seq 60); do
   sleep 0.5
 done
 echo "$s""#;
+
+/// Tries, as whoever runs it, to open each path for reading (a directory:
+/// to list it) and for writing (a file: for appending, writing nothing; a
+/// directory: to create a file in it, removed at once). One line per path:
+/// `r`/`w` allowed, `-` refused with EACCES, `?` and the error otherwise.
+const PROBE: &str = r#"#!/bin/sh
+try() { if err=$("$@" 2>&1 >/dev/null); then printf '%s' "$2"; else case $err in *'Permission denied'*) printf -;; *) printf '?%s' "$err";; esac; fi; }
+readable() { if [ -d "$2" ]; then ls "$2"; else cat "$2"; fi; }
+writable() { if [ -d "$2" ]; then t=$(mktemp -p "$2" .probe.XXXXXX) && rm -f "$t"; else true >> "$2"; fi; }
+for p in "$@"; do printf '%s%s %s\n' "$(try readable r "$p")" "$(try writable w "$p")" "$p"; done
+"#;
+
+/// The users the privilege matrix probes as: (row, setpriv arguments).
+/// Each daemon as its unit runs it (its own user, the unit's Group=, no
+/// other group), and an operator in group holdfast-audit.
+const MATRIX_USERS: &[(&str, &str)] = &[
+    ("root", "--reuid=root --regid=root --clear-groups"),
+    ("arbiter", "--reuid=holdfast-arbiter --regid=holdfast-arbiter --clear-groups"),
+    ("controller", "--reuid=holdfast-controller --regid=holdfast-controller --clear-groups"),
+    ("tailer", "--reuid=holdfast-tailer --regid=holdfast-audit --clear-groups"),
+    ("epoch", "--reuid=holdfast-epoch --regid=holdfast-epoch --clear-groups"),
+    ("etcd", "--reuid=holdfast-etcd --regid=holdfast-etcd --clear-groups"),
+    ("auditor", "--reuid=auditor --regid=auditor --init-groups"),
+];
+
+/// Every credential, trust and state path of the installed host: who may
+/// read it and who may write it (besides root, who may do both). `*` is
+/// everyone. Everything else must be refused with EACCES.
+const MATRIX: &[(&str, &str, &str)] = &[
+    // Keys: each daemon's alone; the tailer's and the defrag's are root's (LoadCredential=).
+    ("/etc/holdfast/tls/arbiter-key.pem", "arbiter", ""),
+    ("/etc/holdfast/tls/etcd-arbiter-key.pem", "arbiter", ""),
+    ("/etc/holdfast/tls/etcd-controller-key.pem", "controller", ""),
+    ("/etc/holdfast/tls/etcd-tailer-key.pem", "", ""),
+    ("/etc/holdfast/tls/etcd-a1-key.pem", "etcd", ""),
+    ("/etc/holdfast/tls/etcd-defrag-key.pem", "", ""),
+    ("/etc/holdfast/tls/etcd-epoch-key.pem", "epoch", ""),
+    ("/etc/holdfast/tls/dr-operator-key.pem", "epoch", ""),
+    ("/root/holdfast-ca/etcd-root-key.pem", "", ""),
+    ("/etc/holdfast/epoch-advance.env", "", ""),
+    ("/etc/holdfast/etcd/etcd-a1.env", "", ""),
+    // Trust and config: anyone may read what is public, nobody but root writes.
+    ("/etc/holdfast/tls/clients-ca.pem", "*", ""),
+    ("/etc/holdfast/tls/etcd-ca.pem", "*", ""),
+    ("/etc/holdfast/approvers.toml", "*", ""),
+    ("/etc/holdfast/arbiter.toml", "*", ""),
+    ("/etc/holdfast/controller.toml", "*", ""),
+    ("/etc/holdfast/tailer.toml", "*", ""),
+    ("/etc/holdfast", "", ""),
+    ("/etc/holdfast/tls", "", ""),
+    ("/etc/holdfast/classes.d", "controller", ""),
+    ("/etc/holdfast/grants.d", "controller", ""),
+    ("/etc/holdfast/classes.d/demo.toml", "controller", ""),
+    // The two-person epoch advance: requests, signatures and the record.
+    ("/var/lib/holdfast", "*", ""),
+    ("/var/lib/holdfast/requests", "*", ""),
+    ("REQUEST", "*", ""),
+    ("SIGNATURE", "*", ""),
+    ("/var/lib/holdfast/epochs.log", "*", "epoch"),
+    // State: each daemon's own.
+    ("/var/lib/holdfast/arbiter", "arbiter", "arbiter"),
+    ("/var/lib/holdfast/arbiter/served", "arbiter", "arbiter"),
+    ("/var/lib/holdfast/audit", "tailer auditor", "tailer"),
+    ("SEGMENT", "tailer auditor", "tailer"),
+    ("/var/lib/holdfast-etcd/etcd-a1", "etcd", "etcd"),
+];
 
 const HEALTHY: &str = "export HOLDFAST_ENDPOINT=127.0.0.1:7420 HOLDFAST_CA=/root/holdfast-ca/holdfast-ca.pem \
 HOLDFAST_CERT=/root/holdfast-ca/operator.pem HOLDFAST_KEY=/root/holdfast-ca/operator-key.pem; \
@@ -403,6 +469,73 @@ fn fresh_host_installs_and_runs_under_systemd() {
         must(&c, "lock after the advance", LOCK);
     });
 
+    // Least privilege: every daemon user, every credential and state path.
+    clock.step("privilege matrix: each daemon reaches its own files only", || {
+        must(
+            &c,
+            "a defrag key, an auditor, the probe",
+            &format!(
+                "install -m 0644 /root/holdfast-ca/etcd-root.pem /etc/holdfast/tls/etcd-defrag.pem
+                 install -m 0600 /root/holdfast-ca/etcd-root-key.pem /etc/holdfast/tls/etcd-defrag-key.pem
+                 id auditor >/dev/null 2>&1 || useradd --system --no-create-home -G holdfast-audit auditor
+                 cat > /usr/local/bin/holdfast-probe <<'PROBE'\n{PROBE}PROBE
+                 chmod 0755 /usr/local/bin/holdfast-probe"
+            ),
+        );
+        let find = |what: &str, cmd: &str| must(&c, what, cmd).stdout.lines().next().unwrap_or_default().trim().to_string();
+        let request = find("a request", "ls /var/lib/holdfast/requests/*.toml");
+        let signature = find("a signature", "ls /var/lib/holdfast/requests/*.sig");
+        let segment = find("an audit store file", "find /var/lib/holdfast/audit -type f | sort | head -1");
+        let served = find("the arbiter's state file", "find /var/lib/holdfast/arbiter -type f | sort | head -1");
+        assert!(!request.is_empty() && !signature.is_empty() && !segment.is_empty() && !served.is_empty(), "a path to probe is missing");
+        let path = |p: &str| match p {
+            "REQUEST" => request.clone(),
+            "SIGNATURE" => signature.clone(),
+            "SEGMENT" => segment.clone(),
+            "/var/lib/holdfast/arbiter/served" => served.clone(),
+            other => other.to_string(),
+        };
+        let paths: Vec<String> = MATRIX.iter().map(|(p, _, _)| path(p)).collect();
+        let mut wrong = Vec::new();
+        let mut table = String::new();
+        for (row, how) in MATRIX_USERS {
+            let out = must(&c, &format!("probe as {row}"), &format!("setpriv {how} /usr/local/bin/holdfast-probe {}", paths.join(" ")));
+            let lines: Vec<&str> = out.stdout.lines().collect();
+            assert_eq!(lines.len(), MATRIX.len(), "the probe as {row}:\n{out}");
+            table.push_str(&format!("   {row:<11}"));
+            for ((name, readers, writers), line) in MATRIX.iter().zip(lines) {
+                let (got, p) = line.split_once(' ').expect("probe line");
+                assert_eq!(p, path(name), "probe output order");
+                let may = |who: &str| *row == "root" || who == "*" || who.split_whitespace().any(|w| w == *row);
+                let want = format!("{}{}", if may(readers) { "r" } else { "-" }, if may(writers) { "w" } else { "-" });
+                table.push_str(&format!(" {got}"));
+                if got != want {
+                    wrong.push(format!("{row} on {p}: {got}, expected {want}"));
+                }
+            }
+            table.push('\n');
+        }
+        eprintln!("   columns: {}\n{table}", MATRIX.iter().map(|(p, _, _)| *p).collect::<Vec<_>>().join(", "));
+        assert!(wrong.is_empty(), "the privilege matrix differs:\n{}", wrong.join("\n"));
+        // A key another daemon's user may not open is refused with the fix.
+        let refused = c
+            .sh("setpriv --reuid=holdfast-controller --regid=holdfast-controller --clear-groups holdfast-arbiter check --config /etc/holdfast/arbiter.toml")
+            .expect("check as another daemon");
+        assert!(
+            !refused.ok() && refused.stderr.contains("chown root:holdfast-controller /etc/holdfast/tls/"),
+            "the arbiter's check as holdfast-controller names the fix:\n{refused}"
+        );
+        // The group holdfast-audit reads the audit trail.
+        let audit = must(&c, "holdfastctl audit as an auditor", "setpriv --reuid=auditor --regid=auditor --init-groups holdfastctl audit --store /var/lib/holdfast/audit --json");
+        assert!(
+            audit.stdout.contains("\"grant\"") && audit.stdout.contains("\"demo/install-test\""),
+            "holdfastctl audit as a member of holdfast-audit shows the grants taken so far:\n{audit}"
+        );
+        // The defrag unit defragments with the root-role key it alone receives, as a user of its own.
+        must(&c, "defrag as a DynamicUser with its credential", "systemctl start holdfast-etcd-defrag@etcd-a1.service");
+        assert_eq!(show(&c, "holdfast-etcd-defrag@etcd-a1.service", "Result"), "success", "{}", diagnostics(&c));
+    });
+
     // The socket stays open while the arbiter restarts: no call is refused.
     clock.step("restart the socket-activated arbiter under client loops", || {
         // Two loops for 12 s across two restarts: bare TCP connects (a
@@ -499,7 +632,7 @@ fn fresh_host_installs_and_runs_under_systemd() {
         }
         let listed = must(&c, "list units", "systemctl daemon-reload; systemctl list-unit-files --no-legend 'holdfast*' || true").stdout;
         assert!(listed.trim().is_empty(), "units left after the purge:\n{listed}");
-        must(&c, "the system user stays", "getent passwd holdfast");
+        must(&c, "the system users stay", "getent passwd holdfast-arbiter holdfast-etcd");
     });
     clock.summary();
 }

@@ -681,13 +681,16 @@ fn rpms_install_into_a_root_with_their_scripts() {
     for u in &users {
         assert!(passwd.lines().any(|l| l.starts_with(&format!("{u}:"))), "%post did not create user {u}:\n{passwd}");
     }
-    // …and systemd-tmpfiles: /etc/holdfast is root:holdfast 0750.
+    assert!(!users.contains("holdfast"), "the shared holdfast user is back: {users:?}");
+    for daemon in ["holdfast-arbiter", "holdfast-controller", "holdfast-tailer", "holdfast-epoch", "holdfast-etcd"] {
+        assert!(users.contains(daemon), "no user {daemon} in the packages' sysusers.d: {users:?}");
+    }
+    // …and systemd-tmpfiles: /etc/holdfast is root:root 0711, the audit readers' group exists.
     let etc = std::fs::metadata(root.join("etc/holdfast")).expect("/etc/holdfast in the root");
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(etc.mode() & 0o7777, 0o750, "/etc/holdfast mode after %post");
+    assert_eq!((etc.mode() & 0o7777, etc.uid(), etc.gid()), (0o711, 0, 0), "/etc/holdfast (mode, uid, gid) after %post");
     let group = std::fs::read_to_string(root.join("etc/group")).expect("group");
-    let gid = group.lines().find(|l| l.starts_with("holdfast:")).and_then(|l| l.split(':').nth(2)).and_then(|g| g.parse::<u32>().ok());
-    assert_eq!(Some(etc.gid()), gid, "/etc/holdfast's group is holdfast:\n{group}");
+    assert!(group.lines().any(|l| l.starts_with("holdfast-audit:")), "%post did not create group holdfast-audit:\n{group}");
     // …and applied the presets offline: nothing is enabled.
     let wants: Vec<String> = walk(&root.join("etc/systemd/system")).into_iter().filter(|p| p.contains("holdfast")).collect();
     assert!(wants.is_empty(), "units enabled by the rpm scripts: {wants:?}");

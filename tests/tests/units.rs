@@ -303,22 +303,56 @@ fn sysusers_and_tmpfiles_apply_and_provide_every_unit_user() {
     let group = std::fs::read_to_string(root.path().join("etc/group")).unwrap();
     let users: Vec<&str> = passwd.lines().filter_map(|l| l.split(':').next()).collect();
     let groups: Vec<&str> = group.lines().filter_map(|l| l.split(':').next()).collect();
-    for name in unit_files() {
-        for (k, v) in directives(&unit_text(&name)) {
-            if k == "User" {
-                assert!(users.contains(&v.as_str()), "{name}: User={v} is not created by sysusers.d ({passwd})");
-            }
-            if k == "Group" {
-                assert!(groups.contains(&v.as_str()), "{name}: Group={v} is not created by sysusers.d ({group})");
-            }
-        }
+    // One user per daemon, each the only member of its group; no shared user.
+    assert!(!users.contains(&"holdfast") && !groups.contains(&"holdfast"), "the shared holdfast user is back:\n{passwd}{group}");
+    for line in group.lines() {
+        let members = line.rsplit(':').next().unwrap_or_default();
+        assert!(members.is_empty(), "no holdfast user is in another group (PrivateUsers= would hide it): {line}");
     }
-    // holdfast-etcd reads its keys in /etc/holdfast/tls through group holdfast.
-    let line = group.lines().find(|l| l.starts_with("holdfast:")).expect("group holdfast");
-    assert!(
-        line.rsplit(':').next().unwrap_or_default().split(',').any(|m| m == "holdfast-etcd"),
-        "holdfast-etcd not in group holdfast: {line}"
-    );
+    let mut unit_users = Vec::new();
+    for name in unit_files() {
+        let d = directives(&unit_text(&name));
+        let value = |key: &str| d.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        if let Some(v) = value("User") {
+            assert!(users.contains(&v.as_str()), "{name}: User={v} is not created by sysusers.d ({passwd})");
+            unit_users.push((name.clone(), v));
+        }
+        if let Some(v) = value("Group") {
+            assert!(groups.contains(&v.as_str()), "{name}: Group={v} is not created by sysusers.d ({group})");
+        }
+        assert!(
+            value("ConfigurationDirectory").is_none() && value("ConfigurationDirectoryMode").is_none(),
+            "{name}: ConfigurationDirectory= would re-mode /etc/holdfast on every start"
+        );
+    }
+    let user_of = |unit: &str| unit_users.iter().find(|(n, _)| n == unit).map(|(_, u)| u.as_str());
+    for (unit, user) in [
+        ("holdfast-arbiter.service", "holdfast-arbiter"),
+        ("holdfast-controller.service", "holdfast-controller"),
+        ("holdfast-tailer.service", "holdfast-tailer"),
+        ("holdfast-epoch-advance@.service", "holdfast-epoch"),
+        ("holdfast-etcd@.service", "holdfast-etcd"),
+        ("holdfast-risk-register.service", "holdfast-controller"),
+    ] {
+        assert_eq!(user_of(unit), Some(user), "{unit} runs as its own user");
+    }
+    // The defrag unit's root-role key is root's alone, handed by LoadCredential= to a user of its own.
+    let defrag = directives(&unit_text("holdfast-etcd-defrag@.service"));
+    assert!(defrag.contains(&("DynamicUser".into(), "yes".into())), "defrag runs as a DynamicUser=");
+    assert!(defrag.iter().any(|(k, v)| k == "LoadCredential" && v == "etcd-defrag-key.pem:/etc/holdfast/tls/etcd-defrag-key.pem"));
+    let tailer = directives(&unit_text("holdfast-tailer.service"));
+    for want in [
+        ("Group", "holdfast-audit"),
+        ("StateDirectory", "holdfast/audit"),
+        ("StateDirectoryMode", "0750"),
+        ("UMask", "0027"),
+        ("LoadCredential", "etcd-tailer-key.pem:/etc/holdfast/tls/etcd-tailer-key.pem"),
+    ] {
+        assert!(tailer.contains(&(want.0.into(), want.1.into())), "holdfast-tailer.service lacks {}={}", want.0, want.1);
+    }
+    let arbiter = directives(&unit_text("holdfast-arbiter.service"));
+    assert!(arbiter.contains(&("StateDirectory".into(), "holdfast/arbiter".into())));
+    assert!(arbiter.contains(&("StateDirectoryMode".into(), "0700".into())));
 
     let tmpfiles = systemd_dir().join("tmpfiles.d/holdfast.conf");
     let out = Command::new(tool("systemd-tmpfiles"))
@@ -334,10 +368,23 @@ fn sysusers_and_tmpfiles_apply_and_provide_every_unit_user() {
         String::from_utf8_lossy(&out.stderr)
     );
     use std::os::unix::fs::MetadataExt;
-    let gid: u32 = line.split(':').nth(2).unwrap().parse().unwrap();
-    for d in ["etc/holdfast", "etc/holdfast/tls"] {
-        let m = std::fs::metadata(root.path().join(d)).unwrap();
-        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o750, 0, gid), "/{d} must be root:holdfast 0750");
+    let id = |file: &str, name: &str| -> u32 {
+        let text = if file == "passwd" { &passwd } else { &group };
+        let line = text.lines().find(|l| l.starts_with(&format!("{name}:"))).unwrap_or_else(|| panic!("{name} in /etc/{file}"));
+        line.split(':').nth(2).unwrap().parse().unwrap()
+    };
+    for (path, mode, uid, gid) in [
+        ("etc/holdfast", 0o711, 0, 0),
+        ("etc/holdfast/tls", 0o711, 0, 0),
+        ("etc/holdfast/classes.d", 0o750, 0, id("group", "holdfast-controller")),
+        ("etc/holdfast/grants.d", 0o750, 0, id("group", "holdfast-controller")),
+        ("etc/holdfast/etcd", 0o750, 0, 0),
+        ("var/lib/holdfast", 0o755, 0, 0),
+        ("var/lib/holdfast/requests", 0o755, 0, 0),
+        ("var/lib/holdfast/epochs.log", 0o644, id("passwd", "holdfast-epoch"), 0),
+    ] {
+        let m = std::fs::metadata(root.path().join(path)).unwrap_or_else(|e| panic!("/{path}: {e}"));
+        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (mode, uid, gid), "/{path}: (mode, uid, gid)");
     }
 }
 
