@@ -2,6 +2,12 @@
 //!
 //! - `ansible-lint --profile production` finds nothing (warnings included).
 //! - `ansible-playbook --syntax-check` passes for every playbook.
+//! - One user per daemon (the packages' sysusers.d): no file in ansible/
+//!   names the old shared `holdfast` user or group; each file the roles and
+//!   playbooks write has the owner, group and mode the packages give it
+//!   (keys readable by their own daemon's group alone, the tailer's
+//!   root-only for its `LoadCredential=`), and a new tailer key restarts
+//!   the tailer.
 //! - `classes.yml`, run for real against localhost (`ansible_connection=local`)
 //!   with the policy directory in a temp dir and the workspace's
 //!   `holdfastctl`: a good class set is deployed byte for byte; a set with one
@@ -136,7 +142,8 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// Runs classes.yml against localhost with the class set in `src`, deploying
 /// into `policy`. Owner and group are left as they are (null): the test runs
-/// as whoever runs it, and group holdfast need not exist here.
+/// as whoever runs it, and group holdfast-controller (the role's default)
+/// need not exist here.
 fn run_classes(work: &Path, src: &Path, policy: &Path) -> Output {
     let python = Path::new(ANSIBLE_VENV).join("python3");
     let inventory = work.join("inventory.yml");
@@ -222,4 +229,136 @@ fn classes_yml_refuses_a_bad_class_set_and_changes_nothing() {
         "the failure does not come from holdfastctl class check naming the bad file:\n{all}"
     );
     assert!(snapshot(&policy) == before, "classes.yml changed {} although the class set was refused", policy.display());
+}
+
+/// The lines of the task (or play item) named `name` in `text`: from its
+/// `- name:` line to the next line indented as far or less.
+fn task<'a>(text: &'a str, file: &str, name: &str) -> Vec<&'a str> {
+    let head = format!("- name: {name}");
+    let mut lines = text.lines().skip_while(|l| l.trim_start() != head);
+    let first = lines.next().unwrap_or_else(|| panic!("{file}: no task named {name:?}"));
+    let indent = first.len() - first.trim_start().len();
+    let body = lines.take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent);
+    std::iter::once(first).chain(body).map(str::trim).collect()
+}
+
+#[test]
+fn every_file_has_its_own_daemons_group() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("dir entry")) {
+            let path = entry.path();
+            if path.is_dir() && entry.file_name() != ".ansible" {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&ansible_dir(), &mut files);
+    assert!(files.len() > 20, "ansible/ should hold the roles and playbooks: {files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read");
+        for (n, line) in text.lines().enumerate() {
+            let l = line.trim().trim_start_matches("- ");
+            for key in ["owner:", "group:", "holdfast_classes_owner:", "holdfast_classes_group:"] {
+                if let Some(v) = l.strip_prefix(key) {
+                    let v = v.trim().trim_matches('"').trim_matches('\'');
+                    assert_ne!(v, "holdfast", "{}:{}: the shared holdfast user is gone (one user per daemon):\n{line}", f.display(), n + 1);
+                }
+            }
+        }
+    }
+
+    let read = |rel: &str| std::fs::read_to_string(ansible_dir().join(rel)).unwrap_or_else(|e| panic!("ansible/{rel}: {e}"));
+    // The TLS files each role copies: (file, the item as written there).
+    let tls = [
+        ("roles/holdfast_arbiter/vars/main.yml", r#"dest: arbiter.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_arbiter/vars/main.yml", r#"dest: arbiter-key.pem, group: holdfast-arbiter, mode: "0640""#),
+        ("roles/holdfast_arbiter/vars/main.yml", r#"dest: clients-ca.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_arbiter/vars/main.yml", r#"dest: etcd-ca.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_arbiter/vars/main.yml", r#"dest: etcd-arbiter.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_arbiter/vars/main.yml", r#"dest: etcd-arbiter-key.pem, group: holdfast-arbiter, mode: "0640""#),
+        ("roles/holdfast_controller/vars/main.yml", r#"dest: etcd-ca.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_controller/vars/main.yml", r#"dest: etcd-controller.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_controller/vars/main.yml", r#"dest: etcd-controller-key.pem, group: holdfast-controller, mode: "0640""#),
+        ("roles/holdfast_tailer/vars/main.yml", r#"dest: etcd-ca.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_tailer/vars/main.yml", r#"dest: etcd-tailer.pem, group: root, mode: "0644""#),
+        ("roles/holdfast_tailer/vars/main.yml", r#"dest: etcd-tailer-key.pem, group: root, mode: "0600""#),
+        ("roles/holdfast_etcd/vars/main.yml", "'dest': 'etcd-ca.pem', 'group': 'root', 'mode': '0644'"),
+        ("roles/holdfast_etcd/vars/main.yml", "'dest': holdfast_etcd_member ~ '.pem', 'group': 'root', 'mode': '0644'"),
+        ("roles/holdfast_etcd/vars/main.yml", "'dest': holdfast_etcd_member ~ '-key.pem', 'group': 'holdfast-etcd', 'mode': '0640'"),
+        ("roles/holdfast_etcd/vars/main.yml", "'dest': 'etcd-defrag.pem', 'group': 'root', 'mode': '0644'"),
+        ("roles/holdfast_etcd/vars/main.yml", "'dest': 'etcd-defrag-key.pem', 'group': 'root', 'mode': '0600'"),
+    ];
+    for (file, item) in tls {
+        assert!(read(file).contains(item), "ansible/{file} should copy {item}");
+    }
+    // (file, task, lines it must hold).
+    let tasks: &[(&str, &str, &[&str])] = &[
+        (
+            "roles/holdfast_arbiter/tasks/main.yml",
+            "Copy the TLS material",
+            &["owner: root", r#"group: "{{ item.group }}""#, r#"mode: "{{ item.mode }}""#, "notify: reload holdfast-arbiter"],
+        ),
+        (
+            "roles/holdfast_controller/tasks/main.yml",
+            "Copy the etcd client TLS material",
+            &["owner: root", r#"group: "{{ item.group }}""#, r#"mode: "{{ item.mode }}""#],
+        ),
+        // LoadCredential= copies the key at start: a reload would not pass it on.
+        (
+            "roles/holdfast_tailer/tasks/main.yml",
+            "Copy the etcd client TLS material",
+            &["owner: root", r#"group: "{{ item.group }}""#, r#"mode: "{{ item.mode }}""#, "notify: restart holdfast-tailer"],
+        ),
+        ("roles/holdfast_tailer/handlers/main.yml", "Restart holdfast-tailer", &["state: restarted", "listen: restart holdfast-tailer"]),
+        (
+            "roles/holdfast_etcd/tasks/main.yml",
+            "Copy the member's TLS material",
+            &["owner: root", r#"group: "{{ item.group }}""#, r#"mode: "{{ item.mode }}""#],
+        ),
+        (
+            "roles/holdfast_arbiter/tasks/main.yml",
+            "Render arbiter.toml (validated by holdfast-arbiter check)",
+            &["owner: root", "group: holdfast-arbiter", r#"mode: "0640""#],
+        ),
+        (
+            "roles/holdfast_controller/tasks/main.yml",
+            "Render controller.toml (validated by holdfast-controller check)",
+            &["owner: root", "group: holdfast-controller", r#"mode: "0640""#],
+        ),
+        (
+            "roles/holdfast_tailer/tasks/main.yml",
+            "Render tailer.toml (validated by holdfast-tailer check)",
+            &["owner: root", "group: holdfast-audit", r#"mode: "0640""#],
+        ),
+        (
+            "roles/holdfast_classes/tasks/main.yml",
+            "Create the policy directories",
+            &[r#"owner: "{{ holdfast_classes_owner }}""#, r#"group: "{{ holdfast_classes_group }}""#, r#"mode: "0750""#],
+        ),
+        (
+            "roles/holdfast_classes/tasks/main.yml",
+            "Deploy the checked set",
+            &[r#"group: "{{ holdfast_classes_group }}""#, r#"mode: "0640""#, r#"directory_mode: "0750""#],
+        ),
+        ("epoch-advance.yml", "Create the requests directory", &["owner: root", "group: root", r#"mode: "0755""#]),
+        ("epoch-advance.yml", "Copy the request and its signatures", &["owner: root", "group: root", r#"mode: "0644""#]),
+        ("force-release.yml", "Create the requests directory", &["owner: root", "group: root", r#"mode: "0755""#]),
+        ("force-release.yml", "Copy the request and its signatures", &["owner: root", "group: root", r#"mode: "0644""#]),
+    ];
+    for (file, name, want) in tasks {
+        let text = read(file);
+        let got = task(&text, file, name);
+        for w in *want {
+            assert!(got.contains(w), "ansible/{file}, task {name:?} should hold `{w}`:\n{}", got.join("\n"));
+        }
+    }
+    let defaults = read("roles/holdfast_classes/defaults/main.yml");
+    assert!(
+        defaults.lines().any(|l| l == "holdfast_classes_owner: root")
+            && defaults.lines().any(|l| l == "holdfast_classes_group: holdfast-controller"),
+        "the class set is root:holdfast-controller by default:\n{defaults}"
+    );
 }

@@ -25,7 +25,10 @@
 //!   tailer, socket and arbiter active on every entity host, their rendered
 //!   configurations naming the coord cluster; `holdfastctl health` SERVING
 //!   and `holdfastctl lock exec` granted through each host's arbiter, for an
-//!   entity-tier and a coord-tier class. A second run changes nothing
+//!   entity-tier and a coord-tier class. The files under /etc/holdfast
+//!   have the packages' owners and modes (one user per daemon: each key
+//!   readable by its own daemon's group alone, the tailer's root-only for
+//!   its LoadCredential=). A second run changes nothing
 //!   (`changed=0` on every host in the PLAY RECAP).
 //! - Then `rolling-restart.yml` (every etcd member of both clusters, then
 //!   every arbiter, one host at a time, each gated on health) while a
@@ -37,7 +40,8 @@
 //!   `/sys/epochs` keep their mod revisions; with two it advances the entity
 //!   cluster above every allocated epoch (coord 1, entity 2 → 3), and every
 //!   arbiter serves the entity tier at epoch 3 and the coord tier at
-//!   epoch 1, each on its own cluster.
+//!   epoch 1, each on its own cluster. The request and signatures the
+//!   playbook copied are root:root 0644 in a root:root 0755 directory.
 //!
 //! Needs root, debootstrap, systemd-container, openssl, ssh and the
 //! ansible venv from scripts/install-deps; a Debian mirror the first time
@@ -534,6 +538,22 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
         }
     });
 
+    // The files the roles wrote, as the packages lay them out: one user
+    // per daemon, each key readable by its own daemon's group alone.
+    clock.step("the files under /etc/holdfast: one user per daemon", || {
+        for (i, (host, _, _)) in HOSTS.iter().enumerate() {
+            let (member_env, member_cert, member_key) =
+                (format!("etcd/{host}.env"), format!("tls/{host}.pem"), format!("tls/{host}-key.pem"));
+            let mut want: Vec<(&str, &str)> = ETC_LAYOUT.to_vec();
+            want.extend([
+                (member_env.as_str(), "640 root:root"),
+                (member_cert.as_str(), "644 root:root"),
+                (member_key.as_str(), "640 root:holdfast-etcd"),
+            ]);
+            assert_layout(&cs, i, "/etc/holdfast", &want);
+        }
+    });
+
     clock.step("a lock through each host's arbiter", || {
         for (i, (_, _, addr)) in HOSTS.iter().enumerate() {
             for f in ["holdfast-ca.pem", "operator.pem", "operator-key.pem"] {
@@ -665,6 +685,14 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             );
         }
         assert_ne!(epoch_record(&ns, &w), before, "the advance wrote neither /sys/epoch nor /sys/epochs");
+        // The playbook's copies: written by root, public.
+        let (sig_a, sig_b) = (format!("{request}.alice.sig"), format!("{request}.bob.sig"));
+        assert_layout(
+            &cs,
+            0,
+            "/var/lib/holdfast/requests",
+            &[(".", "755 root:root"), (request.as_str(), "644 root:root"), (sig_a.as_str(), "644 root:root"), (sig_b.as_str(), "644 root:root")],
+        );
         // The coord cluster's epoch was initialised first (1), the entity
         // cluster's allocated there (2); the advance goes above both (3).
         // Each tier on its own cluster, both serving (up to 30 s after the
@@ -696,9 +724,50 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
     drop(ns);
 }
 
-/// On etcd-a1: two dr-operators' keys and approvers.toml, the unit's
-/// credentials (/etc/holdfast/epoch-advance.env: the holdfast-epoch etcd
-/// user, and every arbiter with the operator's certificate), and a request
+/// What the roles leave under /etc/holdfast on every entity host (the
+/// member's env file and TLS files added per host): `MODE OWNER:GROUP` as
+/// `stat -c '%a %U:%G'` prints it.
+const ETC_LAYOUT: &[(&str, &str)] = &[
+    (".", "711 root:root"),
+    ("tls", "711 root:root"),
+    ("etcd", "750 root:root"),
+    ("classes.d", "750 root:holdfast-controller"),
+    ("grants.d", "750 root:holdfast-controller"),
+    ("classes.d/demo.toml", "640 root:holdfast-controller"),
+    ("grants.d/ops.toml", "640 root:holdfast-controller"),
+    ("arbiter.toml", "640 root:holdfast-arbiter"),
+    ("controller.toml", "640 root:holdfast-controller"),
+    ("tailer.toml", "640 root:holdfast-audit"),
+    ("tls/etcd-ca.pem", "644 root:root"),
+    ("tls/clients-ca.pem", "644 root:root"),
+    ("tls/arbiter.pem", "644 root:root"),
+    ("tls/arbiter-key.pem", "640 root:holdfast-arbiter"),
+    ("tls/etcd-arbiter.pem", "644 root:root"),
+    ("tls/etcd-arbiter-key.pem", "640 root:holdfast-arbiter"),
+    ("tls/etcd-controller.pem", "644 root:root"),
+    ("tls/etcd-controller-key.pem", "640 root:holdfast-controller"),
+    ("tls/etcd-tailer.pem", "644 root:root"),
+    ("tls/etcd-tailer-key.pem", "600 root:root"),
+];
+
+/// Asserts each `(path under dir, "MODE OWNER:GROUP")` on host `i`.
+fn assert_layout(cs: &[Container], i: usize, dir: &str, want: &[(&str, &str)]) {
+    let paths = want.iter().map(|(p, _)| format!("'{dir}/{p}'")).collect::<Vec<_>>().join(" ");
+    let got = must(cs, i, "stat", &format!("stat -c '%a %U:%G' {paths}")).stdout;
+    let got: Vec<&str> = got.lines().collect();
+    let wrong: Vec<String> = want
+        .iter()
+        .zip(got.iter().chain(std::iter::repeat(&"?")))
+        .filter(|((_, w), g)| w != *g)
+        .map(|((p, w), g)| format!("{dir}/{p}: {g}, want {w}"))
+        .collect();
+    assert!(wrong.is_empty(), "{}: files not as the packages lay them out:\n{}", cs[i].name, wrong.join("\n"));
+}
+
+/// On etcd-a1: two dr-operators' keys and approvers.toml (root:root 0644),
+/// the unit's credentials (/etc/holdfast/epoch-advance.env, root:root 0600:
+/// the holdfast-epoch etcd user, and every arbiter with the operator's
+/// certificate; the keys it names root:holdfast-epoch 0640), and a request
 /// to advance the (unsealed) cluster, in /root/dr/requests/. Prints
 /// `request NAME.toml`.
 fn epoch_advance_setup() -> String {
@@ -710,14 +779,15 @@ for who in alice bob; do ssh-keygen -q -t ed25519 -N '' -C $who -f /root/dr/$who
 for who in alice bob; do
   printf '[approver.%s]\nroles = ["dr-operator"]\nkeys = ["%s"]\n' $who "$(cat /root/dr/$who.pub)"
 done > /root/dr/approvers.toml
-install -d -m 0750 -g holdfast /etc/holdfast/dr
-install -m 0640 -g holdfast /root/dr/approvers.toml /etc/holdfast/approvers.toml
+install -d -m 0711 /etc/holdfast/dr
+install -m 0644 /root/dr/approvers.toml /etc/holdfast/approvers.toml
 install -m 0644 etcd-ca.pem /etc/holdfast/dr/etcd-ca.pem
 install -m 0644 etcd-holdfast-epoch.pem /etc/holdfast/dr/etcd-epoch.pem
-install -m 0640 -g holdfast etcd-holdfast-epoch-key.pem /etc/holdfast/dr/etcd-epoch-key.pem
+install -m 0640 -g holdfast-epoch etcd-holdfast-epoch-key.pem /etc/holdfast/dr/etcd-epoch-key.pem
 install -m 0644 /root/fleet-client/holdfast-ca.pem /etc/holdfast/dr/holdfast-ca.pem
 install -m 0644 /root/fleet-client/operator.pem /etc/holdfast/dr/operator.pem
-install -m 0640 -g holdfast /root/fleet-client/operator-key.pem /etc/holdfast/dr/operator-key.pem
+install -m 0640 -g holdfast-epoch /root/fleet-client/operator-key.pem /etc/holdfast/dr/operator-key.pem
+install -m 0600 /dev/null /etc/holdfast/epoch-advance.env
 cat > /etc/holdfast/epoch-advance.env <<'ENV'
 HOLDFAST_ETCD_ENDPOINT={etcd}
 HOLDFAST_ETCD_CA=/etc/holdfast/dr/etcd-ca.pem
@@ -729,8 +799,6 @@ HOLDFAST_CA=/etc/holdfast/dr/holdfast-ca.pem
 HOLDFAST_CERT=/etc/holdfast/dr/operator.pem
 HOLDFAST_KEY=/etc/holdfast/dr/operator-key.pem
 ENV
-chmod 0640 /etc/holdfast/epoch-advance.env
-chgrp holdfast /etc/holdfast/epoch-advance.env
 set -a; . /etc/holdfast/epoch-advance.env; set +a
 holdfastctl epoch advance-request --unsealed --requester alice --reason 'fleet test' \
   --approvers /etc/holdfast/approvers.toml --state-dir /root/dr
