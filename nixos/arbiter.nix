@@ -2,7 +2,9 @@
 # The unit follows systemd/holdfast-arbiter.service and
 # systemd/holdfast-arbiter.socket (the socket keeps the lock.v1 port open
 # across restarts); keys stay outside the store, in /etc/holdfast/tls or
-# $CREDENTIALS_DIRECTORY (LoadCredential= in serviceConfig).
+# $CREDENTIALS_DIRECTORY (LoadCredential= in serviceConfig). It runs as its
+# own user holdfast-arbiter: its keys (arbiter-key.pem, etcd-arbiter-key.pem)
+# are root:holdfast-arbiter 0640, its state /var/lib/holdfast/arbiter (0700).
 {
   config,
   lib,
@@ -23,6 +25,7 @@ let
     enable = cfg.checkConfig;
   };
   exe = "${cfg.package}/bin/holdfast-arbiter";
+  stateDir = "/var/lib/holdfast/arbiter";
 in
 {
   options.services.holdfast.arbiter = {
@@ -47,20 +50,30 @@ in
           default = "0.0.0.0:7420";
           description = "Address of the lock.v1 server; its port is the socket unit's ListenStream= and the port openFirewall opens.";
         };
+        state_dir = mkOption {
+          type = types.str;
+          default = stateDir;
+          description = "The arbiter's own state (served-epochs.json). Must be /var/lib/holdfast/arbiter or under it, the unit's only writable directory (ProtectSystem=strict, StateDirectory=holdfast/arbiter, holdfast-arbiter 0700).";
+        };
       };
     };
   };
 
   config = lib.mkIf cfg.enable (
     lib.mkMerge [
-      common.users
+      (common.daemonUser "holdfast-arbiter" "holdfast arbiter")
       {
         assertions = [
           {
             assertion = port > 0 && port < 65536;
             message = "services.holdfast.arbiter.settings.listen = \"${cfg.settings.listen}\" has no port: write ADDRESS:PORT";
           }
+          {
+            assertion = common.within stateDir cfg.settings.state_dir;
+            message = "services.holdfast.arbiter.settings.state_dir = \"${cfg.settings.state_dir}\" is not in ${stateDir}, the only directory the unit may write (StateDirectory=holdfast/arbiter, ProtectSystem=strict)";
+          }
         ];
+        systemd.tmpfiles.settings.holdfast = common.etcDirs // common.stateParent;
         networking.firewall.allowedTCPPorts = lib.optional cfg.openFirewall port;
         environment.systemPackages = [ cfg.package ];
 
@@ -101,12 +114,11 @@ in
             TimeoutStopSec = "30s";
             Restart = "on-failure";
             RestartSec = "2s";
-            User = "holdfast";
-            Group = "holdfast";
+            User = "holdfast-arbiter";
+            Group = "holdfast-arbiter";
             RuntimeDirectory = "holdfast-arbiter";
-            StateDirectory = "holdfast";
-            ConfigurationDirectory = "holdfast";
-            ConfigurationDirectoryMode = "0750";
+            StateDirectory = "holdfast/arbiter";
+            StateDirectoryMode = "0700";
             LimitNOFILE = 65536;
           };
         };

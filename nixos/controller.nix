@@ -3,7 +3,11 @@
 # systemd/holdfast-controller.service. `classes` and `grants` become
 # classes.d/nixos.toml and grants.d/nixos.toml of a policy directory in the
 # store, which settings.policy_dir points at by default; the set is
-# checked at build time with `holdfast-controller check --offline`.
+# checked at build time with `holdfast-controller check --offline`. It runs
+# as its own user holdfast-controller, with no state directory: its key
+# (etcd-controller-key.pem) is root:holdfast-controller 0640; for a
+# policy_dir kept in /etc/holdfast, classes.d and grants.d are
+# root:holdfast-controller 0750 (their files 0640).
 {
   config,
   lib,
@@ -110,7 +114,7 @@ in
           type = types.str;
           default = "${policyDir}";
           defaultText = lib.literalExpression "a store directory with classes.d/ and grants.d/ from `classes` and `grants`";
-          description = "The directory holding classes.d/ and grants.d/.";
+          description = "The directory holding classes.d/ and grants.d/. Elsewhere than the store (e.g. /etc/holdfast, as on Debian): readable by holdfast-controller, written by root only.";
         };
       };
     };
@@ -118,9 +122,13 @@ in
 
   config = lib.mkIf cfg.enable (
     lib.mkMerge [
-      common.users
+      (common.daemonUser "holdfast-controller" "holdfast controller")
       {
         assertions = classAssertions;
+        systemd.tmpfiles.settings.holdfast = common.etcDirs // {
+          "/etc/holdfast/classes.d" = common.tmpfile "0750" "root" "holdfast-controller";
+          "/etc/holdfast/grants.d" = common.tmpfile "0750" "root" "holdfast-controller";
+        };
         environment.systemPackages = [ cfg.package ];
         systemd.services.holdfast-controller = {
           description = "holdfast controller (publishes the validated class set)";
@@ -142,12 +150,9 @@ in
             TimeoutStopSec = "30s";
             Restart = "on-failure";
             RestartSec = "2s";
-            User = "holdfast";
-            Group = "holdfast";
+            User = "holdfast-controller";
+            Group = "holdfast-controller";
             RuntimeDirectory = "holdfast-controller";
-            StateDirectory = "holdfast";
-            ConfigurationDirectory = "holdfast";
-            ConfigurationDirectoryMode = "0750";
           };
         };
       }

@@ -4,7 +4,9 @@
 # data in /var/lib/holdfast-etcd/NAME (0700), 8 GiB quota, hourly periodic
 # compaction, lease checkpointing, client and peer TLS with client
 # certificates. The unit's ExecStartPre= guard over the env file becomes
-# assertions here: the settings are known at evaluation time.
+# assertions here: the settings are known at evaluation time. It runs as
+# user holdfast-etcd, in no other group: its keys in /etc/holdfast/tls are
+# root:holdfast-etcd 0640.
 {
   config,
   lib,
@@ -73,7 +75,7 @@ in
     settings = mkOption {
       type = types.attrsOf types.str;
       default = { };
-      description = "etcd's ETCD_* variables for this member (config/etcd/member.env.example; `holdfast-provision plan` writes them). Paths only: keys stay in /etc/holdfast/tls.";
+      description = "etcd's ETCD_* variables for this member (config/etcd/member.env.example; `holdfast-provision plan` writes them). Paths only: keys stay in /etc/holdfast/tls, root:holdfast-etcd 0640.";
     };
   };
 
@@ -103,12 +105,11 @@ in
     users.users.holdfast-etcd = {
       isSystemUser = true;
       group = "holdfast-etcd";
-      extraGroups = [ "holdfast" ];
       home = "/var/lib/holdfast-etcd";
       description = "holdfast etcd member";
     };
     users.groups.holdfast-etcd = { };
-    users.groups.holdfast = { };
+    systemd.tmpfiles.settings.holdfast = common.etcDirs;
     environment.systemPackages = [ cfg.package ];
 
     systemd.services.${unit} = {

@@ -4,6 +4,16 @@
 # handle SIGHUP); a changed config restarts it (restartTriggers) and it
 # resumes from its checkpoint. Sink secrets: LoadCredential= in
 # serviceConfig and *_file keys under /run/credentials/holdfast-tailer.service.
+#
+# It runs as its own user holdfast-tailer with Group=holdfast-audit, the
+# group of the audit store's readers (`holdfastctl audit`; add operators to
+# it): the store is /var/lib/holdfast/audit, holdfast-tailer:holdfast-audit
+# 0750 with files 0640 (UMask=0027). That group is shared, so the tailer's
+# etcd keys are root:root 0600 and reach the unit by LoadCredential=, each
+# under its file name; the daemon reads $CREDENTIALS_DIRECTORY/<file name of
+# key_file> when it is there, so settings keep the /etc/holdfast/tls path
+# (and `holdfast-tailer check` run as root reads the real file). A changed
+# key needs a restart: credentials are copied at start.
 {
   config,
   lib,
@@ -21,6 +31,16 @@ let
     enable = cfg.checkConfig;
   };
   exe = "${cfg.package}/bin/holdfast-tailer";
+  storeDir = "/var/lib/holdfast/audit";
+  # The etcd client keys the settings name ([etcd] and [coord] key_file),
+  # except those already under /run/credentials: credential ID = file name.
+  keyFiles = lib.unique (
+    lib.filter (f: f != null && !(lib.hasPrefix "/run/credentials/" f)) [
+      (cfg.settings.etcd.key_file or null)
+      (cfg.settings.coord.key_file or null)
+    ]
+  );
+  keyNames = map baseNameOf keyFiles;
 in
 {
   options.services.holdfast.tailer = {
@@ -33,12 +53,12 @@ in
     };
     settings = mkOption {
       default = { };
-      description = "tailer.toml (see config/tailer.toml). Only the keys below are read by the module.";
+      description = "tailer.toml (see config/tailer.toml). The module reads the keys below, and etcd.key_file and coord.key_file: each is handed to the unit with LoadCredential= under its file name (keep the key root:root 0600).";
       type = common.settingsType {
         store_dir = mkOption {
           type = types.str;
-          default = "/var/lib/holdfast/audit";
-          description = "The audit store. Must be under /var/lib/holdfast, the unit's only writable directory (ProtectSystem=strict, StateDirectory=holdfast).";
+          default = storeDir;
+          description = "The audit store. Must be /var/lib/holdfast/audit or under it, the unit's only writable directory (ProtectSystem=strict, StateDirectory=holdfast/audit: holdfast-tailer:holdfast-audit 0750).";
         };
       };
     };
@@ -46,14 +66,20 @@ in
 
   config = lib.mkIf cfg.enable (
     lib.mkMerge [
-      common.users
+      (common.daemonUser "holdfast-tailer" "holdfast audit tailer")
       {
+        users.groups.holdfast-audit = { };
         assertions = [
           {
-            assertion = lib.hasPrefix "/var/lib/holdfast/" cfg.settings.store_dir;
-            message = "services.holdfast.tailer.settings.store_dir = \"${cfg.settings.store_dir}\" is not under /var/lib/holdfast/, the only directory the unit may write (ProtectSystem=strict)";
+            assertion = common.within storeDir cfg.settings.store_dir;
+            message = "services.holdfast.tailer.settings.store_dir = \"${cfg.settings.store_dir}\" is not in ${storeDir}, the only directory the unit may write (StateDirectory=holdfast/audit, ProtectSystem=strict)";
+          }
+          {
+            assertion = lib.length (lib.unique keyNames) == lib.length keyNames;
+            message = "services.holdfast.tailer.settings: etcd.key_file and coord.key_file are different files with one file name (${lib.concatStringsSep ", " keyFiles}): each is handed to the unit as a credential named after its file, so rename one";
           }
         ];
+        systemd.tmpfiles.settings.holdfast = common.etcDirs // common.stateParent;
         environment.systemPackages = [ cfg.package ];
         systemd.services.holdfast-tailer = {
           description = "holdfast audit tailer (records etcd's lock history)";
@@ -71,12 +97,16 @@ in
             TimeoutStopSec = "30s";
             Restart = "on-failure";
             RestartSec = "2s";
-            User = "holdfast";
-            Group = "holdfast";
+            User = "holdfast-tailer";
+            Group = "holdfast-audit";
             RuntimeDirectory = "holdfast-tailer";
-            StateDirectory = "holdfast";
-            ConfigurationDirectory = "holdfast";
-            ConfigurationDirectoryMode = "0750";
+            StateDirectory = "holdfast/audit";
+            StateDirectoryMode = "0750";
+            # The store's files 0640, readable by group holdfast-audit.
+            UMask = "0027";
+          }
+          // lib.optionalAttrs (keyFiles != [ ]) {
+            LoadCredential = map (f: "${baseNameOf f}:${f}") keyFiles;
           };
         };
       }

@@ -47,6 +47,21 @@ let
 
   etcdEndpoints = map (h: "https://${h}:2379") halls;
 
+  # /etc/holdfast/tls as the packages lay it out, one user per daemon:
+  # certificates 0644 root:root; a daemon's key 0640 root:<its group>; the
+  # tailer's key (LoadCredential=) and the operator's 0600 root:root.
+  tlsFile = mode: group: f: {
+    name = "holdfast/tls/${f}";
+    value = {
+      source = "${certs}/${f}";
+      inherit mode group;
+      user = "root";
+    };
+  };
+  cert = tlsFile "0644" "root";
+  key = tlsFile "0640";
+  rootKey = tlsFile "0600" "root";
+
   node =
     name:
     { config, ... }:
@@ -57,35 +72,20 @@ let
         2379
         2380
       ];
-      environment.etc = lib.listToAttrs (
-        map
-          (f: {
-            name = "holdfast/tls/${f}";
-            value = {
-              source = "${certs}/${f}";
-              mode = "0640";
-              user = "root";
-              group = "holdfast";
-            };
-          })
-          [
-            "ca.pem"
-            "etcd-${name}.pem"
-            "etcd-${name}-key.pem"
-            "arbiter-${name}.pem"
-            "arbiter-${name}-key.pem"
-            "etcd-client-arbiter.pem"
-            "etcd-client-arbiter-key.pem"
-            "etcd-client-controller.pem"
-            "etcd-client-controller-key.pem"
-            "etcd-client-tailer.pem"
-            "etcd-client-tailer-key.pem"
-            "etcd-client-root.pem"
-            "etcd-client-root-key.pem"
-            "client.pem"
-            "client-key.pem"
-          ]
-      );
+      environment.etc = lib.listToAttrs [
+        (cert "ca.pem")
+        (cert "etcd-${name}.pem")
+        (key "holdfast-etcd" "etcd-${name}-key.pem")
+        (cert "arbiter-${name}.pem")
+        (key "holdfast-arbiter" "arbiter-${name}-key.pem")
+        (cert "etcd-client-arbiter.pem")
+        (key "holdfast-arbiter" "etcd-client-arbiter-key.pem")
+        # The operator's (holdfastctl in the test script, run as root).
+        (cert "etcd-client-root.pem")
+        (rootKey "etcd-client-root-key.pem")
+        (cert "client.pem")
+        (rootKey "client-key.pem")
+      ];
 
       services.holdfast.etcd = {
         enable = true;
@@ -139,6 +139,12 @@ testers.nixosTest {
   nodes = {
     hallA = {
       imports = [ (node "hallA") ];
+      environment.etc = lib.listToAttrs [
+        (cert "etcd-client-controller.pem")
+        (key "holdfast-controller" "etcd-client-controller-key.pem")
+        (cert "etcd-client-tailer.pem")
+        (rootKey "etcd-client-tailer-key.pem")
+      ];
       services.holdfast.controller = {
         enable = true;
         classes.demo = {
@@ -238,6 +244,24 @@ testers.nixosTest {
 
     # The hardened units are what run.
     hallB.succeed("systemctl show holdfast-arbiter -p ProtectSystem | grep -qx ProtectSystem=strict")
-    hallB.succeed("systemctl show holdfast-arbiter -p User | grep -qx User=holdfast")
+    hallB.succeed("systemctl show holdfast-arbiter -p User | grep -qx User=holdfast-arbiter")
+
+    # One user per daemon: each runs as its own, owns only its own state,
+    # and reads no other daemon's key (nor the tailer its own: it gets it
+    # through LoadCredential=).
+    hallA.succeed("systemctl show holdfast-controller -p User | grep -qx User=holdfast-controller")
+    hallA.succeed("systemctl show holdfast-tailer -p User | grep -qx User=holdfast-tailer")
+    hallA.succeed("systemctl show holdfast-tailer -p Group | grep -qx Group=holdfast-audit")
+    hallA.succeed("stat -c '%U:%G %a' /var/lib/holdfast/audit | grep -qx 'holdfast-tailer:holdfast-audit 750'")
+    hallA.succeed("stat -c '%U:%G %a' /var/lib/holdfast/arbiter | grep -qx 'holdfast-arbiter:holdfast-arbiter 700'")
+    hallA.succeed("""[ "$(stat -c '%U:%G %a' /etc/holdfast /etc/holdfast/tls | sort -u)" = 'root:root 711' ]""")
+    hallA.succeed("runuser -u holdfast-controller -- cat /etc/holdfast/tls/etcd-client-controller-key.pem >/dev/null")
+    for who, key in [
+        ("holdfast-arbiter", "etcd-client-controller-key.pem"),
+        ("holdfast-controller", "etcd-client-arbiter-key.pem"),
+        ("holdfast-tailer", "etcd-client-tailer-key.pem"),
+        ("holdfast-etcd", "etcd-client-arbiter-key.pem"),
+    ]:
+        hallA.fail(f"runuser -u {who} -- cat /etc/holdfast/tls/{key}")
   '';
 }

@@ -146,6 +146,7 @@ fn options_exist_with_their_types_and_defaults() {
               package = builtins.mapAttrs (_: m: m.package.type.description) {o};
               settings = builtins.mapAttrs (_: m: m.settings.type.description) {o};
               arbiterListen = {o}.arbiter.settings.type.getSubOptions.listen.default;
+              arbiterStateDir = {o}.arbiter.settings.type.getSubOptions.state_dir.default;
               tailerStore = {o}.tailer.settings.type.getSubOptions.store_dir.default;
               tangThreshold = ({o}.provision.settings.type.getSubOptions.tang.type.getSubOptions.threshold).default;
               tangServers = ({o}.provision.settings.type.getSubOptions.tang.type.getSubOptions.servers).type.description;
@@ -169,6 +170,7 @@ fn options_exist_with_their_types_and_defaults() {
         assert_eq!(v["settings"][m], want, "{m}.settings");
     }
     assert_eq!(v["arbiterListen"], "0.0.0.0:7420");
+    assert_eq!(v["arbiterStateDir"], "/var/lib/holdfast/arbiter");
     assert_eq!(v["tailerStore"], "/var/lib/holdfast/audit");
     assert_eq!(v["tangThreshold"], 1);
     assert_eq!(v["tangServers"], "list of submodule");
@@ -189,7 +191,10 @@ fn options_exist_with_their_types_and_defaults() {
         "{ services.holdfast.arbiter = { enable = true; settings.cluster_name = \"c\"; settings.tls.trust_domain = \"d\"; }; }",
         "r.config.services.holdfast.arbiter.settings",
     );
-    assert_eq!(s, serde_json::json!({"cluster_name": "c", "listen": "0.0.0.0:7420", "tls": {"trust_domain": "d"}}));
+    assert_eq!(
+        s,
+        serde_json::json!({"cluster_name": "c", "listen": "0.0.0.0:7420", "state_dir": "/var/lib/holdfast/arbiter", "tls": {"trust_domain": "d"}})
+    );
     let err = nix.eval_error(
         "{ services.holdfast.arbiter = { enable = true; settings.listen = 7420; }; }",
         "r.config.services.holdfast.arbiter.settings",
@@ -296,6 +301,192 @@ fn every_service_has_the_hardening_of_its_unit_file() {
     assert!(services["services"]["holdfast-etcd@etcd-a1"]["serviceConfig"].get("PrivateUsers").is_none());
 }
 
+/// The tailer's etcd key as config/tailer.toml names it (root:root 0600,
+/// handed to the unit by LoadCredential=).
+const TAILER_KEY: &str = "/etc/holdfast/tls/etcd-tailer-key.pem";
+
+/// The [Service] keys of a unit that say who it runs as and where it may
+/// write (outside its "# Hardening" section), `%i` as `instance`.
+const IDENTITY_KEYS: &[&str] = &[
+    "User",
+    "Group",
+    "DynamicUser",
+    "SupplementaryGroups",
+    "StateDirectory",
+    "StateDirectoryMode",
+    "RuntimeDirectory",
+    "ConfigurationDirectory",
+    "ConfigurationDirectoryMode",
+    "LoadCredential",
+];
+
+fn unit_identity(unit: &str, instance: &str) -> BTreeMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(repo().join("systemd").join(unit)).unwrap_or_else(|e| panic!("{unit}: {e}"));
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let (mut service, mut continued) = (false, false);
+    for line in text.lines() {
+        let t = line.trim();
+        // A line after one ending in `\` continues its value (ExecStartPre=).
+        let continuation = std::mem::replace(&mut continued, t.ends_with('\\'));
+        if continuation {
+            continue;
+        }
+        if t.starts_with('[') {
+            service = t == "[Service]";
+        }
+        if !service || t.starts_with('#') {
+            continue;
+        }
+        if let Some((k, v)) = t.split_once('=')
+            && IDENTITY_KEYS.contains(&k)
+        {
+            out.entry(k.to_string()).or_default().push(v.replace("%i", instance));
+        }
+    }
+    out
+}
+
+/// One user per daemon, the layout of the packages' sysusers.d and
+/// tmpfiles.d: each service runs as its own user (the tailer with group
+/// holdfast-audit), writes only its own state directory, and no module
+/// defines the old shared `holdfast` user or group.
+#[test]
+fn each_daemon_runs_as_its_own_user() {
+    let nix = Nix::new();
+    let v = nix.eval(
+        &all_enabled(),
+        "{ users = r.config.users; tmpfiles = r.config.systemd.tmpfiles.settings; \
+           services = builtins.mapAttrs (_: s: s.serviceConfig) r.config.systemd.services; }",
+    );
+    let services = &v["services"];
+    for (service, user, group, state, mode) in [
+        ("holdfast-arbiter", "holdfast-arbiter", "holdfast-arbiter", Some("holdfast/arbiter"), Some("0700")),
+        ("holdfast-controller", "holdfast-controller", "holdfast-controller", None, None),
+        ("holdfast-tailer", "holdfast-tailer", "holdfast-audit", Some("holdfast/audit"), Some("0750")),
+        ("holdfast-etcd@etcd-a1", "holdfast-etcd", "holdfast-etcd", Some("holdfast-etcd/etcd-a1"), Some("0700")),
+    ] {
+        let s = &services[service];
+        assert_eq!(s["User"], user, "{service}: {s:#}");
+        assert_eq!(s["Group"], group, "{service}");
+        assert_eq!(s.get("StateDirectory").and_then(Value::as_str), state, "{service}");
+        assert_eq!(s.get("StateDirectoryMode").and_then(Value::as_str), mode, "{service}");
+        for k in ["ConfigurationDirectory", "ConfigurationDirectoryMode", "DynamicUser", "SupplementaryGroups"] {
+            assert!(s.get(k).is_none(), "{service} sets {k}: {}", s[k]);
+        }
+    }
+    // The audit store's files 0640, for group holdfast-audit; no key to
+    // load when the settings name none.
+    assert_eq!(services["holdfast-tailer"]["UMask"], "0027");
+    assert!(services["holdfast-tailer"].get("LoadCredential").is_none());
+
+    let users = &v["users"]["users"];
+    for name in ["holdfast-arbiter", "holdfast-controller", "holdfast-tailer", "holdfast-etcd"] {
+        assert_eq!(users[name]["isSystemUser"], true, "{name}: {:#}", users[name]);
+        assert_eq!(users[name]["group"], name, "{name}: each user's group is its own");
+        assert!(users[name].get("extraGroups").is_none_or(|g| g == &serde_json::json!([])), "{name} is in other groups: {:#}", users[name]);
+    }
+    let names = |x: &Value| x.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(users), ["holdfast-arbiter", "holdfast-controller", "holdfast-etcd", "holdfast-tailer"]);
+    assert_eq!(
+        names(&v["users"]["groups"]),
+        ["holdfast-arbiter", "holdfast-audit", "holdfast-controller", "holdfast-etcd", "holdfast-tailer"]
+    );
+
+    // Each module alone: its own user only, never `holdfast`.
+    let alone = nix.eval_each(
+        &[
+            "{ services.holdfast.arbiter.enable = true; }".to_string(),
+            "{ services.holdfast.controller.enable = true; }".to_string(),
+            "{ services.holdfast.tailer.enable = true; }".to_string(),
+            format!("{{ services.holdfast.etcd = {SAFE_ETCD}; }}"),
+            format!(r#"{{ services.holdfast.provision = {{ enable = true; settings.host = "etcd-a1"; settings.tang.servers = {SAFE_TANG}; }}; }}"#),
+        ],
+        "{ users = builtins.attrNames r.config.users.users; groups = builtins.attrNames r.config.users.groups; }",
+    );
+    let want = [
+        (vec!["holdfast-arbiter"], vec!["holdfast-arbiter"]),
+        (vec!["holdfast-controller"], vec!["holdfast-controller"]),
+        (vec!["holdfast-tailer"], vec!["holdfast-audit", "holdfast-tailer"]),
+        (vec!["holdfast-etcd"], vec!["holdfast-etcd"]),
+        (vec![], vec![]),
+    ];
+    for (got, (users, groups)) in alone.iter().zip(want) {
+        assert_eq!(got["users"], serde_json::json!(users), "{got}");
+        assert_eq!(got["groups"], serde_json::json!(groups), "{got}");
+    }
+
+    // The directories of tmpfiles.d: only root writes /etc/holdfast (0711:
+    // traversable, not listable); the controller's policy directories are
+    // its group's; /var/lib/holdfast is root's, its daemons' directories
+    // are their StateDirectory=.
+    let dir = |mode: &str, user: &str, group: &str| serde_json::json!({"d": {"mode": mode, "user": user, "group": group}});
+    assert_eq!(
+        v["tmpfiles"],
+        serde_json::json!({"holdfast": {
+            "/etc/holdfast": dir("0711", "root", "root"),
+            "/etc/holdfast/tls": dir("0711", "root", "root"),
+            "/etc/holdfast/classes.d": dir("0750", "root", "holdfast-controller"),
+            "/etc/holdfast/grants.d": dir("0750", "root", "holdfast-controller"),
+            "/var/lib/holdfast": dir("0755", "root", "root"),
+        }})
+    );
+}
+
+/// The tailer's etcd keys (of [etcd] and [coord]) reach it by
+/// LoadCredential=, each named after its file (the daemon reads
+/// $CREDENTIALS_DIRECTORY/<file name of key_file>); a key_file already under
+/// /run/credentials is left to the operator's own LoadCredential=.
+#[test]
+fn tailer_gets_its_etcd_keys_by_load_credential() {
+    let nix = Nix::new();
+    let tailer = |settings: &str| format!("{{ services.holdfast.tailer = {{ enable = true; checkConfig = false; {settings} }}; }}");
+    let got = nix.eval_each(
+        &[
+            tailer(&format!("settings.etcd.key_file = {TAILER_KEY:?};")),
+            tailer(&format!(
+                "settings.etcd.key_file = {TAILER_KEY:?}; settings.coord.key_file = {:?};",
+                "/etc/holdfast/tls/coord-tailer-key.pem"
+            )),
+            tailer(&format!("settings.etcd.key_file = {TAILER_KEY:?}; settings.coord.key_file = {TAILER_KEY:?};")),
+            tailer(r#"settings.etcd.key_file = "/run/credentials/holdfast-tailer.service/etcd-key";"#),
+        ],
+        "r.config.systemd.services.holdfast-tailer.serviceConfig.LoadCredential or null",
+    );
+    let one = format!("etcd-tailer-key.pem:{TAILER_KEY}");
+    assert_eq!(got[0], serde_json::json!([one]));
+    assert_eq!(got[1], serde_json::json!([one, "coord-tailer-key.pem:/etc/holdfast/tls/coord-tailer-key.pem"]));
+    assert_eq!(got[2], serde_json::json!([one]));
+    assert_eq!(got[3], Value::Null);
+}
+
+/// Who each service runs as and where it may write, as its unit file in
+/// systemd/ says (User=, Group=, StateDirectory=, LoadCredential=, no
+/// ConfigurationDirectory=, ...): the packages and NixOS make one layout.
+#[test]
+fn every_service_runs_as_the_user_of_its_unit_file() {
+    let nix = Nix::new();
+    let conf =
+        all_enabled().replace("tailer.enable = true;", &format!("tailer = {{ enable = true; settings.etcd.key_file = {TAILER_KEY:?}; }};"));
+    let services = nix.eval(&conf, "builtins.mapAttrs (_: s: s.serviceConfig) r.config.systemd.services");
+    let mut failures = Vec::new();
+    for (unit, service, instance) in [
+        ("holdfast-arbiter.service", "holdfast-arbiter", ""),
+        ("holdfast-controller.service", "holdfast-controller", ""),
+        ("holdfast-tailer.service", "holdfast-tailer", ""),
+        ("holdfast-etcd@.service", "holdfast-etcd@etcd-a1", "etcd-a1"),
+    ] {
+        let want = unit_identity(unit, instance);
+        let got = &services[service];
+        for k in IDENTITY_KEYS {
+            let g = got.get(*k).map(values);
+            if g.as_ref() != want.get(*k) {
+                failures.push(format!("{service}: {k}: unit file {:?}, module {g:?}", want.get(*k)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "users and directories differ from systemd/:\n{}", failures.join("\n"));
+}
+
 #[test]
 fn arbiter_config_is_generated_checked_at_build_time_and_restarts_the_service() {
     let nix = Nix::new();
@@ -320,8 +511,10 @@ fn arbiter_config_is_generated_checked_at_build_time_and_restarts_the_service() 
     assert!(v["start"].as_str().unwrap().ends_with(&format!("/bin/holdfast-arbiter --config {file} --log-format plain")));
     let reload = values(&v["reload"]);
     assert!(reload[0].ends_with(&format!("check --config {file}")) && reload[1].ends_with("/bin/kill -HUP $MAINPID"), "{reload:?}");
-    assert_eq!(v["users"]["users"]["holdfast"]["isSystemUser"], true);
-    assert_eq!(v["users"]["groups"]["holdfast"], serde_json::json!({}));
+    // Its own user and group only (each_daemon_runs_as_its_own_user).
+    assert_eq!(v["user"], "holdfast-arbiter");
+    assert_eq!(v["users"]["users"]["holdfast-arbiter"]["isSystemUser"], true);
+    assert_eq!(v["users"]["groups"], serde_json::json!({"holdfast-arbiter": {}}));
 
     // Another setting, another file: a switch restarts the arbiter.
     let other = nix.eval(
@@ -426,7 +619,36 @@ fn assertion_cases() -> Vec<(&'static str, String, String, &'static str)> {
             "tailer store outside its state directory",
             r#"{ services.holdfast.tailer = { enable = true; settings.store_dir = "/srv/audit"; }; }"#.to_string(),
             r#"{ services.holdfast.tailer = { enable = true; }; }"#.to_string(),
-            "store_dir = \"/srv/audit\" is not under /var/lib/holdfast/",
+            "store_dir = \"/srv/audit\" is not in /var/lib/holdfast/audit,",
+        ),
+        (
+            "tailer store beside its state directory (the old shared StateDirectory=holdfast)",
+            r#"{ services.holdfast.tailer = { enable = true; settings.store_dir = "/var/lib/holdfast/tailer"; }; }"#.to_string(),
+            r#"{ services.holdfast.tailer = { enable = true; settings.store_dir = "/var/lib/holdfast/audit/entity-1"; }; }"#.to_string(),
+            "store_dir = \"/var/lib/holdfast/tailer\" is not in /var/lib/holdfast/audit,",
+        ),
+        (
+            "tailer store climbing out of its state directory",
+            r#"{ services.holdfast.tailer = { enable = true; settings.store_dir = "/var/lib/holdfast/audit/../arbiter"; }; }"#.to_string(),
+            r#"{ services.holdfast.tailer = { enable = true; settings.store_dir = "/var/lib/holdfast/audit"; }; }"#.to_string(),
+            "store_dir = \"/var/lib/holdfast/audit/../arbiter\" is not in /var/lib/holdfast/audit,",
+        ),
+        (
+            "arbiter state outside its state directory",
+            r#"{ services.holdfast.arbiter = { enable = true; settings.state_dir = "/var/lib/holdfast"; }; }"#.to_string(),
+            r#"{ services.holdfast.arbiter = { enable = true; settings.state_dir = "/var/lib/holdfast/arbiter"; }; }"#.to_string(),
+            "state_dir = \"/var/lib/holdfast\" is not in /var/lib/holdfast/arbiter,",
+        ),
+        (
+            "tailer etcd and coord keys with one credential name",
+            format!(
+                "{{ services.holdfast.tailer = {{ enable = true; settings.etcd.key_file = {:?}; settings.coord.key_file = {:?}; }}; }}",
+                "/etc/holdfast/tls/entity/tailer-key.pem", "/etc/holdfast/tls/coord/tailer-key.pem"
+            ),
+            format!(
+                "{{ services.holdfast.tailer = {{ enable = true; settings.etcd.key_file = {TAILER_KEY:?}; settings.coord.key_file = {TAILER_KEY:?}; }}; }}"
+            ),
+            "are different files with one file name",
         ),
     ]
 }

@@ -25,6 +25,7 @@ in
       type = types.listOf types.str;
       default = [ ];
     };
+    systemd.tmpfiles.settings = loose;
     users.users = loose;
     users.groups = loose;
     environment.etc = loose;
