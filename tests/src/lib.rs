@@ -781,9 +781,12 @@ pub fn start_tailer(dir: &Path, name: &str, etcd: EtcdConfig, store: &Path, metr
     start_tailer_with(dir, name, etcd, store, metrics_port, &|_| {})
 }
 
-/// Two approvers (alice: lock-operator; bob: lock- and dr-operator) with
-/// real ssh-keygen keys, and holdfastctl's flags for the force-release
-/// role of `etcd`: the two-person force-release, as operators run it.
+/// Three approvers with real ssh-keygen keys (alice: lock-operator; bob:
+/// lock- and dr-operator; carol: lock-operator), each with a SPIFFE ID under
+/// [`LAB_IDENTITIES`] (`ops/NAME`, which the lab grant lets force-release
+/// everything unless a test's extra grants narrow it), and holdfastctl's
+/// flags for the force-release role of `etcd`: the two-person
+/// force-release, as operators run it.
 pub struct ForceOps {
     pub flags: Vec<String>,
     pub keys: Vec<PathBuf>,
@@ -794,18 +797,25 @@ impl ForceOps {
         let keys_dir = dir.join("keys");
         let (alice, alice_pub) = ssh_keygen(&keys_dir, "alice");
         let (bob, bob_pub) = ssh_keygen(&keys_dir, "bob");
+        let (carol, carol_pub) = ssh_keygen(&keys_dir, "carol");
         let approvers = dir.join("approvers.toml");
+        let id = |name: &str| format!("{LAB_IDENTITIES}ops/{name}");
         std::fs::write(
             &approvers,
             format!(
-                "[approver.alice]\nroles = [\"lock-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"lock-operator\", \"dr-operator\"]\nkeys = [{bob_pub:?}]\n"
+                "[approver.alice]\nroles = [\"lock-operator\"]\nkeys = [{alice_pub:?}]\nidentity = {:?}\n\
+                 [approver.bob]\nroles = [\"lock-operator\", \"dr-operator\"]\nkeys = [{bob_pub:?}]\nidentity = {:?}\n\
+                 [approver.carol]\nroles = [\"lock-operator\"]\nkeys = [{carol_pub:?}]\nidentity = {:?}\n",
+                id("alice"),
+                id("bob"),
+                id("carol")
             ),
         )
         .expect("write approvers.toml");
         let mut flags = etcd_flags(&etcd.config_as(holdfast_store::roles::FORCE_RELEASE.name));
         flags.push(format!("--approvers={}", approvers.display()));
         flags.push(format!("--state-dir={}", dir.join("state").display()));
-        ForceOps { flags, keys: vec![alice, bob] }
+        ForceOps { flags, keys: vec![alice, bob, carol] }
     }
 
     pub fn ctl(&self, args: &[&str]) -> Ran {

@@ -340,7 +340,11 @@ impl Drill {
         let approvers = dir.join("approvers.toml");
         std::fs::write(
             &approvers,
-            format!("[approver.alice]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{alice_pub:?}]\n[approver.bob]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{bob_pub:?}]\n"),
+            // Their identities fall under the lab's grant and the dev set's lock-operators grant.
+            format!(
+                "[approver.alice]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{alice_pub:?}]\nidentity = \"{LAB_IDENTITIES}ops/alice\"\n\
+                 [approver.bob]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{bob_pub:?}]\nidentity = \"{LAB_IDENTITIES}ops/bob\"\n"
+            ),
         )
         .unwrap();
         Drill { state: state.to_path_buf(), approvers, alice, bob, tiers: Tiers::Separate }

@@ -35,7 +35,9 @@ async fn force_release_ends_exactly_the_named_hold_with_two_approvals() {
     etcd.enable_auth().await;
     etcd.init_epoch().await;
     // fr: fenced (10 s, a fixture pause-test result); fra: advisory (30 s).
-    let _controller = etcd.publish_policy(&dir.path, &[("fr", 10), ("fra", 30)], "").await;
+    // The approver carol's grants allow force-releasing fra/ only.
+    let carol = format!("[grant.carol]\nidentity = \"{LAB_IDENTITIES}ops/carol\"\nforce_release = [\"fra/\"]\n");
+    let _controller = etcd.publish_policy(&dir.path, &[("fr", 10), ("fra", 30)], &carol).await;
     let pki = Pki::new(&dir.path);
     let arbiter_etcd = EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config_as(ARBITER.name) };
     let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = arbiter_etcd.clone());
@@ -129,6 +131,32 @@ async fn force_release_ends_exactly_the_named_hold_with_two_approvals() {
         assert_eq!(etcd.revision().await, revision, "a refused force-release wrote to etcd");
     }
     assert!(held(&etcd, "fr/v").await.is_some(), "fr/v was released by an edited request");
+
+    // Each signer's grants bound what they may release: carol's force_release
+    // covers fra/ only. Her own request for fr/v is refused, and so is one
+    // she approves; nothing changes.
+    let revision = etcd.revision().await;
+    let hers = ops.ctl(&["force-release", "request", "fr/v", "--requester", "carol", "--reason", "outside her grants"]);
+    assert_eq!(hers.code, 65, "{hers}");
+    assert!(
+        hers.stderr.contains("carol may not force-release fr/v")
+            && hers.stderr.contains(&format!("no grant of {LAB_IDENTITIES}ops/carol lists a force_release prefix covering it")),
+        "{hers}"
+    );
+    let (req, _) = ops.request("fr/v", &[]);
+    ops.sign(&req, &[0, 2]);
+    let refused = ops.ctl(&["force-release", "apply", &req]);
+    assert_eq!(refused.code, 77, "{refused}");
+    assert!(refused.stderr.contains("carol may not force-release fr/v"), "{refused}");
+    assert_eq!(etcd.revision().await, revision, "a force-release outside a signer's grants wrote to etcd");
+    assert!(held(&etcd, "fr/v").await.is_some(), "fr/v was released outside carol's grants");
+    // Within her grants she may approve.
+    let _z = sb.acquire(&key("fra/z"), Duration::ZERO).await.unwrap();
+    let (req, _) = ops.request("fra/z", &[]);
+    ops.sign(&req, &[0, 2]);
+    let done = ops.ctl(&["force-release", "apply", &req]);
+    assert_eq!(done.code, 0, "{done}");
+    assert!(held(&etcd, "fra/z").await.is_none(), "fra/z is still held");
 
     // --revoke-session ends the holder's session: its other hold goes too.
     let (revoke_req, _) = ops.request("fr/w", &["--revoke-session"]);

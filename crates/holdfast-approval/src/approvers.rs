@@ -50,6 +50,10 @@ pub struct Approver {
     pub name: String,
     pub roles: Vec<Role>,
     pub keys: Vec<PublicKey>,
+    /// The SPIFFE ID whose grants (`force_release` prefixes) bound which
+    /// keys this person may request or approve a force-release of. A
+    /// lock-operator without one can approve none.
+    pub identity: Option<String>,
 }
 
 /// Every approver, by name.
@@ -70,6 +74,8 @@ struct File {
 struct Entry {
     roles: Vec<String>,
     keys: Vec<String>,
+    #[serde(default)]
+    identity: Option<String>,
 }
 
 /// Why an approvers file was refused: every problem found.
@@ -150,7 +156,14 @@ impl Approvers {
             if entry.keys.is_empty() {
                 problems.push(format!("approver {name}: no keys; add their OpenSSH public key (a FIDO2 sk-ssh-ed25519 key is best)"));
             }
-            out.approvers.insert(name.clone(), Approver { name, roles, keys });
+            if let Some(id) = &entry.identity
+                && (!id.starts_with("spiffe://") || id.len() <= "spiffe://".len())
+            {
+                problems.push(format!(
+                    "approver {name}: identity {id:?} is not a SPIFFE ID; give the spiffe://TRUST-DOMAIN/PATH whose force_release grants bound what they may release"
+                ));
+            }
+            out.approvers.insert(name.clone(), Approver { name, roles, keys, identity: entry.identity });
         }
         if problems.is_empty() { Ok(out) } else { Err(problems) }
     }

@@ -26,6 +26,9 @@ pub struct Approved {
     pub request: Request,
     /// The approvers who signed, the requester first.
     pub signers: Vec<String>,
+    /// Each signer's SPIFFE ID from approvers.toml, in the order of
+    /// `signers` (`None`: none listed).
+    pub identities: Vec<Option<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,7 +116,8 @@ pub fn verify(request: &[u8], signatures: &[String], approvers: &Approvers, now_
         return Err(Refusal::OnePerson(requester.name.clone()));
     }
     signers.sort_by_key(|s| *s != requester.name);
-    Ok(Approved { request: parsed, signers })
+    let identities = signers.iter().map(|s| approvers.approvers.get(s).and_then(|a| a.identity.clone())).collect();
+    Ok(Approved { request: parsed, signers, identities })
 }
 
 /// The FIDO user-presence flag in a security-key signature's flags byte.

@@ -58,7 +58,7 @@ fn two_approvers_with_the_role_approve_and_every_broken_rule_is_refused() {
         (keys.key("alice", "ed25519"), keys.key("bob", "ed25519"), keys.key("carol", "ed25519"), keys.key("mallory", "ed25519"));
     let approvers = Approvers::parse(&format!(
         "[approver.alice]\nroles = [\"dr-operator\"]\nkeys = [{:?}]\n\n\
-         [approver.bob]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{:?}]\n\n\
+         [approver.bob]\nroles = [\"dr-operator\", \"lock-operator\"]\nkeys = [{:?}]\nidentity = \"spiffe://corp/ops/bob\"\n\n\
          [approver.carol]\nroles = [\"lock-operator\"]\nkeys = [{:?}]\n",
         keys.public(&alice),
         keys.public(&bob),
@@ -71,6 +71,8 @@ fn two_approvers_with_the_role_approve_and_every_broken_rule_is_refused() {
 
     let ok = verify(&bytes, &[a.clone(), b.clone()], &approvers, NOW).unwrap();
     assert_eq!(ok.signers, ["alice", "bob"]);
+    // Each signer's identity, in the signers' order (force-release checks their grants).
+    assert_eq!(ok.identities, [None, Some("spiffe://corp/ops/bob".to_string())]);
     assert_eq!(ok.request, req);
     // The order of the signatures does not matter.
     assert_eq!(verify(&bytes, &[b.clone(), a.clone()], &approvers, NOW).unwrap().signers, ["alice", "bob"]);
@@ -123,6 +125,7 @@ fn a_fido_sk_key_is_accepted_and_bad_approver_files_name_every_problem() {
 
     let bad = format!(
         "[approver.dana]\nroles = [\"dr-operator\", \"root\"]\nkeys = [{line:?}, \"ssh-ed25519 AAAAnotakey\"]\n\
+         identity = \"corp/ops/dana\"\n\
          [approver.Eve]\nroles = []\nkeys = [{line:?}]\n"
     );
     let problems = Approvers::parse(&bad).unwrap_err();
@@ -132,6 +135,7 @@ fn a_fido_sk_key_is_accepted_and_bad_approver_files_name_every_problem() {
         "approver dana: key 2 is not an OpenSSH public key",
         "approver \"Eve\": use lower-case letters",
         "approver Eve: no roles",
+        "approver dana: identity \"corp/ops/dana\" is not a SPIFFE ID",
         "approver dana: key 1",
     ] {
         assert!(all.contains(want), "missing {want:?} in:\n{all}");
@@ -148,6 +152,7 @@ fn the_example_approvers_file_parses() {
     assert_eq!(a.approvers.keys().collect::<Vec<_>>(), ["alice", "bob", "carol"]);
     assert_eq!(a.approvers["alice"].keys[0].algorithm(), ssh_key::Algorithm::SkEd25519);
     assert!(a.approvers["carol"].roles.contains(&holdfast_approval::Role::LockOperator));
+    assert_eq!(a.approvers["carol"].identity.as_deref(), Some("spiffe://corp.example/ops/carol"));
 }
 
 /// An `sk-ssh-ed25519` signature over `bytes` as a FIDO2 key makes it

@@ -14,7 +14,9 @@
 //! any of it, what the requester wrote about the hold's cluster (its ID)
 //! and class (its name and whether it is fenced) is derived again; any
 //! difference refuses the request ([`ForceError::WrongCluster`],
-//! [`ForceError::Changed`]).
+//! [`ForceError::Changed`]); and each signer's SPIFFE ID (approvers.toml)
+//! must hold a `force_release` grant covering the key in the published set
+//! ([`check_granted`], [`ForceError::NotGranted`]).
 //!
 //! With a separate coord cluster ([`release_via`]) the nonce is recorded
 //! there, where a restore of the entity cluster cannot roll it back: first
@@ -56,8 +58,40 @@ pub enum ForceError {
         "the request says {field} = {requested}, but the published class set says {now} for this key; nothing was changed: request again, so that the signers see what is true now"
     )]
     Changed { field: &'static str, requested: String, now: String },
+    #[error("{signer} may not force-release {key}: {why}; nothing was changed")]
+    NotGranted { signer: String, key: String, why: String },
     #[error("{0}")]
     Malformed(String),
+}
+
+/// Refuses unless every signer may force-release `key` by the published
+/// class set: their SPIFFE ID in approvers.toml (`identities`, in the order
+/// of `signers`) holds a grant whose `force_release` prefixes cover it.
+pub fn check_granted(
+    set: Option<&holdfast_policy::CompiledSet>,
+    key: &LockKey,
+    signers: &[String],
+    identities: &[Option<String>],
+) -> Result<(), ForceError> {
+    let access = set.map(holdfast_policy::access::Access::new);
+    for (i, signer) in signers.iter().enumerate() {
+        let refuse = |why: String| ForceError::NotGranted { signer: signer.clone(), key: key.to_string(), why };
+        let Some(identity) = identities.get(i).cloned().flatten() else {
+            return Err(refuse(format!(
+                "approvers.toml gives {signer} no identity, so no grant can allow it; add identity = \"spiffe://…\" to [approver.{signer}]"
+            )));
+        };
+        let Some(access) = &access else {
+            return Err(refuse("no class set is published, so no grant allows it".to_string()));
+        };
+        if access.check(&identity, key.namespace(), key.key(), holdfast_policy::access::Action::ForceRelease).is_none() {
+            return Err(refuse(format!(
+                "no grant of {identity} lists a force_release prefix covering it (grants.d: force_release = [\"{}/\"] or narrower)",
+                key.namespace()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What a force-release request states about a key's class, derived from
@@ -139,6 +173,8 @@ pub async fn release_via(etcd: &Etcd, coord: Option<&Etcd>, approved: &Approved,
     if now_fenced != *fenced {
         return Err(ForceError::Changed { field: "fenced", requested: fenced.to_string(), now: now_fenced.to_string() });
     }
+    // Both signers' grants must allow this key, by the set in force now.
+    check_granted(published.doc().map(|p| &p.set), &lock_key, &approved.signers, &approved.identities)?;
     let now = current_hold(etcd, &lock_key).await?.ok_or_else(|| ForceError::NotHeld(lock_key.to_string()))?;
     let named = now.record.spiffe_id == *holder && now.record.session == *session && now.record.granted_unix_ms == *granted_unix_ms;
     if !named {

@@ -40,8 +40,12 @@ Then the requester and a different lock-operator each sign it:
 and it is carried out with:
   holdfastctl force-release apply REQUEST
 
-Exit status: 0 written; 65 not held, or the requester is not a
-lock-operator; 69 etcd unreachable; 78 approvers.toml unreadable.";
+The requester's identity in approvers.toml must hold a grant whose
+force_release prefixes cover the key (apply checks the approver's too).
+
+Exit status: 0 written; 65 not held, the requester is not a
+lock-operator, or their grants do not allow it; 69 etcd unreachable; 78
+approvers.toml unreadable.";
 
 const APPLY_HELP: &str = "\\
 Verifies REQUEST against approvers.toml (the requester and a different
@@ -61,12 +65,15 @@ alone (65) and the request is spent.
 SIGNATURE...: the approvals; default every REQUEST.*.sig.
 
 The request's cluster ID, class and fenced status are derived again first
-(the cluster's ID, the published class set): a difference refuses it.
+(the cluster's ID, the published class set): a difference refuses it. Each
+signer's identity in approvers.toml (identity = \"spiffe://...\") must hold a
+grant in that set whose force_release prefixes cover the key.
 
 Exit status: 0 released; 65 the hold is not the one named (released,
 expired, a newer hold), the cluster or the key's class is not what the
 request says, or the request was carried out already; 69 etcd
-unreachable; 77 the approvals do not hold; 78 a file unreadable.";
+unreachable; 77 the approvals do not hold (a signer's grants do not
+allow this key included); 78 a file unreadable.";
 
 #[derive(clap::Args)]
 struct RequestArgs {
@@ -125,16 +132,21 @@ fn home<'a>(etcd: &'a Etcd, coord: Option<&'a Etcd>, class: Option<&holdfast_pol
     }
 }
 
-/// The class of `namespace` in the published set (on the coord cluster
-/// when one is named), or the exit status to return.
-async fn class_of(etcd: &Etcd, coord: Option<&Etcd>, namespace: &str) -> Result<Option<holdfast_policy::Class>, u8> {
+/// The published class set (on the coord cluster when one is named), or
+/// the exit status to return.
+async fn published(etcd: &Etcd, coord: Option<&Etcd>) -> Result<Option<holdfast_policy::CompiledSet>, u8> {
     match holdfast_store::policy::read_published(coord.unwrap_or(etcd)).await {
-        Ok(stored) => Ok(stored.doc().and_then(|p| p.set.class_for(namespace).cloned())),
+        Ok(stored) => Ok(stored.doc().map(|p| p.set.clone())),
         Err(e) => {
             eprintln!("holdfastctl: reading the published class set: {e}");
             Err(exit::UNAVAILABLE)
         }
     }
+}
+
+/// The class of `namespace` in the published set, or the exit status to return.
+async fn class_of(etcd: &Etcd, coord: Option<&Etcd>, namespace: &str) -> Result<Option<holdfast_policy::Class>, u8> {
+    Ok(published(etcd, coord).await?.and_then(|set| set.class_for(namespace).cloned()))
 }
 
 async fn request(args: RequestArgs) -> u8 {
@@ -162,10 +174,17 @@ async fn request(args: RequestArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let class = match class_of(&etcd, coord.as_ref(), key.namespace()).await {
-        Ok(c) => c,
+    let set = match published(&etcd, coord.as_ref()).await {
+        Ok(s) => s,
         Err(code) => return code,
     };
+    // The requester's own grants must allow it (apply checks both signers).
+    let identity = approvers.approvers.get(&args.requester).and_then(|a| a.identity.clone());
+    if let Err(e) = force::check_granted(set.as_ref(), &key, std::slice::from_ref(&args.requester), &[identity]) {
+        eprintln!("holdfastctl: refused: {e}");
+        return exit::INVALID;
+    }
+    let class = set.as_ref().and_then(|s| s.class_for(key.namespace()).cloned());
     let home = home(&etcd, coord.as_ref(), class.as_ref());
     let hold = match force::current_hold(home, &key).await {
         Ok(Some(h)) => h,
@@ -272,6 +291,10 @@ async fn apply(args: ApplyArgs) -> u8 {
         ) => {
             eprintln!("holdfastctl: refused: {e}");
             exit::INVALID
+        }
+        Err(e @ ForceError::NotGranted { .. }) => {
+            eprintln!("holdfastctl: refused: {e}");
+            exit::NOPERM
         }
         Err(e) => {
             eprintln!("holdfastctl: force-release failed, nothing was changed: {e}");
