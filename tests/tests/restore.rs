@@ -245,3 +245,93 @@ async fn an_advance_refuses_an_epoch_the_allocator_already_allocated() {
     assert_ne!(done.record.mint, first.mint, "a new mint");
     assert_eq!(read_allocator(&h).await.unwrap().0.highest, 6, "the advance raised the allocator");
 }
+
+/// A restore rolls `/sys/policy` back, and the controller's next versions
+/// start again from the restored one: at or below the version a running
+/// arbiter enforces. Sets are ordered by (epoch, version), so after the
+/// advance the running arbiter takes them: a grant changed after the
+/// restore reaches it.
+#[tokio::test]
+async fn a_grant_changed_after_a_restore_reaches_the_running_arbiter() {
+    use holdfast_fixtures::policy::{FixtureClass, write_dir};
+    let classes = [("pr", 30)];
+    let fixture: Vec<FixtureClass> = classes.iter().map(|(ns, ttl)| FixtureClass::new(ns, Duration::from_secs(*ttl))).collect();
+    // team/late may only inspect until the last change.
+    let narrow = |more: &str| format!("[grant.late]\nidentity = \"{LAB_IDENTITIES}team/late\"\ninspect = [\"pr/\"]\n{more}");
+    let app = Appliance::start_policy("restore-policy", 1, &|_| {}, &classes, &narrow("")).await;
+    let policy_dir = app.dir.path.join("policy");
+    let etcd = app.etcd.holdfast().await;
+    let version = || async { holdfast_store::policy::read_published(&etcd).await.unwrap().doc().map_or(0, |d| d.version) };
+    let republish = |extra: String, want: u64| {
+        write_dir(&policy_dir, LAB_IDENTITIES, &fixture, &extra).unwrap();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while version().await < want {
+                assert!(Instant::now() < deadline, "the controller did not publish version {want}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let late = app.client("team/late").await;
+    let pr = LockKey::parse("pr/x").unwrap();
+    let denied = |c: &holdfast_client::Client| {
+        let pr = pr.clone();
+        let c = c.clone();
+        async move {
+            let s = c.open_session(Duration::from_secs(30)).await;
+            let s = match s {
+                Err(e) => return e.reason() == Some(ErrorReason::Denied),
+                Ok(s) => s,
+            };
+            let denied = match s.acquire(&pr, Duration::ZERO).await {
+                Ok(hold) => !hold.release().await.unwrap(),
+                Err(e) => e.reason() == Some(ErrorReason::Denied),
+            };
+            s.close().await.unwrap();
+            denied
+        }
+    };
+    assert!(denied(&late).await, "team/late may lock before the change");
+
+    // Snapshot at v1; two more versions (unrelated grants); restore to v1.
+    let v1 = version().await;
+    let snapshot = app.dir.path.join("snap.db");
+    app.etcd.snapshot(&snapshot);
+    republish(narrow(&format!("[grant.other]\nidentity = \"{LAB_IDENTITIES}team/other\"\ninspect = [\"pr/\"]\n")), v1 + 1).await;
+    republish(narrow(&format!("[grant.other]\nidentity = \"{LAB_IDENTITIES}team/other\"\ninspect = [\"pr/x\"]\n")), v1 + 2).await;
+    let before = version().await;
+    let mut app = app;
+    app.etcd.restore(&snapshot, false).await;
+    let client = app.client("team/a").await;
+    app.arbiter.wait_sealed(&client, true, Duration::from_secs(30)).await;
+    holdfast_store::epoch::advance(&app.etcd.holdfast().await, 1).await.unwrap();
+    app.arbiter.wait_sealed(&client, false, Duration::from_secs(30)).await;
+
+    // The grant changes: team/late may lock. The controller's version is
+    // at or below the one the arbiter enforced before the restore.
+    let etcd = app.etcd.holdfast().await;
+    let restored = holdfast_store::policy::read_published(&etcd).await.unwrap().doc().map_or(0, |d| d.version);
+    write_dir(
+        &policy_dir,
+        LAB_IDENTITIES,
+        &fixture,
+        &format!("[grant.late]\nidentity = \"{LAB_IDENTITIES}team/late\"\nlock = [\"pr/\"]\ninspect = [\"pr/\"]\n"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut after = restored;
+    while after <= restored {
+        assert!(Instant::now() < deadline, "the controller did not publish the change after the restore");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = holdfast_store::policy::read_published(&etcd).await.unwrap().doc().map_or(0, |d| d.version);
+    }
+    assert!(after <= before, "the scenario needs the version after the restore ({after}) at or below the one before it ({before})");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while denied(&late).await {
+        assert!(
+            Instant::now() < deadline,
+            "the running arbiter still enforces the set from before the restore (version {after} <= {before})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

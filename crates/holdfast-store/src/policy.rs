@@ -183,6 +183,27 @@ pub async fn read_published(etcd: &Etcd) -> Result<Stored<PublishedPolicy>, etcd
     Ok(stored(POLICY_KEY, resp.kvs().first()))
 }
 
+/// The published policy and the epoch of the cluster it is on (0: none
+/// initialised), read in one transaction: an arbiter orders the sets it
+/// enforces by (epoch, version), so that a restore, which rolls the version
+/// back and is followed by an epoch advance, never leaves running arbiters
+/// ignoring the controller's next publications (docs/policy.md).
+pub async fn read_published_at_epoch(etcd: &Etcd) -> Result<(Stored<PublishedPolicy>, u32), etcd_client::Error> {
+    let txn = Txn::new().and_then([TxnOp::get(POLICY_KEY, None), TxnOp::get(layout::EPOCH_KEY, None)]);
+    let resp = etcd.txn(txn).await?;
+    let mut gets = resp.op_responses().into_iter().map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    });
+    let policy = stored(POLICY_KEY, gets.next().flatten().as_ref());
+    Ok((policy, epoch_of(gets.next().flatten().as_ref())))
+}
+
+/// The epoch in an [`layout::EPOCH_KEY`] value (0: absent or malformed).
+pub fn epoch_of(kv: Option<&KeyValue>) -> u32 {
+    kv.and_then(|kv| layout::decode::<layout::EpochRecord>(layout::EPOCH_KEY, kv.value()).ok()).map_or(0, |r| r.epoch)
+}
+
 /// The published policy from a key-value pair read or watched at
 /// [`POLICY_KEY`] (`None`: the key is absent or was deleted).
 pub fn decode_published(kv: Option<&KeyValue>) -> Stored<PublishedPolicy> {

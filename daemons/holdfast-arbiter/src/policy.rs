@@ -6,6 +6,15 @@
 //! the old set or the new one, never a mix. A document that does not decode
 //! or whose hash does not match is ignored, and the set in force stays.
 //!
+//! "New" is by (epoch, version): the epoch of the cluster the set is
+//! published on, as read with it, then the document's version. A restore
+//! of that cluster rolls `/sys/policy` back to an older version, and the
+//! controller's next publication is that version + 1, which may be at or
+//! below the one in force here; but a restore is always followed by an
+//! epoch advance (the arbiters stay sealed until then), and when the epoch
+//! changes this arbiter reads the set again and takes what is published,
+//! whatever its version. Versions within one epoch only grow.
+//!
 //! [`Policy::authorize`] runs before anything touches etcd: the caller's
 //! SPIFFE ID against the grants ([`holdfast_policy::Access`], a prefix tree
 //! with longest match), then the class's home region. A denial is one
@@ -17,7 +26,7 @@ use crate::Refusal;
 use crate::etcd::Etcd;
 use etcd_client::WatchOptions;
 use holdfast_model::LockKey;
-use holdfast_model::layout::POLICY_KEY;
+use holdfast_model::layout::{EPOCH_KEY, POLICY_KEY};
 use holdfast_policy::{Access, Action, Class};
 use holdfast_proto::ErrorReason;
 use holdfast_store::policy::{PublishedPolicy, Stored, decode_published};
@@ -27,6 +36,8 @@ use tonic::Code;
 
 /// One published version, ready to enforce.
 pub struct Loaded {
+    /// The epoch of the set's cluster when it was read.
+    pub epoch: u32,
     pub version: u64,
     pub hash: String,
     access: Access,
@@ -51,17 +62,19 @@ impl Policy {
         self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Puts a published document in force, if it is newer than the one in
-    /// force and its hash matches its content. Returns whether it did.
-    pub fn install(&self, published: &PublishedPolicy) -> Result<bool, String> {
+    /// Puts a published document, read at `epoch`, in force if it is newer
+    /// by (epoch, version) than the one in force and its hash matches its
+    /// content. Returns whether it did.
+    pub fn install(&self, published: &PublishedPolicy, epoch: u32) -> Result<bool, String> {
         if published.hash != published.set.hash || !published.set.hash_is_valid() {
             return Err(format!("version {} at {POLICY_KEY}: its hash does not match its content", published.version));
         }
         let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-        if current.as_ref().is_some_and(|c| c.version >= published.version) {
+        if current.as_ref().is_some_and(|c| (c.epoch, c.version) >= (epoch, published.version)) {
             return Ok(false);
         }
         let loaded = Loaded {
+            epoch,
             version: published.version,
             hash: published.hash.clone(),
             access: Access::new(&published.set),
@@ -187,50 +200,59 @@ pub fn class_tier(key: &LockKey, class: &Class, session: holdfast_policy::Tier) 
 /// Reads the published set once (before READY, so the first calls see it
 /// when one is published); an error here is left to [`run`].
 pub async fn load(etcd: &Etcd, policy: &Policy) {
-    if let Ok(stored) = holdfast_store::policy::read_published(etcd).await {
-        apply(policy, &stored);
+    if let Ok((stored, epoch)) = holdfast_store::policy::read_published_at_epoch(etcd).await {
+        apply(policy, &stored, epoch);
     }
 }
 
-/// Keeps `policy` equal to the published set: reads it, then watches it;
-/// reconnects (re-reading) after any watch error. Never returns.
+/// Keeps `policy` equal to the published set: reads it with its cluster's
+/// epoch, then watches both; reads again after any watch error and
+/// whenever the epoch changes. Never returns.
 pub async fn run(etcd: Etcd, policy: Arc<Policy>) {
     loop {
-        let from = match holdfast_store::policy::read_published(&etcd).await {
-            Ok(stored) => {
-                apply(&policy, &stored);
-                Some(stored.mod_revision())
+        match holdfast_store::policy::read_published_at_epoch(&etcd).await {
+            Ok((stored, epoch)) => {
+                apply(&policy, &stored, epoch);
+                watch(&etcd, &policy, stored.mod_revision(), epoch).await;
             }
-            Err(e) => {
-                tracing::debug!(error = %e, "reading the published class set failed; retrying");
-                None
-            }
-        };
-        if let Some(from) = from {
-            watch(&etcd, &policy, from).await;
+            Err(e) => tracing::debug!(error = %e, "reading the published class set failed; retrying"),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-async fn watch(etcd: &Etcd, policy: &Policy, from: i64) {
-    let opts = WatchOptions::new().with_start_revision(from + 1);
-    let Ok(mut stream) = etcd.client.clone().watch(POLICY_KEY, Some(opts)).await else { return };
-    while let Ok(Some(resp)) = stream.message().await {
-        if resp.canceled() {
-            return;
-        }
-        for event in resp.events() {
-            if event.event_type() == etcd_client::EventType::Put {
-                apply(policy, &decode_published(event.kv()));
-            } else {
-                tracing::error!("{POLICY_KEY} was deleted; the set in force stays (only holdfast-controller writes it)");
+/// Applies each new version of the set, read at `epoch`, until the watch
+/// fails or the epoch changes (the caller then reads both again).
+async fn watch(etcd: &Etcd, policy: &Policy, from: i64, epoch: u32) {
+    let opts = || Some(WatchOptions::new().with_start_revision(from + 1));
+    let Ok(mut sets) = etcd.client.clone().watch(POLICY_KEY, opts()).await else { return };
+    let Ok(mut epochs) = etcd.client.clone().watch(EPOCH_KEY, opts()).await else { return };
+    loop {
+        tokio::select! {
+            resp = sets.message() => {
+                let Ok(Some(resp)) = resp else { return };
+                if resp.canceled() {
+                    return;
+                }
+                for event in resp.events() {
+                    if event.event_type() == etcd_client::EventType::Put {
+                        apply(policy, &decode_published(event.kv()), epoch);
+                    } else {
+                        tracing::error!("{POLICY_KEY} was deleted; the set in force stays (only holdfast-controller writes it)");
+                    }
+                }
+            }
+            resp = epochs.message() => {
+                let Ok(Some(resp)) = resp else { return };
+                if resp.canceled() || resp.events().iter().any(|e| holdfast_store::policy::epoch_of(e.kv()) != epoch) {
+                    return;
+                }
             }
         }
     }
 }
 
-fn apply(policy: &Policy, stored: &Stored<PublishedPolicy>) {
+fn apply(policy: &Policy, stored: &Stored<PublishedPolicy>, epoch: u32) {
     match stored {
         Stored::Absent => {
             if policy.loaded().is_none() {
@@ -238,10 +260,45 @@ fn apply(policy: &Policy, stored: &Stored<PublishedPolicy>) {
             }
         }
         Stored::Malformed { error, .. } => tracing::error!(%error, "ignoring the document at {POLICY_KEY}; the set in force stays"),
-        Stored::Present { doc, .. } => match policy.install(doc) {
-            Ok(true) => tracing::info!(version = doc.version, hash = %doc.hash, "class set in force"),
+        Stored::Present { doc, .. } => match policy.install(doc, epoch) {
+            Ok(true) => tracing::info!(epoch, version = doc.version, hash = %doc.hash, "class set in force"),
             Ok(false) => {}
             Err(e) => tracing::error!(error = %e, "ignoring it; the set in force stays"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_policy::CompiledSet;
+    use std::collections::BTreeMap;
+
+    fn doc(version: u64) -> PublishedPolicy {
+        let set = CompiledSet::new(BTreeMap::new(), BTreeMap::new());
+        PublishedPolicy { version, hash: set.hash.clone(), source_commit: None, published_unix_ms: 0, published_by: String::new(), set }
+    }
+
+    #[test]
+    fn sets_are_ordered_by_epoch_then_version() {
+        let p = Policy::new(None);
+        assert_eq!(p.install(&doc(5), 1), Ok(true));
+        // Within an epoch only a greater version is taken.
+        assert_eq!(p.install(&doc(5), 1), Ok(false));
+        assert_eq!(p.install(&doc(4), 1), Ok(false));
+        assert_eq!(p.install(&doc(6), 1), Ok(true));
+        // A restore rolled the version back; the epoch it was read at is
+        // older or the same: ignored until the advance.
+        assert_eq!(p.install(&doc(3), 0), Ok(false));
+        assert_eq!(p.install(&doc(4), 1), Ok(false));
+        // After the advance the restored line is taken, and grows from there.
+        assert_eq!(p.install(&doc(4), 2), Ok(true));
+        assert_eq!(p.install(&doc(5), 2), Ok(true));
+        let loaded = p.loaded().unwrap();
+        assert_eq!((loaded.epoch, loaded.version), (2, 5));
+        // A document whose hash does not match is refused whatever its order.
+        let mut bad = doc(9);
+        bad.hash = "sha256:00".into();
+        assert!(p.install(&bad, 3).is_err());
     }
 }
