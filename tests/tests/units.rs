@@ -388,6 +388,31 @@ fn sysusers_and_tmpfiles_apply_and_provide_every_unit_user() {
     }
 }
 
+/// `holdfastctl risk-register --help` describes the timer and service that
+/// ship: their names, the schedule, the command line and the user.
+#[test]
+fn the_risk_register_help_describes_the_shipped_timer() {
+    let out = Command::new(holdfast_tests::bin("holdfastctl")).args(["risk-register", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(out.status.success(), "{help}");
+    let service = directives(&unit_text("holdfast-risk-register.service"));
+    let timer = directives(&unit_text("holdfast-risk-register.timer"));
+    let value = |d: &[(String, String)], key: &str| d.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default();
+    let command = value(&service, "ExecStart").replace("/usr/bin/", "");
+    assert_eq!(value(&timer, "OnCalendar"), "daily");
+    for said in [
+        "holdfast-risk-register.timer".to_string(),
+        "holdfast-risk-register.service".to_string(),
+        "daily".to_string(),
+        format!("`{command}`"),
+        format!("as user {}", value(&service, "User")),
+        "systemctl enable --now holdfast-risk-register.timer".to_string(),
+    ] {
+        assert!(help.contains(&said), "risk-register --help does not say {said:?}:\n{help}");
+    }
+    assert!(!help.contains("planned"), "{help}");
+}
+
 /// Every ExecStartPre=/ExecReload= of a holdfast binary runs `check`, which
 /// exists and takes the flags given; a reload validates before it signals;
 /// every long-running holdfast daemon checks before it starts.

@@ -25,9 +25,15 @@ This lists them all, soonest expiry first, with a status:
 the directory fails validation only because waivers expired (that is what it
 is for); any other problem stops it (exit 65).
 
-It is meant for a weekly timer that alerts on exit status 1 (a systemd timer
-unit is planned to come with packaging, run by the controller); run it by hand
-before renewing waivers, or with --today to see what will have expired by a date.
+It reads the class set from DIR on this host (the files the controller
+publishes from), not from etcd. The holdfastctl package ships a daily timer:
+holdfast-risk-register.timer starts holdfast-risk-register.service, which
+runs `holdfastctl risk-register --dir /etc/holdfast` as user
+holdfast-controller and fails whenever this exits non-zero: alert on that
+unit's failed state. Enable it on one host that has the class set:
+  systemctl enable --now holdfast-risk-register.timer
+Run it by hand before renewing waivers, or with --today to see what will
+have expired by a date.
 
 Output: a table (CLASS, NAMESPACE, RISK OWNER, WAIVER EXPIRES, DAYS LEFT,
 STATUS; DAYS LEFT is negative once expired) and a summary line. --json prints
