@@ -42,6 +42,10 @@
 //!   arbiter serves the entity tier at epoch 3 and the coord tier at
 //!   epoch 1, each on its own cluster. The request and signatures the
 //!   playbook copied are root:root 0644 in a root:root 0755 directory.
+//! - Then `force-release.yml`: a client holds demo/stuck (a second
+//!   session of its identity is refused as a leak, exit 76); alice requests
+//!   its release and alice and bob sign (lock-operators whose identities'
+//!   grants cover demo/); the playbook applies it, and the key is free.
 //!
 //! Needs root, debootstrap, systemd-container, openssl, ssh and the
 //! ansible venv from scripts/install-deps; a Debian mirror the first time
@@ -156,7 +160,7 @@ ca holdfast-ca
 ca etcd-ca
 issue holdfast-ca operator /CN=operator subjectAltName=URI:spiffe://example.org/ops/operator \
       extendedKeyUsage=clientAuth basicConstraints=critical,CA:FALSE
-for user in root holdfast-arbiter holdfast-controller holdfast-tailer holdfast-epoch holdfast-observer; do
+for user in root holdfast-arbiter holdfast-controller holdfast-tailer holdfast-epoch holdfast-observer holdfast-force-release; do
   issue etcd-ca "etcd-$user" "/CN=$user" extendedKeyUsage=clientAuth basicConstraints=critical,CA:FALSE
 done
 "#,
@@ -192,7 +196,8 @@ fn write_classes(dir: &Path) {
     .expect("coorddemo.toml");
     std::fs::write(
         dir.join("grants.d/ops.toml"),
-        "[grant.operator]\nidentity = \"spiffe://example.org/ops/operator\"\nlock = [\"demo/\", \"coorddemo/\"]\ninspect = [\"demo/\", \"coorddemo/\"]\n",
+        "[grant.operator]\nidentity = \"spiffe://example.org/ops/operator\"\nlock = [\"demo/\", \"coorddemo/\"]\ninspect = [\"demo/\", \"coorddemo/\"]\n\n\
+         [grant.lock-operators]\nidentity = \"spiffe://example.org/ops/\"\nforce_release = [\"demo/\"]\n",
     )
     .expect("ops.toml");
 }
@@ -719,9 +724,92 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
             &format!("{}; holdfastctl lock exec demo/after-advance --wait 30s -- true", client_env(HOSTS[1].2)),
         );
     });
+
+    // The two-person force-release as the runbook carries it out on a
+    // fleet: a client holds demo/stuck and does not let go; on etcd-a1 the
+    // request is written by alice and signed by alice and bob (both
+    // lock-operators whose identities' grants may force-release demo/),
+    // then `force-release.yml` copies it with its signatures to the host and
+    // applies it. Afterwards the same identity takes demo/stuck from another
+    // session at once: the leaked hold is gone.
+    clock.step("force-release.yml releases a stuck hold with two signatures", || {
+        for f in ["etcd-holdfast-force-release.pem", "etcd-holdfast-force-release-key.pem"] {
+            cs[0].copy_in(&w.join("tls").join(f), &format!("/root/dr/{f}")).expect("the holdfast-force-release credentials");
+        }
+        let script = format!(
+            "{}; rm -f /root/stuck-held; holdfastctl lock exec demo/stuck --wait 30s -- sh -c 'touch /root/stuck-held; sleep 600'",
+            client_env(HOSTS[1].2)
+        );
+        let mut holder = cs[1].spawn(&["bash", "-c", &script]).expect("lock holder");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !cs[1].host_path("/root/stuck-held").exists() {
+            assert!(std::time::Instant::now() < deadline, "the client did not get demo/stuck within 60 s\n{}", all_diagnostics(&cs));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let taken = format!("{}; holdfastctl lock exec demo/stuck --wait 0 -- true", client_env(HOSTS[2].2));
+        let leaked = cs[2].sh(&taken).expect("lock exec");
+        assert_eq!(leaked.code, 76, "a second session of the holder's identity is refused while the hold lives:\n{leaked}");
+        let setup = must(&cs, 0, "lock-operators, credentials and a request", &force_release_setup());
+        let request = setup.stdout.lines().filter_map(|l| l.strip_prefix("request ")).next_back().map(str::to_string);
+        let request = request.unwrap_or_else(|| panic!("no request was written:\n{setup}"));
+        for who in ["alice", "bob"] {
+            must(&cs, 0, &format!("{who} signs"), &format!("holdfastctl approve /root/fr/requests/{request} --ssh-key /root/dr/{who}"));
+        }
+        let path = |f: &str| cs[0].host_path(&format!("/root/fr/requests/{f}")).display().to_string();
+        let args = vec![
+            "-e".to_string(),
+            "force_release_host=etcd-a1".to_string(),
+            "-e".to_string(),
+            format!("force_release_request={}", path(&request)),
+            "-e".to_string(),
+            format!(
+                "{{\"force_release_signatures\": [\"{}\", \"{}\"]}}",
+                path(&format!("{request}.alice.sig")),
+                path(&format!("{request}.bob.sig"))
+            ),
+        ];
+        let (ok, released) = playbook_with(&ns, &w, "force-release.yml", &args, &w.join("force-release.log"));
+        let _ = holder.kill();
+        let _ = holder.wait();
+        if !ok {
+            panic!(
+                "force-release.yml failed (log {}):\n{}\n{}",
+                w.join("force-release.log").display(),
+                tail(&released, 80),
+                all_diagnostics(&cs)
+            );
+        }
+        assert!(released.contains("exit 0: released"), "the playbook reports the release:\n{}", tail(&released, 40));
+        let after = cs[2].sh(&taken).expect("lock exec");
+        assert_eq!(after.code, 0, "demo/stuck is free after the force-release:\n{after}");
+    });
     clock.summary();
     drop(cs);
     drop(ns);
+}
+
+/// On etcd-a1, after the epoch advance's setup: alice and bob as
+/// lock-operators too, each with an identity (spiffe://example.org/ops/NAME,
+/// whose grant lets them force-release demo/), the holdfast-force-release
+/// etcd user's credentials (root:root 0600) where force-release.yml looks
+/// for them, and alice's request to release demo/stuck in
+/// /root/fr/requests/. Prints `request NAME.toml`.
+fn force_release_setup() -> String {
+    let (etcd, coord) = (client_urls(HOSTS).join(","), client_urls(COORD_HOSTS).join(","));
+    format!(
+        r#"set -e
+for who in alice bob; do
+  printf '[approver.%s]\nroles = ["dr-operator", "lock-operator"]\nkeys = ["%s"]\nidentity = "spiffe://example.org/ops/%s"\n' $who "$(cat /root/dr/$who.pub)" $who
+done > /root/dr/approvers.toml
+install -m 0644 /root/dr/approvers.toml /etc/holdfast/approvers.toml
+install -m 0644 /root/dr/etcd-holdfast-force-release.pem /etc/holdfast/tls/etcd-force-release.pem
+install -m 0600 /root/dr/etcd-holdfast-force-release-key.pem /etc/holdfast/tls/etcd-force-release-key.pem
+holdfastctl force-release request demo/stuck --requester alice --reason 'fleet test: a stuck holder' \
+  --etcd-endpoint {etcd} --coord-endpoint {coord} --etcd-ca /etc/holdfast/tls/etcd-ca.pem \
+  --etcd-cert /etc/holdfast/tls/etcd-force-release.pem --etcd-key /etc/holdfast/tls/etcd-force-release-key.pem \
+  --approvers /etc/holdfast/approvers.toml --state-dir /root/fr
+echo "request $(basename "$(ls -t /root/fr/requests/force-release-*.toml | head -1)")""#
+    )
 }
 
 /// What the roles leave under /etc/holdfast on every entity host (the
