@@ -30,12 +30,14 @@ pub fn run(config_path: &Path) -> u8 {
     match (holdfast_audit::store::read_checkpoint(dir), holdfast_audit::store::read_events(dir)) {
         (Ok(checkpoint), Ok(events)) => {
             match checkpoint {
+                // The checkpoint's age, not its revision: on a quiet cluster
+                // the last revision is the last grant's, a live hold's token.
                 Some(c) => println!(
-                    "{}: {} events, complete up to revision {} of cluster {}",
+                    "{}: {} events of cluster {}, checkpoint written {}s ago",
                     dir.display(),
                     events.len(),
-                    c.revision,
-                    c.cluster_id
+                    c.cluster_id,
+                    holdfast_daemon::now_unix_ms().saturating_sub(c.written_unix_ms) / 1000
                 ),
                 None => println!("{}: {} events, no checkpoint yet", dir.display(), events.len()),
             }

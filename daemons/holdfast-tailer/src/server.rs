@@ -180,7 +180,9 @@ async fn lead(
             Ok(s) => s,
             Err(e) => return Led::Failed(e),
         };
-        tracing::info!(from = start, etcd_revision = tailer.etcd_revision(), "recording from the checkpoint");
+        // How far behind, never a revision: etcd's revision now may be a
+        // live hold's, which with the epoch is its token.
+        tracing::info!(behind_revisions = (tailer.etcd_revision() - start + 1).max(0), "recording from the checkpoint");
         loop {
             tokio::select! {
                 biased;

@@ -317,11 +317,11 @@ impl Tailer {
         let resp = etcd.client.clone().get(holdfast_model::layout::EPOCH_KEY, Some(GetOptions::new().with_count_only())).await?;
         self.etcd_revision = self.etcd_revision.max(resp.header().map_or(0, |h| h.revision()));
         if self.etcd_revision > self.done && self.heard_at.elapsed() >= STALL {
+            // A difference, never a revision (etcd's may be a live hold's).
             anyhow::bail!(
-                "the watch delivered nothing for {:?} while etcd moved from revision {} to {}; watching again",
+                "the watch delivered nothing for {:?} while etcd moved {} revision(s) ahead of what is stored; watching again",
                 self.heard_at.elapsed(),
-                self.done,
-                self.etcd_revision
+                self.etcd_revision - self.done
             );
         }
         if self.checkpointed_at.elapsed() >= self.checkpoint_interval {
