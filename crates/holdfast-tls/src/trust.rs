@@ -131,26 +131,12 @@ mod tests {
 
     #[test]
     fn a_credential_of_the_same_name_is_read_in_place_of_the_file() {
-        let dir = Scratch(std::env::temp_dir().join(format!("holdfast-tls-credential-{}", std::process::id())));
-        std::fs::create_dir_all(dir.path()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
         let key = Path::new("/etc/holdfast/tls/etcd-tailer-key.pem");
         assert_eq!(credential_in(None, key), None);
         assert_eq!(credential_in(Some(dir.path().as_os_str()), key), None, "no such credential");
         std::fs::write(dir.path().join("etcd-tailer-key.pem"), "k").unwrap();
         assert_eq!(credential_in(Some(dir.path().as_os_str()), key), Some(dir.path().join("etcd-tailer-key.pem")));
         assert_eq!(credential_in(Some(dir.path().as_os_str()), Path::new("/")), None, "a path without a file name");
-    }
-
-    /// A directory removed when the test ends.
-    struct Scratch(PathBuf);
-    impl Scratch {
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
     }
 }
