@@ -136,7 +136,8 @@ fn home<'a>(etcd: &'a Etcd, coord: Option<&'a Etcd>, class: Option<&holdfast_pol
 /// the exit status to return.
 async fn published(etcd: &Etcd, coord: Option<&Etcd>) -> Result<Option<holdfast_policy::CompiledSet>, u8> {
     match holdfast_store::policy::read_published(coord.unwrap_or(etcd)).await {
-        Ok(stored) => Ok(stored.doc().map(|p| p.set.clone())),
+        Ok(holdfast_store::policy::Stored::Present { doc, .. }) => Ok(Some(doc.set)),
+        Ok(_) => Ok(None),
         Err(e) => {
             eprintln!("holdfastctl: reading the published class set: {e}");
             Err(exit::UNAVAILABLE)
