@@ -336,6 +336,12 @@ async fn work(args: ClientArgs) -> anyhow::Result<()> {
         }
         released = Some((key, sid, token));
     }
+    // Stopped: renew nothing more. A hold whose release failed (etcd or
+    // the arbiter was down) ends with its session's lease, within the TTL
+    // the liveness check allows for; renewing it while the zombies below
+    // sleep out their expiries (up to TTL + 2.5 s) would keep that key
+    // from everyone past the check's budget.
+    drop(sessions);
     for z in zombies {
         let _ = z.await;
     }
