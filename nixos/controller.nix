@@ -31,7 +31,7 @@ let
           "fenced"
           "advisory"
         ];
-        description = "fenced: the resource refuses stale tokens (a pause test passed). advisory: needs risk_owner and waiver_expires.";
+        description = "fenced: the resource refuses stale tokens (a pause test passed for `resource` at `resource_schema_version`; without one the controller publishes the class demoted to advisory). advisory: needs risk_owner and waiver_expires.";
       };
       risk_owner = mkOption {
         type = types.nullOr types.str;
@@ -79,6 +79,10 @@ let
       {
         assertion = c.enforcement != "advisory" || (c.risk_owner != null && c.risk_owner != "");
         message = "${at} is advisory but names no risk_owner; set risk_owner = \"TEAM\" (the team that accepts the risk until the class is fenced), or make it fenced once holdfast-pausetest has passed";
+      }
+      {
+        assertion = c.enforcement != "fenced" || (c ? resource && c ? resource_schema_version);
+        message = "${at} is fenced but lacks resource or resource_schema_version; set both as `holdfast-pausetest status --json` prints them (\"resource\", \"current_schema_version\"): a pause-test result counts only for that resource at that schema version";
       }
       {
         assertion = !(c.enforcement == "fenced" && c.on_quorum_loss == "open");

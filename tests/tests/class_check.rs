@@ -45,6 +45,8 @@ purpose = "correctness"
 enforcement = "fenced"
 ttl = "10s"
 tier = "entity"
+resource = "postgresql://127.0.0.1:5432/app?table=holdfast_fence"
+resource_schema_version = 1
 "#;
 
 const GRANTS: &str = r#"[grant.ledger]
@@ -112,7 +114,7 @@ fn a_broken_directory_exits_65_with_every_problem_at_its_file_and_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fenced_needs_a_pause_test_result_in_etcd_and_says_so_when_etcd_is_away() {
+async fn a_fenced_class_without_a_counting_pause_test_is_demoted_and_the_risk_register_lists_it() {
     let dir = TestDir::new("class-check-pausetest");
     let etcd = Etcd::start(&dir.path, 1).await;
     let url = etcd.endpoints().join(",");
@@ -140,16 +142,39 @@ async fn fenced_needs_a_pause_test_result_in_etcd_and_says_so_when_etcd_is_away(
     assert_eq!(v["pause_tests"]["checked"], false, "{v}");
     assert_eq!(v["unchecked"][0]["rule"], "fenced-without-pause-test", "{v}");
 
-    // A real etcd without a result: refused.
-    let out = check(&p, &["--etcd-endpoint", &url]);
-    assert_eq!(out.code, 65, "{out}");
-    assert!(
-        out.stdout.contains(&format!(
-            "{b}:1: class \"orders\" is fenced, but no pause-test result is recorded for it (nothing under /sys/pausetest/orders/); \
-             run `holdfast-pausetest run --class orders --resource URL ...`"
-        )),
-        "{out}"
+    // A real etcd without a result: valid, but the class is DEMOTED, and
+    // the risk register lists it (exit 1) while offline it cannot know.
+    let demoted_line = format!(
+        "{b}:1: class \"orders\" is fenced, but no pause-test result is recorded for it (nothing under /sys/pausetest/orders/): \
+         it is DEMOTED, published as advisory with no risk owner, until `holdfast-pausetest run --class orders --resource URL ...` \
+         passes against \"postgresql://127.0.0.1:5432/app?table=holdfast_fence\" at schema version 1"
     );
+    let out = check(&p, &["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.lines().any(|l| l == demoted_line), "missing {demoted_line:?} in:\n{out}");
+    assert!(out.stdout.contains("1 fenced class(es) DEMOTED to advisory"), "{out}");
+    let json = check(&p, &["--etcd", &url, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!((v["valid"].clone(), v["demoted"][0]["rule"].clone()), (true.into(), "fenced-without-pause-test".into()), "{v}");
+    let risk = |extra: &[&str]| {
+        let mut args = vec!["risk-register".to_string(), "--dir".into(), p.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Ran::of(Command::new(bin("holdfastctl")).args(&args))
+    };
+    let out = risk(&["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 1, "a demoted class fails the register:\n{out}");
+    let row = out.stdout.lines().find(|l| l.starts_with("orders ")).unwrap_or_else(|| panic!("no row for orders:\n{out}"));
+    assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["orders", "orders", "-", "-", "-", "demoted"], "{out}");
+    assert!(out.stdout.contains("1 fenced class(es) DEMOTED to advisory, with no risk owner"), "{out}");
+    let json = risk(&["--etcd-endpoint", &url, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(v[0]["class"], "orders", "demoted classes come first: {v}");
+    assert_eq!(v[0]["status"], "demoted", "{v}");
+    assert_eq!(v[0]["risk_owner"], serde_json::Value::Null, "{v}");
+    assert_eq!(v[0]["resource_schema_version"], 1, "{v}");
+    let out = risk(&[]);
+    assert_eq!(out.code, 0, "offline the register lists only the advisory class:\n{out}");
+    assert!(out.stdout.contains("demoted classes NOT checked: offline"), "{out}");
 
     // An expired result does not count.
     let resource = "postgresql://127.0.0.1:5432/app?table=holdfast_fence";
@@ -168,10 +193,11 @@ async fn fenced_needs_a_pause_test_result_in_etcd_and_says_so_when_etcd_is_away(
     let mut client = etcd.client().await;
     client.put(key.as_str(), layout::encode(&record), None).await.unwrap();
     let out = check(&p, &["--etcd-endpoint", &url]);
-    assert_eq!(out.code, 65, "{out}");
+    assert_eq!(out.code, 0, "{out}");
     assert!(out.stdout.contains(&format!("no pause-test result for it counts ({resource}: the result expired")), "{out}");
+    assert!(out.stdout.contains("it is DEMOTED"), "{out}");
 
-    // A passing, unexpired result at /sys/pausetest/<class>/<resource>: accepted.
+    // A passing, unexpired result at /sys/pausetest/<class>/<resource>: fenced.
     record.time_unix_ms = now_ms();
     record.expires_unix_ms = now_ms() + PAUSETEST_VALIDITY.as_millis() as u64;
     client.put(key.as_str(), layout::encode(&record), None).await.unwrap();
@@ -179,5 +205,20 @@ async fn fenced_needs_a_pause_test_result_in_etcd_and_says_so_when_etcd_is_away(
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stdout.contains(": valid: 2 class(es), 1 grant(s), sha256:"), "{out}");
     assert!(out.stdout.contains("pause-test results read from etcd"), "{out}");
-    assert!(!out.stdout.contains("NOT checked"), "{out}");
+    assert!(!out.stdout.contains("NOT checked") && !out.stdout.contains("DEMOTED"), "{out}");
+    let out = risk(&["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!out.stdout.contains("orders ") && out.stdout.contains("checked against the pause-test results in etcd"), "{out}");
+
+    // The resource's schema migrated and the class says so: the result, for
+    // the old version, no longer counts.
+    std::fs::write(p.join("classes.d/b.toml"), FENCED.replace("resource_schema_version = 1", "resource_schema_version = 2")).unwrap();
+    let out = check(&p, &["--etcd-endpoint", &url]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("the result is for schema version 1, and the resource is now at schema version 2")
+            && out.stdout.contains("it is DEMOTED"),
+        "{out}"
+    );
+    assert_eq!(risk(&["--etcd-endpoint", &url]).code, 1);
 }

@@ -38,6 +38,8 @@ purpose = "correctness"
 enforcement = "fenced"
 ttl = "10s"
 tier = "entity"
+resource = "postgresql://db:5432/payments?table=holdfast_fence"
+resource_schema_version = 1
 "#;
 
 #[test]
@@ -160,6 +162,7 @@ gone   gone       team-gone   2001-01-01      -9282      expired
 soon   soon       team-soon   2026-06-10      9          expiring
 late   late       team-late   2099-01-01      26512      ok
 {p}: 3 advisory class(es) on 2026-06-01 (UTC): 1 expired, 1 expiring within 30 day(s), 1 ok; for each expired class: fence it, or have its risk owner renew the waiver with a later waiver_expires
+demoted classes NOT checked: offline; pass --etcd-endpoint URL[,URL] to read the results under /sys/pausetest/
 "
     );
     assert_eq!(out.stdout, expected, "{out}");
@@ -207,7 +210,13 @@ fn risk_register_on_config_on_an_empty_set_and_on_a_broken_one() {
     let empty = policy(&root.path, "empty", &[("a.toml", FENCED)]).display().to_string();
     let out = holdfastctl(&["risk-register", "--dir", &empty, "--today", "2026-06-01"]);
     assert_eq!(out.code, 0, "{out}");
-    assert_eq!(out.stdout, format!("{empty}: no advisory class, so the risk register is empty (today is 2026-06-01, UTC)\n"));
+    assert_eq!(
+        out.stdout,
+        format!(
+            "{empty}: no advisory or demoted class, so the risk register is empty (today is 2026-06-01, UTC)\n\
+             demoted classes NOT checked: offline; pass --etcd-endpoint URL[,URL] to read the results under /sys/pausetest/\n"
+        )
+    );
     assert_eq!(holdfastctl(&["risk-register", "--dir", &empty, "--json"]).json(), json!([]));
 
     // Another problem besides an expired waiver: 65, each problem on stderr.

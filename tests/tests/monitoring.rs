@@ -495,6 +495,7 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
         "holdfast_arbiter_sealed",
         "holdfast_controller_published_version",
         "holdfast_controller_refusals_total",
+        "holdfast_controller_demoted_classes",
         "holdfast_tailer_lag_alarm",
         "holdfast_tailer_gap_alarm",
         "holdfast_arbiter_renewal_failures_total",

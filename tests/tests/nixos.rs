@@ -590,9 +590,21 @@ fn assertion_cases() -> Vec<(&'static str, String, String, &'static str)> {
         ),
         (
             "on_quorum_loss = open on a fenced class",
-            controller(r#"purpose = "efficiency"; enforcement = "fenced"; on_quorum_loss = "open";"#),
-            controller(r#"purpose = "efficiency"; enforcement = "fenced"; on_quorum_loss = "closed";"#),
+            controller(
+                r#"purpose = "efficiency"; enforcement = "fenced"; on_quorum_loss = "open"; resource = "fixture:r"; resource_schema_version = 1;"#,
+            ),
+            controller(
+                r#"purpose = "efficiency"; enforcement = "fenced"; on_quorum_loss = "closed"; resource = "fixture:r"; resource_schema_version = 1;"#,
+            ),
             "classes.x is fenced with on_quorum_loss = \"open\"",
+        ),
+        (
+            "fenced class naming no resource",
+            controller(r#"purpose = "correctness"; enforcement = "fenced"; resource_schema_version = 1;"#),
+            controller(
+                r#"purpose = "correctness"; enforcement = "fenced"; resource = "postgresql://db:5432/app?table=t"; resource_schema_version = 1;"#,
+            ),
+            "classes.x is fenced but lacks resource or resource_schema_version",
         ),
         (
             "etcd member with a plain http URL",

@@ -9,6 +9,7 @@ use holdfast_config::{ControllerConfig, EtcdConfig};
 use holdfast_devkit::controller::{ControllerLaunch, ControllerProcess};
 use holdfast_devkit::ports::free_port;
 use holdfast_model::layout::{self, POLICY_KEY, POLICY_STATUS_KEY, PauseTestOutcome, PauseTestRecord};
+use holdfast_policy::Enforcement;
 use holdfast_store::policy::{PolicyStatus, PublishedPolicy};
 use holdfast_tests::*;
 use std::fmt;
@@ -257,7 +258,7 @@ async fn kit_refuses_bad_input_before_touching_anything() {
 
 /// A holdfast-controller publishing `policy` to the appliance's etcd,
 /// rescanning every [`RESCAN`]; prints its log if the test fails.
-struct Controller(ControllerProcess);
+struct Controller(ControllerProcess, u16);
 
 const RESCAN: Duration = Duration::from_millis(300);
 
@@ -265,7 +266,8 @@ impl Controller {
     fn start(dir: &Path, etcd: &Etcd, policy: &Path) -> Self {
         let mut config = ControllerConfig::new(EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config() });
         config.policy_dir = policy.to_path_buf();
-        config.metrics_listen = ([127, 0, 0, 1], free_port()).into();
+        let metrics = free_port();
+        config.metrics_listen = ([127, 0, 0, 1], metrics).into();
         config.cluster_name = "test".into();
         config.rescan_interval = RESCAN;
         config.election.ttl = Duration::from_secs(3);
@@ -273,7 +275,14 @@ impl Controller {
         launch.env.push(("HOLDFAST_LOG".into(), "info,holdfast_controller=debug".into()));
         let mut process = ControllerProcess::spawn(&launch).expect("start holdfast-controller");
         process.wait_ready(Duration::from_secs(20)).expect("controller READY=1");
-        Controller(process)
+        Controller(process, metrics)
+    }
+
+    /// `holdfast_controller_demoted_classes` as the controller serves it.
+    async fn demoted_gauge(&self) -> String {
+        let text = scrape(self.1).await;
+        let line = text.lines().find(|l| l.starts_with("holdfast_controller_demoted_classes{"));
+        line.and_then(|l| l.rsplit(' ').next()).unwrap_or_else(|| panic!("no demoted_classes gauge in:\n{text}")).to_string()
     }
 }
 
@@ -296,28 +305,64 @@ async fn policy_status(etcd: &mut etcd_client::Client) -> Option<PolicyStatus> {
     resp.kvs().first().map(|kv| serde_json::from_slice(kv.value()).expect("a PolicyStatus"))
 }
 
+/// The published set once `done` holds for it, within 5 s.
+async fn published_when(kv: &mut etcd_client::Client, what: &str, done: impl Fn(&PublishedPolicy) -> bool) -> PublishedPolicy {
+    let start = Instant::now();
+    loop {
+        if let Some((p, _)) = published(kv).await
+            && done(&p)
+        {
+            eprintln!("published version {} ({what}) after {:?}", p.version, start.elapsed());
+            return p;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "not published within 5s: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fenced_class_is_refused_until_the_pause_test_passes_on_postgres() {
+async fn a_fenced_class_is_demoted_until_a_pause_test_for_its_resource_and_schema_passes_on_postgres() {
     let mut app = Appliance::start("pausetest-policy", 1).await;
     // The harness's controller published the lab set (whose `pausetest`
     // class and grant let the kit lock below); it resigns, so the controller
-    // under test leads at once and the lab set stays until it publishes.
+    // under test leads at once.
     app.controller.stop(Duration::from_secs(10));
     let pg = Postgres::start(&app.dir.path);
     let s3 = S3::start(&app.dir.path, &["fences"]);
     let kit = Kit { app: &app, pg: &pg, s3: &s3, coord: None };
     let mut kv = app.etcd.client().await;
 
-    // A class set whose one class is fenced, guarded by the reference
-    // PostgreSQL fence, and otherwise valid.
+    // A class set whose one class is fenced, naming the reference
+    // PostgreSQL fence and its schema version, and otherwise valid.
+    let resource = kit.describe(Resource::Postgres);
     let policy = app.dir.path.join("ledger-policy");
     for sub in ["classes.d", "grants.d"] {
         std::fs::create_dir_all(policy.join(sub)).unwrap();
     }
     let class_file = policy.join("classes.d/ledger.toml");
+    let class = |version: u32| {
+        format!(
+            "[class.ledger]\nnamespace = \"ledger\"\npurpose = \"correctness\"\nenforcement = \"fenced\"\nttl = \"10s\"\n\
+             tier = \"entity\"\nresource = \"{resource}\"\nresource_schema_version = {version}\n"
+        )
+    };
+    let v1 = holdfast_fence::SCHEMA_VERSION;
+    std::fs::write(&class_file, class(v1)).unwrap();
+    // The lab's `pausetest` class and grant, which the kit locks in, as
+    // the lab set has them (its fixture pause-test record is in etcd).
     std::fs::write(
-        &class_file,
-        "[class.ledger]\nnamespace = \"ledger\"\npurpose = \"correctness\"\nenforcement = \"fenced\"\nttl = \"10s\"\ntier = \"entity\"\n",
+        policy.join("classes.d/kit.toml"),
+        format!(
+            "[class.pausetest]\nnamespace = \"pausetest\"\npurpose = \"correctness\"\nenforcement = \"fenced\"\nttl = \"5s\"\n\
+             tier = \"entity\"\nresource = \"{}\"\nresource_schema_version = {}\n",
+            holdfast_fixtures::policy::FIXTURE_RESOURCE,
+            holdfast_fixtures::policy::FIXTURE_SCHEMA_VERSION
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        policy.join("grants.d/kit.toml"),
+        format!("[grant.kit]\nidentity = \"{LAB_IDENTITIES}teams/pausetest\"\nlock = [\"pausetest/\"]\n"),
     )
     .unwrap();
     std::fs::write(
@@ -325,60 +370,66 @@ async fn a_fenced_class_is_refused_until_the_pause_test_passes_on_postgres() {
         "[grant.ledger-writers]\nidentity = \"spiffe://holdfast.dev/svc/ledger\"\nlock = [\"ledger/\"]\ninspect = [\"ledger/\"]\n",
     )
     .unwrap();
+    let before_version = published(&mut kv).await.map_or(0, |(p, _)| p.version);
+    let ctl = Controller::start(&app.dir.path, &app.etcd, &policy);
+    let demoted = |p: &PublishedPolicy| p.set.classes.get("ledger").is_some_and(|c| c.enforcement.is_demoted());
+    let fenced = |p: &PublishedPolicy| p.set.classes.get("ledger").is_some_and(|c| c.enforcement.is_fenced());
 
-    // Whatever was published before (the harness's lab set) must stay while
-    // the class is refused.
-    let before = published(&mut kv).await;
-    let before_version = before.as_ref().map_or(0, |(p, _)| p.version);
-    let _ctl = Controller::start(&app.dir.path, &app.etcd, &policy);
-
-    // No pause-test result: refused, naming the class and the rule.
-    let start = Instant::now();
-    let refusal = loop {
-        if let Some(r) = policy_status(&mut kv).await.and_then(|s| s.last_refusal) {
-            break r;
+    // No pause-test result: published, but DEMOTED, with the reason; no
+    // refusal, and the gauge the alert reads says so.
+    let p = published_when(&mut kv, "ledger demoted, no result", demoted).await;
+    assert_eq!(p.version, before_version + 1);
+    match &p.set.classes["ledger"].enforcement {
+        Enforcement::Demoted { resource: r, schema_version, reason } => {
+            assert_eq!((r.as_str(), *schema_version), (resource.as_str(), v1));
+            assert_eq!(reason, "no pause-test result is recorded for it (nothing under /sys/pausetest/ledger/)");
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "no refusal in /sys/policy-status");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(refusal.problems.len(), 1, "the fenced rule is the only problem: {:#?}", refusal.problems);
-    let problem = &refusal.problems[0];
-    assert_eq!(problem.rule, "fenced-without-pause-test", "{problem}");
-    assert_eq!((problem.file.as_str(), problem.line), (class_file.to_str().unwrap(), 1), "{problem}");
-    assert!(problem.message.contains("class \"ledger\" is fenced") && problem.message.contains("no pause-test result"), "{problem}");
-    tokio::time::sleep(RESCAN * 4).await; // a few more rounds over the same files
-    assert_eq!(
-        published(&mut kv).await.map(|(p, rev)| (p.version, rev)),
-        before.as_ref().map(|(p, rev)| (p.version, *rev)),
-        "nothing was published for the refused set"
-    );
+        other => panic!("{other:?}"),
+    }
+    let s = policy_status(&mut kv).await.expect("/sys/policy-status");
+    assert!(s.last_refusal.is_none(), "a demotion is not a refusal: {s:?}");
+    assert_eq!(ctl.demoted_gauge().await, "1");
+    let log = std::fs::read_to_string(&ctl.0.log).unwrap();
+    assert!(log.contains("class ledger is declared fenced but published DEMOTED to advisory: no pause-test result"), "{log}");
 
-    // The kit passes on the reference fence, for class ledger. (The lock is
-    // in the lab set's `pausetest` namespace, granted and in force now, not
-    // in `ledger`, which no set in force declares yet.)
+    // The kit passes on the reference fence, for class ledger (locking in
+    // the lab set's `pausetest` namespace): the next publication fences it.
     let out = kit.run("ledger", "pausetest/ledger", Resource::Postgres, "correct").await;
     assert_eq!(out.code, 0, "the correct fence must pass:\n{out}");
     assert!(out.stdout.starts_with("PASS: "), "{out}");
-    let passed = Instant::now();
-
-    // Within a few rescans the set is published, ledger fenced, refusal cleared.
-    let p = loop {
-        if let Some((p, _)) = published(&mut kv).await
-            && p.set.classes.contains_key("ledger")
-        {
-            break p;
-        }
-        assert!(passed.elapsed() < Duration::from_secs(5), "the fenced class was not published within 5s of the pass");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    eprintln!("published {:?} after the pause test passed", passed.elapsed());
-    assert_eq!(p.version, before_version + 1, "one publish, after the pass");
-    let ledger = &p.set.classes["ledger"];
-    assert!(ledger.enforcement.is_fenced() && ledger.name == "ledger", "{ledger:?}");
+    let p = published_when(&mut kv, "ledger fenced after the pass", fenced).await;
+    assert_eq!(p.set.classes["ledger"].enforcement, Enforcement::Fenced { resource: resource.clone(), schema_version: v1 });
     assert!(p.set.grants.contains_key("ledger-writers"));
     let s = policy_status(&mut kv).await.expect("/sys/policy-status");
     assert_eq!((s.version, s.hash.as_deref()), (p.version, Some(p.hash.as_str())), "{s:?}");
-    assert!(s.last_refusal.is_none(), "the refusal is cleared: {s:?}");
+    assert_eq!(ctl.demoted_gauge().await, "0");
+
+    // The resource's schema migrates and the class owner declares it: the
+    // result, for the old version, no longer counts.
+    let (db, conn) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    db.execute("UPDATE holdfast_fence_schema SET version = version + 1 WHERE table_name = 'holdfast_fence'", &[]).await.unwrap();
+    std::fs::write(&class_file, class(v1 + 1)).unwrap();
+    let p = published_when(&mut kv, "ledger demoted, schema moved", demoted).await;
+    let Enforcement::Demoted { reason, .. } = &p.set.classes["ledger"].enforcement else { unreachable!() };
+    assert!(
+        reason.contains(&format!("the result is for schema version {v1}, and the resource is now at schema version {}", v1 + 1)),
+        "{reason}"
+    );
+    // Passing again at the new version fences it again.
+    let out = kit.run("ledger", "pausetest/ledger", Resource::Postgres, "correct").await;
+    assert_eq!(out.code, 0, "{out}");
+    published_when(&mut kv, "ledger fenced at the new schema version", fenced).await;
+
+    // The result expires, with no file changed: demoted at the next round
+    // (before, the last good set kept the class fenced).
+    let (mut record, _) = kit.record("ledger", Resource::Postgres).await;
+    record.expires_unix_ms = record.time_unix_ms + 1;
+    kv.put(layout::pausetest_key("ledger", &resource), layout::encode(&record), None).await.unwrap();
+    let p = published_when(&mut kv, "ledger demoted, result expired", demoted).await;
+    let Enforcement::Demoted { reason, .. } = &p.set.classes["ledger"].enforcement else { unreachable!() };
+    assert!(reason.contains("the result expired"), "{reason}");
+    assert_eq!(ctl.demoted_gauge().await, "1");
 }
 
 /// The last segment of a fixture record's key (the resource, escaped).

@@ -240,7 +240,7 @@ mod tests {
             name: format!("{namespace}-class"),
             namespace: namespace.into(),
             purpose: Purpose::Correctness,
-            enforcement: Enforcement::Fenced,
+            enforcement: Enforcement::Fenced { resource: "fixture:r".into(), schema_version: 1 },
             ttl: Duration::from_secs(15),
             tier: Tier::Entity,
             on_quorum_loss: OnQuorumLoss::Closed,

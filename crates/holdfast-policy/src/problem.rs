@@ -26,11 +26,17 @@ pub enum Rule {
     WaiverExpired,
     /// `risk_owner` or `waiver_expires` on a fenced class.
     WaiverOnFenced,
+    /// A fenced class without `resource` or `resource_schema_version`.
+    FencedWithoutResource,
+    /// `resource` or `resource_schema_version` on an advisory class.
+    ResourceOnAdvisory,
     TtlOutOfRange,
     AdvisoryTtlTooShort,
     OpenOnCorrectness,
     OpenOnFenced,
-    /// `enforcement = "fenced"` without a passing, unexpired pause-test result.
+    /// `enforcement = "fenced"` without a passing, unexpired pause-test result
+    /// for the class's resource at its schema version: the class is demoted
+    /// (a [`crate::Report::demoted`] entry, not a problem).
     FencedWithoutPauseTest,
     DuplicateClass,
     OverlappingNamespace,

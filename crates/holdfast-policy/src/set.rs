@@ -22,17 +22,45 @@ pub enum Purpose {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Enforcement {
-    /// The guarded resource refuses stale tokens; a pause test proved it.
-    Fenced,
+    /// The guarded resource refuses stale tokens: a passing pause test
+    /// recorded for this class, this resource and this schema version proved
+    /// it, and has not expired.
+    Fenced {
+        /// The resource as `holdfast-pausetest` names it (no credentials).
+        resource: String,
+        /// The resource's schema version the class declares.
+        schema_version: u32,
+    },
     /// Grants are ordered and expire, but nothing stops a paused holder from
     /// writing after its lease ends. Allowed only with a named owner of that
     /// risk and a date by which the waiver is reviewed.
     Advisory { risk_owner: String, waiver_expires: Date },
+    /// Declared fenced, but no pause-test result counts for its resource and
+    /// schema version (none, failed, expired or for another version): the
+    /// controller publishes it as advisory, with the reason, until one
+    /// does. No one accepted this risk: the risk register lists it and an
+    /// alert fires.
+    Demoted { resource: String, schema_version: u32, reason: String },
 }
 
 impl Enforcement {
+    /// Whether the class is fenced in force (not merely declared so).
     pub fn is_fenced(&self) -> bool {
-        matches!(self, Enforcement::Fenced)
+        matches!(self, Enforcement::Fenced { .. })
+    }
+
+    /// Whether the class is declared fenced but published as advisory.
+    pub fn is_demoted(&self) -> bool {
+        matches!(self, Enforcement::Demoted { .. })
+    }
+
+    /// The word `--json` outputs and tables print: fenced, advisory or demoted.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Enforcement::Fenced { .. } => "fenced",
+            Enforcement::Advisory { .. } => "advisory",
+            Enforcement::Demoted { .. } => "demoted",
+        }
     }
 }
 

@@ -24,8 +24,20 @@ use toml::de::{DeTable, DeValue};
 pub const ADVISORY_MIN_TTL: Duration = Duration::from_secs(30);
 
 /// The keys of a class table, in the order the docs list them.
-pub const CLASS_KEYS: &[&str] =
-    &["namespace", "purpose", "enforcement", "risk_owner", "waiver_expires", "ttl", "tier", "on_quorum_loss", "fairness", "home_region"];
+pub const CLASS_KEYS: &[&str] = &[
+    "namespace",
+    "purpose",
+    "enforcement",
+    "resource",
+    "resource_schema_version",
+    "risk_owner",
+    "waiver_expires",
+    "ttl",
+    "tier",
+    "on_quorum_loss",
+    "fairness",
+    "home_region",
+];
 /// The keys of a grant table.
 pub const GRANT_KEYS: &[&str] = &["identity", "lock", "inspect", "force_release"];
 
@@ -59,6 +71,11 @@ pub struct Report {
     pub unchecked: Vec<Problem>,
     /// Why the pause-test results were not available, if they were not.
     pub pause_tests_not_checked: Option<String>,
+    /// Classes declared fenced that no pause-test result counts for: the set
+    /// holds them as [`Enforcement::Demoted`] (advisory in force), and these
+    /// say why, one per class. Not problems: the controller publishes the
+    /// set with them demoted rather than keep an unproven fence in force.
+    pub demoted: Vec<Problem>,
     /// Files skipped because their name does not end in `.toml`.
     pub ignored: Vec<String>,
     /// How many classes and grants the files define.
@@ -85,11 +102,18 @@ impl Report {
         for u in &self.unchecked {
             out.push_str(&format!("{u}\n"));
         }
+        for d in &self.demoted {
+            out.push_str(&format!("{d}\n"));
+        }
         for f in &self.ignored {
             out.push_str(&format!("note: ignored {f} (only *.toml files are read)\n"));
         }
         let what = format!("{} class(es), {} grant(s)", self.class_count, self.grant_count);
         let pause = match (&self.pause_tests_not_checked, self.unchecked.len()) {
+            (None, _) if !self.demoted.is_empty() => format!(
+                "pause-test results read from etcd; {} fenced class(es) DEMOTED to advisory (no result counts for their resource and schema version)",
+                self.demoted.len()
+            ),
             (None, _) => "pause-test results read from etcd".to_string(),
             (Some(why), 0) => format!("no fenced class, so the pause-test rule does not apply (results not read: {why})"),
             (Some(why), n) => format!("the pause-test rule was NOT checked for {n} fenced class(es): {why}"),
@@ -112,7 +136,7 @@ impl Report {
 /// calls: `holdfastctl class check`, the controller before it publishes,
 /// and arbiters when they load a set.
 pub fn validate(sources: &Sources, checks: &Checks) -> Report {
-    let mut v = Validator { problems: Vec::new(), unchecked: Vec::new() };
+    let mut v = Validator { problems: Vec::new(), unchecked: Vec::new(), demoted: Vec::new() };
     // Parse every file first: the walk below borrows the documents.
     let class_docs: Vec<_> = sources.classes.iter().map(|f| (f, v.parse(f))).collect();
     let grant_docs: Vec<_> = sources.grants.iter().map(|f| (f, v.parse(f))).collect();
@@ -190,6 +214,8 @@ pub fn validate(sources: &Sources, checks: &Checks) -> Report {
     problems.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     let mut unchecked = v.unchecked;
     unchecked.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    let mut demoted = v.demoted;
+    demoted.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     let set = problems.is_empty().then(|| {
         let classes: BTreeMap<String, Class> =
             raw_classes.iter().filter_map(|c| c.class.clone()).map(|c| (c.namespace.clone(), c)).collect();
@@ -205,6 +231,7 @@ pub fn validate(sources: &Sources, checks: &Checks) -> Report {
             PauseTests::NotAvailable { reason } => Some(reason.clone()),
             PauseTests::Read { .. } => None,
         },
+        demoted,
         ignored,
         class_count: raw_classes.len(),
         grant_count: raw_grants.len(),
@@ -226,6 +253,7 @@ const GRANTS: Kind = Kind { table: "grant", dir: "grants.d", other: "class", oth
 struct Validator {
     problems: Vec<Problem>,
     unchecked: Vec<Problem>,
+    demoted: Vec<Problem>,
 }
 
 /// One `[class.<name>]` or `[grant.<name>]` table.
@@ -472,6 +500,41 @@ impl Validator {
                 date.map(|d| (d, v))
             }
         };
+        let resource = match f.get("resource") {
+            None => None,
+            Some(v) => match self.string(&e, &what, "resource", v) {
+                None => None,
+                Some(r) => match resource_problem(r) {
+                    None => Some(r.to_string()),
+                    Some(why) => {
+                        self.at(&e, v.span(), Rule::InvalidValue, format!("{what}: resource {why}"));
+                        None
+                    }
+                },
+            },
+        };
+        let schema_version = match f.get("resource_schema_version") {
+            None => None,
+            Some(v) => {
+                let n = match v.get_ref() {
+                    DeValue::Integer(i) => u32::from_str_radix(i.as_str(), i.radix()).ok(),
+                    _ => None,
+                };
+                if n.is_none() {
+                    self.at(
+                        &e,
+                        v.span(),
+                        Rule::InvalidValue,
+                        format!(
+                            "{what}: resource_schema_version must be a whole number from 0 to {} without quotes, e.g. \
+                     resource_schema_version = 3: the schema version `holdfast-pausetest status` reports for the resource",
+                            u32::MAX
+                        ),
+                    );
+                }
+                n
+            }
+        };
         let ttl = match f.get("ttl") {
             None => Some(DEFAULT_TTL),
             Some(v) => self.ttl(&e, &what, v),
@@ -512,8 +575,22 @@ impl Validator {
             },
         };
 
+        let mut demoted = None;
         match mode {
             Some(Mode::Advisory) => {
+                for key in ["resource", "resource_schema_version"] {
+                    if let Some(v) = f.get(key) {
+                        self.at(
+                            &e,
+                            v.span(),
+                            Rule::ResourceOnAdvisory,
+                            format!(
+                                "{what} is advisory, so no fence and no pause test is checked against {key}; remove it, or make the \
+                         class fenced (enforcement = \"fenced\") once holdfast-pausetest has passed against that resource"
+                            ),
+                        );
+                    }
+                }
                 if !f.contains_key("risk_owner") {
                     self.push(
                         e.file,
@@ -574,7 +651,23 @@ impl Validator {
                         ));
                     }
                 }
-                self.pause_test(&e, &what, checks);
+                for key in ["resource", "resource_schema_version"] {
+                    if !f.contains_key(key) {
+                        self.push(
+                            e.file,
+                            e.line,
+                            Rule::FencedWithoutResource,
+                            format!(
+                                "{what} is fenced but has no {key}; add resource = \"NAME\" and resource_schema_version = N as \
+                         `holdfast-pausetest status --class {n} --resource URL --json` prints them (\"resource\" and \
+                         \"current_schema_version\"): a pause-test result counts only for that resource at that schema version"
+                            ),
+                        );
+                    }
+                }
+                if let (Some(resource), Some(version)) = (&resource, schema_version) {
+                    demoted = self.pause_test(&e, &what, resource, version, checks);
+                }
             }
             None => {}
         }
@@ -608,7 +701,13 @@ impl Validator {
         let class = match (clean, &namespace, purpose, mode, ttl, tier, on_quorum_loss, fairness) {
             (true, Some((ns, _)), Some(purpose), Some(mode), Some(ttl), Some(tier), Some(on_quorum_loss), Some(fairness)) => {
                 let enforcement = match (mode, risk_owner, waiver) {
-                    (Mode::Fenced, _, _) => Some(Enforcement::Fenced),
+                    (Mode::Fenced, _, _) => match (resource, schema_version, demoted) {
+                        (Some(resource), Some(schema_version), None) => Some(Enforcement::Fenced { resource, schema_version }),
+                        (Some(resource), Some(schema_version), Some(reason)) => {
+                            Some(Enforcement::Demoted { resource, schema_version, reason })
+                        }
+                        _ => None,
+                    },
                     (Mode::Advisory, Some(risk_owner), Some((waiver_expires, _))) => {
                         Some(Enforcement::Advisory { risk_owner, waiver_expires })
                     }
@@ -666,49 +765,54 @@ impl Validator {
         Some(ttl)
     }
 
-    /// The fenced rule: a passing pause-test result for the class that has
-    /// not expired. Whether the resource's schema changed since the run is
-    /// for `holdfast-pausetest status`, which can read the resource.
-    fn pause_test(&mut self, e: &Entry<'_>, what: &str, checks: &Checks) {
+    /// The fenced rule: a passing pause-test result recorded for this class,
+    /// for the resource it names and at the schema version it declares, that
+    /// has not expired. Without one the class is demoted: returns why (and
+    /// records it in `demoted`). With no results to read, the rule is
+    /// reported as not checked and the class stays as declared.
+    fn pause_test(&mut self, e: &Entry<'_>, what: &str, resource: &str, version: u32, checks: &Checks) -> Option<String> {
         let n = &e.name;
-        match &checks.pause_tests {
-            PauseTests::NotAvailable { reason } => self.unchecked.push(Problem {
-                file: e.file.to_string(),
-                line: e.line,
-                rule: Rule::FencedWithoutPauseTest,
-                message: format!("{what} is fenced; whether a passing pause-test result is recorded for it was NOT checked: {reason}"),
-            }),
-            PauseTests::Read { records, now_unix_ms } => {
-                let mine: Vec<&PauseTestRecord> = records.iter().filter(|r| r.class == *n).collect();
-                let counts = |r: &PauseTestRecord| {
-                    r.outcome == PauseTestOutcome::Pass && r.invalid_because(*now_unix_ms, r.schema_version).is_none()
-                };
-                if mine.iter().any(|r| counts(r)) {
-                    return;
-                }
-                let why = if mine.is_empty() {
-                    format!("no pause-test result is recorded for it (nothing under {PAUSETEST_PREFIX}{n}/)")
-                } else {
-                    let each: Vec<String> = mine
-                        .iter()
-                        .map(|r| match r.invalid_because(*now_unix_ms, r.schema_version) {
-                            Some(why) => format!("{}: {why}", r.resource),
-                            None => format!("{}: the test failed ({})", r.resource, r.reason),
-                        })
-                        .collect();
-                    format!("no pause-test result for it counts ({})", each.join("; "))
-                };
-                self.push(
-                    e.file,
-                    e.line,
-                    Rule::FencedWithoutPauseTest,
-                    format!(
-                        "{what} is fenced, but {why}; run `holdfast-pausetest run --class {n} --resource URL ...` against the \
-                     resource it guards until it passes, or make the class advisory (with risk_owner and waiver_expires) meanwhile"
-                    ),
-                );
+        let (records, now_unix_ms) = match &checks.pause_tests {
+            PauseTests::NotAvailable { reason } => {
+                self.unchecked.push(Problem {
+                    file: e.file.to_string(),
+                    line: e.line,
+                    rule: Rule::FencedWithoutPauseTest,
+                    message: format!("{what} is fenced; whether a passing pause-test result is recorded for it was NOT checked: {reason}"),
+                });
+                return None;
             }
+            PauseTests::Read { records, now_unix_ms } => (records, *now_unix_ms),
+        };
+        let mine: Vec<&PauseTestRecord> = records.iter().filter(|r| r.class == *n).collect();
+        let why_not = |r: &PauseTestRecord| -> Option<String> {
+            if r.resource != resource {
+                return Some(format!("{}: the result is for another resource than the class names ({resource:?})", r.resource));
+            }
+            if let Some(why) = r.invalid_because(now_unix_ms, version) {
+                return Some(format!("{}: {why} (the class declares resource_schema_version = {version})", r.resource));
+            }
+            (r.outcome != PauseTestOutcome::Pass).then(|| format!("{}: the test failed ({})", r.resource, r.reason))
+        };
+        if mine.iter().any(|r| why_not(r).is_none()) {
+            return None;
         }
+        let why = if mine.is_empty() {
+            format!("no pause-test result is recorded for it (nothing under {PAUSETEST_PREFIX}{n}/)")
+        } else {
+            let each: Vec<String> = mine.iter().filter_map(|r| why_not(r)).collect();
+            format!("no pause-test result for it counts ({})", each.join("; "))
+        };
+        self.demoted.push(Problem {
+            file: e.file.to_string(),
+            line: e.line,
+            rule: Rule::FencedWithoutPauseTest,
+            message: format!(
+                "{what} is fenced, but {why}: it is DEMOTED, published as advisory with no risk owner, until \
+                 `holdfast-pausetest run --class {n} --resource URL ...` passes against {resource:?} at schema version {version}"
+            ),
+        });
+        Some(why)
     }
 
     fn grant<'a>(&mut self, e: Entry<'a>) -> RawGrant<'a> {
@@ -808,6 +912,27 @@ fn is_name(s: &str) -> bool {
 }
 
 /// Why `ns` is not a namespace, by the lock key rules of `holdfast_model`.
+/// Why `r` cannot be a class's `resource`, if it cannot: empty, with
+/// whitespace, or carrying credentials (a class file is no place for a
+/// password, and `holdfast-pausetest` names resources without them).
+fn resource_problem(r: &str) -> Option<String> {
+    if r.is_empty() {
+        return Some("is empty; name the resource as `holdfast-pausetest status --json` prints it (\"resource\")".into());
+    }
+    if r.chars().any(char::is_whitespace) {
+        return Some(format!("{r:?} contains whitespace; name the resource as `holdfast-pausetest status --json` prints it"));
+    }
+    if let Some((scheme, rest)) = r.split_once("://")
+        && rest.split(['/', '?']).next().unwrap_or("").contains('@')
+    {
+        // The value is not repeated: it holds a secret.
+        return Some(format!(
+            "(a {scheme}:// URL) carries credentials; leave out USER:PASSWORD@ (pause-test results name resources without them)"
+        ));
+    }
+    None
+}
+
 fn namespace_problem(ns: &str) -> Option<String> {
     match holdfast_model::LockKey::new(ns, "k") {
         Ok(_) => None,

@@ -99,7 +99,7 @@ pub fn check_granted(
 /// matches) and whether it is fenced.
 pub fn class_facts(class: Option<&holdfast_policy::Class>) -> (String, bool) {
     match class {
-        Some(c) => (c.name.clone(), c.enforcement == holdfast_policy::set::Enforcement::Fenced),
+        Some(c) => (c.name.clone(), c.enforcement.is_fenced()),
         None => ("(no class)".to_string(), false),
     }
 }
@@ -252,4 +252,32 @@ pub async fn release_via(etcd: &Etcd, coord: Option<&Etcd>, approved: &Approved,
     // trail shows a session close, not a lapse.
     let session_revoked = *revoke_session && crate::txn::close_session(etcd, *session).await.is_ok();
     Ok(Released { record, session_revoked })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::class_facts;
+    use holdfast_policy::{Class, Enforcement, Fairness, OnQuorumLoss, Purpose, Tier};
+
+    /// A demoted class is not fenced: force-release's request says so and
+    /// `holdfastctl force-release` warns that the holder may write on.
+    #[test]
+    fn only_a_class_fenced_in_force_counts_as_fenced() {
+        let class = |enforcement| Class {
+            name: "ledger".into(),
+            namespace: "ledger".into(),
+            purpose: Purpose::Correctness,
+            enforcement,
+            ttl: std::time::Duration::from_secs(10),
+            tier: Tier::Entity,
+            on_quorum_loss: OnQuorumLoss::Closed,
+            fairness: Fairness::BestEffort,
+            home_region: None,
+        };
+        let fenced = class(Enforcement::Fenced { resource: "fixture:r".into(), schema_version: 1 });
+        assert_eq!(class_facts(Some(&fenced)), ("ledger".into(), true));
+        let demoted = class(Enforcement::Demoted { resource: "fixture:r".into(), schema_version: 1, reason: "expired".into() });
+        assert_eq!(class_facts(Some(&demoted)), ("ledger".into(), false));
+        assert_eq!(class_facts(None), ("(no class)".into(), false));
+    }
 }

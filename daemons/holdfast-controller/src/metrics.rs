@@ -32,6 +32,7 @@ pub struct Metrics {
     labels: Labels,
     refusals: Family<Labels, Counter>,
     published_version: Family<Labels, Gauge>,
+    demoted_classes: Family<Labels, Gauge>,
     leader: Family<Labels, Gauge>,
 }
 
@@ -43,6 +44,7 @@ impl Metrics {
             labels: Labels { cluster: cluster.to_string() },
             refusals: Default::default(),
             published_version: Default::default(),
+            demoted_classes: Default::default(),
             leader: Default::default(),
         };
         registry.register(
@@ -55,10 +57,16 @@ impl Metrics {
             "Version of the set at /sys/policy as this controller last read it (0: none)",
             m.published_version.clone(),
         );
+        registry.register(
+            "demoted_classes",
+            "Classes of the set at /sys/policy, as this controller last read or published it as leader, declared fenced but demoted to advisory: no passing, unexpired pause-test result for their resource at their schema version (0 on a standby)",
+            m.demoted_classes.clone(),
+        );
         registry.register("leader", "1 while this controller is the active (elected) one, else 0", m.leader.clone());
         // Present from the start, so a rate or an alert works before the first event.
         let _ = m.refusals.get_or_create(&m.labels);
         let _ = m.published_version.get_or_create(&m.labels);
+        let _ = m.demoted_classes.get_or_create(&m.labels);
         let _ = m.leader.get_or_create(&m.labels);
         Metrics { registry, ..m }
     }
@@ -73,6 +81,10 @@ impl Metrics {
 
     pub fn set_published_version(&self, version: u64) {
         self.published_version.get_or_create(&self.labels).set(version.min(i64::MAX as u64) as i64);
+    }
+
+    pub fn set_demoted_classes(&self, n: usize) {
+        self.demoted_classes.get_or_create(&self.labels).set(n.min(i64::MAX as usize) as i64);
     }
 
     pub fn set_leader(&self, leader: bool) {
@@ -99,7 +111,9 @@ mod tests {
         m.refused();
         m.set_published_version(7);
         m.set_leader(true);
+        m.set_demoted_classes(2);
         let text = m.encode();
+        assert!(text.contains("holdfast_controller_demoted_classes{cluster=\"unit\"} 2"), "{text}");
         assert!(text.contains("holdfast_controller_refusals_total{cluster=\"unit\"} 1"), "{text}");
         assert!(text.contains("holdfast_controller_published_version{cluster=\"unit\"} 7"), "{text}");
         assert!(text.contains("holdfast_controller_leader{cluster=\"unit\"} 1"), "{text}");

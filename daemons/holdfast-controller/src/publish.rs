@@ -48,6 +48,17 @@ pub fn evaluate(dir: &Path, records: Vec<PauseTestRecord>, now_unix_ms: u64) -> 
     Err(problems)
 }
 
+/// The classes of `set` declared fenced but demoted, with why.
+fn demoted(set: &CompiledSet) -> Vec<(&str, &str)> {
+    set.classes
+        .values()
+        .filter_map(|c| match &c.enforcement {
+            holdfast_policy::Enforcement::Demoted { reason, .. } => Some((c.name.as_str(), reason.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The active controller's state across rounds.
 pub struct Publisher {
     dir: PathBuf,
@@ -66,6 +77,7 @@ impl Publisher {
     /// Forgets what was reported (on stepping down: a new term reports afresh).
     pub fn reset(&mut self) {
         self.last_refused = None;
+        METRICS.set_demoted_classes(0);
     }
 
     /// One round as leader. `forced`: a SIGHUP asked for it (a refusal is
@@ -87,6 +99,7 @@ impl Publisher {
             None => (0, None),
         };
         METRICS.set_published_version(version);
+        METRICS.set_demoted_classes(view.published.doc().map_or(0, |p| demoted(&p.set).len()));
         let now = crate::now_unix_ms();
         match evaluate(&self.dir, view.pause_tests, now) {
             Ok(set) if hash.as_deref() == Some(set.hash.as_str()) => {
@@ -120,6 +133,17 @@ impl Publisher {
                     WriteOutcome::Written(revision) => {
                         self.last_refused = None;
                         METRICS.set_published_version(next);
+                        let down = demoted(&doc.set);
+                        METRICS.set_demoted_classes(down.len());
+                        for (class, reason) in down {
+                            tracing::warn!(
+                                class,
+                                version = next,
+                                "class {class} is declared fenced but published DEMOTED to advisory: {reason}; no one accepted this \
+                                 risk: run `holdfast-pausetest run --class {class} ...` against the resource it names until it passes \
+                                 (`holdfastctl risk-register` lists it)"
+                            );
+                        }
                         tracing::info!(
                             version = next,
                             hash = %doc.hash,
@@ -200,11 +224,12 @@ mod tests {
     }
 
     #[test]
-    fn a_fenced_class_without_a_pause_test_is_refused_and_a_missing_dir_is_named() {
-        let fenced = "[class.a]\nnamespace = \"a\"\npurpose = \"correctness\"\nenforcement = \"fenced\"\ntier = \"entity\"\n";
+    fn a_fenced_class_without_a_pause_test_is_demoted_and_a_missing_dir_is_named() {
+        let fenced = "[class.a]\nnamespace = \"a\"\npurpose = \"correctness\"\nenforcement = \"fenced\"\ntier = \"entity\"\n\
+                      resource = \"fixture:r\"\nresource_schema_version = 1\n";
         let t = dir_with(fenced);
-        let problems = evaluate(t.path(), Vec::new(), 0).unwrap_err();
-        assert_eq!(problems[0].rule, "fenced-without-pause-test", "{problems:?}");
+        let set = evaluate(t.path(), Vec::new(), 0).unwrap();
+        assert_eq!(demoted(&set), [("a", "no pause-test result is recorded for it (nothing under /sys/pausetest/a/)")]);
         let problems = evaluate(&t.path().join("nope"), Vec::new(), 0).unwrap_err();
         assert_eq!((problems[0].line, problems[0].rule.as_str()), (0, "unreadable"));
     }

@@ -6,7 +6,7 @@
 use holdfast_cli::exit;
 use holdfast_policy::cost::{self, DURABLE_WRITES_PER_WAITER};
 use holdfast_policy::source::DEFAULT_DIR;
-use holdfast_policy::{Checks, Class, Date, Enforcement, Fairness, PauseTests, Sources};
+use holdfast_policy::{Checks, Class, Date, Fairness, PauseTests, Sources};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -201,10 +201,7 @@ impl<'a> Cost<'a> {
 }
 
 fn enforcement(c: &Class) -> &'static str {
-    match c.enforcement {
-        Enforcement::Fenced => "fenced",
-        Enforcement::Advisory { .. } => "advisory",
-    }
+    c.enforcement.mode()
 }
 
 /// An enum's word as the class file (and `--json`) writes it (`best-effort`, `coord`).

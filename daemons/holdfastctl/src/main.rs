@@ -129,7 +129,7 @@ fn main() -> ExitCode {
             Command::Etcd(args) => etcd::run(args).await,
             Command::Approve(args) => approve::run(args),
             Command::ForceRelease(args) => force::run(args).await,
-            Command::RiskRegister(args) => risk::run(args),
+            Command::RiskRegister(args) => risk::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::Audit(args) => audit::run(args),
             Command::GenerateDocs { .. } => exit::OK,

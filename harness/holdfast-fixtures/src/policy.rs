@@ -23,8 +23,10 @@ use holdfast_model::layout::{self, PauseTestOutcome, PauseTestRecord};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The resource named in fixture pause-test records.
+/// The resource fixture classes name and fixture pause-test records are for.
 pub const FIXTURE_RESOURCE: &str = "fixture:holdfast-lab";
+/// The schema version fixture classes declare and fixture records carry.
+pub const FIXTURE_SCHEMA_VERSION: u32 = 1;
 
 /// One class: its namespace (also its name) and its TTL.
 #[derive(Debug, Clone)]
@@ -67,7 +69,10 @@ pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], ex
         let ns = &c.namespace;
         let ttl = c.ttl.as_secs();
         let rule = if c.fenced() {
-            "purpose = \"correctness\"\nenforcement = \"fenced\"".to_string()
+            format!(
+                "purpose = \"correctness\"\nenforcement = \"fenced\"\nresource = \"{FIXTURE_RESOURCE}\"\nresource_schema_version = \
+                 {FIXTURE_SCHEMA_VERSION}"
+            )
         } else {
             "purpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"holdfast-lab\"\nwaiver_expires = 2099-12-31".to_string()
         };
@@ -101,7 +106,7 @@ pub async fn record_pause_tests(etcd: &EtcdConfig, classes: &[FixtureClass]) -> 
         let record = PauseTestRecord {
             class: c.namespace.clone(),
             resource: FIXTURE_RESOURCE.into(),
-            schema_version: 1,
+            schema_version: FIXTURE_SCHEMA_VERSION,
             time_unix_ms: now,
             expires_unix_ms: now + year * 1000,
             etcd_version: "fixture".into(),

@@ -33,6 +33,8 @@ ttl = "10s"
 tier = "entity"
 on_quorum_loss = "closed"
 fairness = "durable"
+resource = "postgresql://db:5432/orders?table=fence"
+resource_schema_version = 4
 "#;
 
 const FENCED_GRANT: &str = r#"[grant.fenced-writers]
@@ -145,6 +147,8 @@ const TOKENS: &[&str] = &[
     "namespace",
     "purpose",
     "enforcement",
+    "resource",
+    "resource_schema_version",
     "risk_owner",
     "waiver_expires",
     "ttl",
@@ -191,8 +195,10 @@ fn sources() -> impl Strategy<Value = Sources> {
 
 fn record() -> impl Strategy<Value = PauseTestRecord> {
     let class = prop_oneof![Just("orders-fenced".to_string()), Just("demo".to_string()), any_text(6)];
+    let resource = prop_oneof![Just("postgresql://db:5432/orders?table=fence".to_string()), any_text(6)];
+    let schema_version = prop_oneof![Just(4u32), any::<u32>()];
     let outcome = prop_oneof![Just(PauseTestOutcome::Pass), Just(PauseTestOutcome::Fail)];
-    (class, outcome, any::<u64>(), any::<u64>(), any::<u32>(), any_text(6)).prop_map(
+    (class, outcome, any::<u64>(), any::<u64>(), schema_version, resource).prop_map(
         |(class, outcome, time_unix_ms, expires_unix_ms, schema_version, resource)| PauseTestRecord {
             class,
             resource,
@@ -327,6 +333,35 @@ fn check_report(sources: &Sources, checks: &Checks, probes: &[Probe]) -> Result<
         let back: CompiledSet = serde_json::from_str(&json).expect("a set reads back");
         prop_assert_eq!(&back, set);
         check_access(set, probes)?;
+        // The pause-test rule, restated: with the results read, a class is
+        // fenced in force exactly when a passing, unexpired result for its
+        // name, resource and schema version exists; otherwise demoted, and
+        // reported. Offline, a declared fence stands (reported unchecked).
+        for c in set.classes.values() {
+            let (resource, version) = match &c.enforcement {
+                Enforcement::Fenced { resource, schema_version } | Enforcement::Demoted { resource, schema_version, .. } => {
+                    (resource, *schema_version)
+                }
+                Enforcement::Advisory { .. } => continue,
+            };
+            match &checks.pause_tests {
+                PauseTests::Read { records, now_unix_ms } => {
+                    let counts = records.iter().any(|r| {
+                        r.class == c.name
+                            && r.resource == *resource
+                            && r.schema_version == version
+                            && r.outcome == PauseTestOutcome::Pass
+                            && *now_unix_ms < r.expires_unix_ms
+                    });
+                    prop_assert_eq!(c.enforcement.is_fenced(), counts, "{:?}", c);
+                    prop_assert_eq!(
+                        report.demoted.iter().filter(|d| d.message.contains(&format!("class {:?} ", c.name))).count(),
+                        usize::from(!counts)
+                    );
+                }
+                PauseTests::NotAvailable { .. } => prop_assert!(c.enforcement.is_fenced(), "{:?}", c),
+            }
+        }
     }
     Ok(())
 }
@@ -374,7 +409,7 @@ fn class(name: String, namespace: String) -> Class {
         name,
         namespace,
         purpose: Purpose::Efficiency,
-        enforcement: Enforcement::Fenced,
+        enforcement: Enforcement::Fenced { resource: "fixture:r".into(), schema_version: 1 },
         ttl: Duration::from_secs(15),
         tier: Tier::Entity,
         on_quorum_loss: OnQuorumLoss::Closed,

@@ -22,6 +22,8 @@ purpose = "correctness"
 enforcement = "fenced"
 ttl = "10s"
 tier = "entity"
+resource = "postgresql://db:5432/app?table=fence"
+resource_schema_version = 1
 "#;
 
 const GRANT: &str = r#"[grant.ledger-writers]
@@ -250,7 +252,7 @@ fn open_on_quorum_loss_on_a_correctness_or_fenced_class() {
     let r = run(&efficiency_fenced, "", &with_records(vec![record("orders", PauseTestOutcome::Pass, NOW_MS + 1)]));
     assert_eq!(
         shown(&r),
-        ["classes.d/c.toml:7: class \"orders\" has on_quorum_loss = \"open\" but is fenced: grants made without a majority carry \
+        ["classes.d/c.toml:9: class \"orders\" has on_quorum_loss = \"open\" but is fenced: grants made without a majority carry \
           token 0, which a fenced resource must refuse; set on_quorum_loss = \"closed\""]
     );
     assert_eq!(r.problems[0].rule, Rule::OpenOnFenced);
@@ -274,16 +276,31 @@ fn fenced_needs_a_passing_unexpired_pause_test_result() {
         ["classes.d/c.toml:1: class \"orders\" is fenced; whether a passing pause-test result is recorded for it was NOT checked: offline"]
     );
 
-    // Read, and absent.
+    // Read, and absent: valid, and the class is demoted, with the reason.
     let r = run(FENCED, "", &with_records(vec![record("other", PauseTestOutcome::Pass, NOW_MS + 1)]));
+    assert!(r.is_valid() && r.unchecked.is_empty() && r.pause_tests_not_checked.is_none(), "{:?}", shown(&r));
+    let demoted = |r: &Report| r.demoted.iter().map(ToString::to_string).collect::<Vec<_>>();
+    let until = "it is DEMOTED, published as advisory with no risk owner, until `holdfast-pausetest run --class orders --resource \
+                 URL ...` passes against \"postgresql://db:5432/app?table=fence\" at schema version 1";
     assert_eq!(
-        shown(&r),
-        ["classes.d/c.toml:1: class \"orders\" is fenced, but no pause-test result is recorded for it (nothing under \
-          /sys/pausetest/orders/); run `holdfast-pausetest run --class orders --resource URL ...` against the resource it guards \
-          until it passes, or make the class advisory (with risk_owner and waiver_expires) meanwhile"]
+        demoted(&r),
+        [format!(
+            "classes.d/c.toml:1: class \"orders\" is fenced, but no pause-test result is recorded for it (nothing under \
+             /sys/pausetest/orders/): {until}"
+        )]
     );
-    assert_eq!(r.problems[0].rule, Rule::FencedWithoutPauseTest);
-    assert!(r.unchecked.is_empty() && r.pause_tests_not_checked.is_none());
+    assert_eq!(r.demoted[0].rule, Rule::FencedWithoutPauseTest);
+    let class = &r.publishable().expect("a demotion does not stop the set").classes["orders"];
+    assert_eq!(
+        class.enforcement,
+        Enforcement::Demoted {
+            resource: "postgresql://db:5432/app?table=fence".into(),
+            schema_version: 1,
+            reason: "no pause-test result is recorded for it (nothing under /sys/pausetest/orders/)".into(),
+        }
+    );
+    assert!(!class.enforcement.is_fenced());
+    assert!(r.to_text("policy", "rerun").contains("1 fenced class(es) DEMOTED to advisory"), "{}", r.to_text("policy", "rerun"));
 
     // Read, and expired or failed.
     let r = run(
@@ -293,20 +310,97 @@ fn fenced_needs_a_passing_unexpired_pause_test_result() {
     );
     let expired =
         format!("the result expired (it was recorded at {} ms, valid until {NOW_MS} ms)", NOW_MS - PAUSETEST_VALIDITY.as_millis() as u64);
+    assert!(r.is_valid(), "{:?}", shown(&r));
     assert_eq!(
-        shown(&r),
+        demoted(&r),
         [format!(
             "classes.d/c.toml:1: class \"orders\" is fenced, but no pause-test result for it counts \
-             (postgresql://db:5432/app?table=fence: {expired}; postgresql://db:5432/app?table=fence: the test failed (the stale write \
-             was rejected)); run `holdfast-pausetest run --class orders --resource URL ...` against the resource it guards until it \
-             passes, or make the class advisory (with risk_owner and waiver_expires) meanwhile"
+             (postgresql://db:5432/app?table=fence: {expired} (the class declares resource_schema_version = 1); \
+             postgresql://db:5432/app?table=fence: the test failed (the stale write was rejected)): {until}"
         )]
     );
+    assert!(r.set.unwrap().classes["orders"].enforcement.is_demoted());
 
-    // Read, and passing.
+    // Read, passing, but for another resource, or for the schema version
+    // the resource had before the class declared a new one.
+    let mut elsewhere = record("orders", PauseTestOutcome::Pass, NOW_MS + 1);
+    elsewhere.resource = "postgresql://other:5432/app?table=fence".into();
+    let r = run(FENCED, "", &with_records(vec![elsewhere]));
+    assert_eq!(
+        demoted(&r),
+        [format!(
+            "classes.d/c.toml:1: class \"orders\" is fenced, but no pause-test result for it counts \
+             (postgresql://other:5432/app?table=fence: the result is for another resource than the class names \
+             (\"postgresql://db:5432/app?table=fence\")): {until}"
+        )]
+    );
+    let migrated = FENCED.replace("resource_schema_version = 1", "resource_schema_version = 2");
+    let r = run(&migrated, "", &with_records(vec![record("orders", PauseTestOutcome::Pass, NOW_MS + 1)]));
+    assert_eq!(r.demoted.len(), 1, "{:?}", demoted(&r));
+    assert!(
+        r.demoted[0].message.contains(
+            "the result is for schema version 1, and the resource is now at schema version 2 (the class declares resource_schema_version = 2)"
+        ),
+        "{}",
+        r.demoted[0]
+    );
+    assert!(r.set.unwrap().classes["orders"].enforcement.is_demoted());
+
+    // Read, and passing for this resource at this version: fenced.
     let r = run(FENCED, "", &with_records(vec![record("orders", PauseTestOutcome::Pass, NOW_MS + 1)]));
-    assert!(r.is_valid() && r.unchecked.is_empty(), "{:?}", shown(&r));
-    assert!(r.publishable().unwrap().classes["orders"].enforcement.is_fenced());
+    assert!(r.is_valid() && r.unchecked.is_empty() && r.demoted.is_empty(), "{:?}", shown(&r));
+    assert_eq!(
+        r.publishable().unwrap().classes["orders"].enforcement,
+        Enforcement::Fenced { resource: "postgresql://db:5432/app?table=fence".into(), schema_version: 1 }
+    );
+}
+
+#[test]
+fn a_fenced_class_names_its_resource_and_schema_version_and_an_advisory_one_does_not() {
+    let pass = || with_records(vec![record("orders", PauseTestOutcome::Pass, NOW_MS + 1)]);
+    let bare = FENCED.replace("resource = \"postgresql://db:5432/app?table=fence\"\nresource_schema_version = 1\n", "");
+    let r = run(&bare, "", &pass());
+    assert_eq!(r.problems.iter().map(|p| p.rule).collect::<Vec<_>>(), [Rule::FencedWithoutResource, Rule::FencedWithoutResource]);
+    assert_eq!(
+        shown(&r)[0],
+        "classes.d/c.toml:1: class \"orders\" is fenced but has no resource; add resource = \"NAME\" and resource_schema_version = N \
+         as `holdfast-pausetest status --class orders --resource URL --json` prints them (\"resource\" and \"current_schema_version\"): \
+         a pause-test result counts only for that resource at that schema version"
+    );
+    assert!(shown(&r)[1].contains("is fenced but has no resource_schema_version;"), "{:?}", shown(&r));
+
+    let r = run(&format!("{ADVISORY}resource = \"postgresql://db:5432/app\"\nresource_schema_version = 3\n"), GRANT, &offline());
+    assert_eq!(r.problems.iter().map(|p| p.rule).collect::<Vec<_>>(), [Rule::ResourceOnAdvisory, Rule::ResourceOnAdvisory]);
+    assert_eq!(
+        shown(&r)[0],
+        "classes.d/c.toml:9: class \"ledger\" is advisory, so no fence and no pause test is checked against resource; remove it, \
+         or make the class fenced (enforcement = \"fenced\") once holdfast-pausetest has passed against that resource"
+    );
+
+    for (value, says) in [
+        ("\"\"", "resource is empty;"),
+        ("\"a b\"", "resource \"a b\" contains whitespace;"),
+        ("\"postgresql://app:s3cret@db:5432/app\"", "resource (a postgresql:// URL) carries credentials; leave out USER:PASSWORD@"),
+        ("7", "resource must be a string in quotes"),
+    ] {
+        let text = FENCED.replace("\"postgresql://db:5432/app?table=fence\"", value);
+        let shown = shown(&run(&text, "", &pass()));
+        assert!(shown.iter().any(|m| m.contains(says)), "{value}: {shown:?}");
+        assert!(shown.iter().all(|m| !m.contains("s3cret")), "a credential is never repeated: {shown:?}");
+    }
+    for value in ["-1", "4294967296", "\"1\"", "1.5"] {
+        let text = FENCED.replace("resource_schema_version = 1", &format!("resource_schema_version = {value}"));
+        let shown = shown(&run(&text, "", &pass()));
+        assert_eq!(shown.len(), 1, "{value}: {shown:?}");
+        assert!(
+            shown[0]
+                .starts_with("classes.d/c.toml:8: class \"orders\": resource_schema_version must be a whole number from 0 to 4294967295"),
+            "{shown:?}"
+        );
+    }
+    // Hexadecimal is a TOML integer too.
+    let hex = FENCED.replace("resource_schema_version = 1", "resource_schema_version = 0x1");
+    assert!(run(&hex, "", &pass()).demoted.is_empty());
 }
 
 #[test]
@@ -315,7 +409,7 @@ fn waiver_keys_on_a_fenced_class() {
     assert_eq!(
         shown(&r),
         [
-            "classes.d/c.toml:7: class \"orders\" is fenced, so risk_owner does not apply; remove it (risk_owner and waiver_expires are for advisory classes)"
+            "classes.d/c.toml:9: class \"orders\" is fenced, so risk_owner does not apply; remove it (risk_owner and waiver_expires are for advisory classes)"
         ]
     );
     assert_eq!(r.problems[0].rule, Rule::WaiverOnFenced);
@@ -362,7 +456,7 @@ fn unknown_keys_with_a_suggestion() {
             "classes.d/c.toml:1: class \"ledger\" has no enforcement; add enforcement = \"advisory\" (with risk_owner and \
              waiver_expires), or enforcement = \"fenced\" once holdfast-pausetest has passed against the resource it guards",
             "classes.d/c.toml:4: class \"ledger\": unknown key \"enforcment\" (did you mean \"enforcement\"?); the keys are namespace, \
-             purpose, enforcement, risk_owner, waiver_expires, ttl, tier, on_quorum_loss, fairness, home_region",
+             purpose, enforcement, resource, resource_schema_version, risk_owner, waiver_expires, ttl, tier, on_quorum_loss, fairness, home_region",
         ]
     );
     assert_eq!(r.problems[1].rule, Rule::UnknownKey);
