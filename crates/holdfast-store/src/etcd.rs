@@ -1,5 +1,6 @@
-//! Connecting to etcd: one balanced client for grants, and one client per
-//! member for the Status calls that restore detection needs.
+//! Connecting to etcd: one balanced client for grants, one for long-lived
+//! watches that requires a leader, and one client per member for the Status
+//! calls that restore detection needs.
 //!
 //! Over `https://` the TLS is ours, not etcd-client's: every new connection
 //! goes through a [`holdfast_tls::Dialer`] that re-reads `etcd.cert_file`,
@@ -22,6 +23,15 @@ use tokio_stream::StreamExt;
 pub struct Etcd {
     /// Balanced over every endpoint; used for grants, releases and reads.
     pub client: Client,
+    /// Balanced over every endpoint, for long-lived watches: every request
+    /// carries etcd's require-leader metadata (`hasleader`), so a member
+    /// that has lost its leader refuses a new watch, and cancels one it
+    /// carries (etcd's `monitorLeader` in `api/v3rpc/interceptor.go` ends
+    /// such streams after 3 election timeouts without a leader) instead of
+    /// holding it open and silent while the majority moves on. The watch
+    /// loops then watch again, from where they stopped, on a member that
+    /// has one. No request timeout: the streams are meant to last.
+    pub watch: Client,
     /// One client per member, in the order of the configured endpoints.
     pub members: Vec<(String, Client)>,
     pub timeout: Duration,
@@ -114,14 +124,18 @@ impl Etcd {
 
     pub async fn connect(cfg: &EtcdConfig) -> anyhow::Result<Self> {
         let transport = Transport::new(cfg)?;
-        let client =
-            transport.client(&cfg.endpoints, true).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))?;
+        let context = || format!("connecting to etcd at {}", cfg.endpoints.join(","));
+        let client = transport.client(&cfg.endpoints, Calls::Bounded).await.with_context(context)?;
+        let watch = transport.client(&cfg.endpoints, Calls::Watches).await.with_context(context)?;
         let mut members = Vec::new();
         for e in &cfg.endpoints {
-            let c = transport.client(std::slice::from_ref(e), true).await.with_context(|| format!("connecting to etcd member {e}"))?;
+            let c = transport
+                .client(std::slice::from_ref(e), Calls::Bounded)
+                .await
+                .with_context(|| format!("connecting to etcd member {e}"))?;
             members.push((e.clone(), c));
         }
-        Ok(Etcd { client, members, timeout: cfg.request_timeout })
+        Ok(Etcd { client, watch, members, timeout: cfg.request_timeout })
     }
 
     /// Asks every member for its Status, concurrently, each within the
@@ -177,13 +191,30 @@ impl Etcd {
 /// keepalive pings still time out): for calls that wait by design, like an
 /// election campaign, which answers only once the caller is elected.
 pub async fn connect_for_waiting_calls(cfg: &EtcdConfig) -> anyhow::Result<Client> {
-    Transport::new(cfg)?.client(&cfg.endpoints, false).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
+    Transport::new(cfg)?
+        .client(&cfg.endpoints, Calls::Waiting)
+        .await
+        .with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
 }
 
 /// One etcd client over `cfg.endpoints` with `cfg`'s timeouts and TLS, for
 /// tools that need a plain [`Client`] rather than an [`Etcd`].
 pub async fn connect_client(cfg: &EtcdConfig) -> anyhow::Result<Client> {
-    Transport::new(cfg)?.client(&cfg.endpoints, true).await.with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
+    Transport::new(cfg)?
+        .client(&cfg.endpoints, Calls::Bounded)
+        .await
+        .with_context(|| format!("connecting to etcd at {}", cfg.endpoints.join(",")))
+}
+
+/// What a client's calls are for, which decides its options.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Calls {
+    /// Each call within the request timeout.
+    Bounded,
+    /// Calls that wait by design (an election campaign): no overall deadline.
+    Waiting,
+    /// Long-lived watches: no overall deadline, and a leader required.
+    Watches,
 }
 
 /// How a daemon reaches etcd: timeouts, keepalives, and (for `https://`
@@ -220,9 +251,9 @@ impl Transport {
         Ok(Transport { cfg: cfg.clone(), tls })
     }
 
-    fn options(&self, request_timeout: bool) -> ConnectOptions {
-        let mut options = ConnectOptions::new();
-        if request_timeout {
+    fn options(&self, calls: Calls) -> ConnectOptions {
+        let mut options = ConnectOptions::new().with_require_leader(calls == Calls::Watches);
+        if calls == Calls::Bounded {
             options = options.with_timeout(self.cfg.request_timeout);
         }
         options
@@ -231,8 +262,8 @@ impl Transport {
             .with_keep_alive_while_idle(true)
     }
 
-    async fn client(&self, endpoints: &[String], request_timeout: bool) -> Result<Client, etcd_client::Error> {
-        let options = Some(self.options(request_timeout));
+    async fn client(&self, endpoints: &[String], calls: Calls) -> Result<Client, etcd_client::Error> {
+        let options = Some(self.options(calls));
         match &self.tls {
             None => Client::connect(endpoints, options).await,
             Some(tls) => {

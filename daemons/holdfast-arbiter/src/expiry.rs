@@ -126,7 +126,7 @@ pub async fn run(etcd: Etcd, expiries: std::sync::Arc<Expiries>) {
         if from > 0 {
             opts = opts.with_start_revision(from);
         }
-        match etcd.client.clone().watch(layout::HOLD_PREFIX, Some(opts)).await {
+        match etcd.watch.clone().watch(layout::HOLD_PREFIX, Some(opts)).await {
             Ok(mut stream) => loop {
                 let resp = match stream.message().await {
                     Ok(Some(resp)) => resp,

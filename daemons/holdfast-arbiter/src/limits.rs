@@ -428,7 +428,7 @@ pub async fn run(etcd: Etcd, limits: Arc<Limits>, at: usize, mut from: i64) {
             }
         }
         let opts = WatchOptions::new().with_range(RANGE_END).with_start_revision(from);
-        match etcd.client.clone().watch(layout::HOLD_PREFIX, Some(opts)).await {
+        match etcd.watch.clone().watch(layout::HOLD_PREFIX, Some(opts)).await {
             Ok(mut stream) => loop {
                 match stream.message().await {
                     Ok(Some(resp)) if resp.canceled() => break,

@@ -225,8 +225,8 @@ pub async fn run(etcd: Etcd, policy: Arc<Policy>) {
 /// fails or the epoch changes (the caller then reads both again).
 async fn watch(etcd: &Etcd, policy: &Policy, from: i64, epoch: u32) {
     let opts = || Some(WatchOptions::new().with_start_revision(from + 1));
-    let Ok(mut sets) = etcd.client.clone().watch(POLICY_KEY, opts()).await else { return };
-    let Ok(mut epochs) = etcd.client.clone().watch(EPOCH_KEY, opts()).await else { return };
+    let Ok(mut sets) = etcd.watch.clone().watch(POLICY_KEY, opts()).await else { return };
+    let Ok(mut epochs) = etcd.watch.clone().watch(EPOCH_KEY, opts()).await else { return };
     loop {
         tokio::select! {
             resp = sets.message() => {

@@ -356,7 +356,7 @@ async fn follow(etcd: Etcd, key: String, queue: Weak<KeyQueue>, reopen: Arc<Noti
         // the connection to etcd is closed under every call in flight.
         let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let opened = Instant::now();
-        if let Ok(mut stream) = etcd.client.clone().watch(key.as_str(), Some(opts)).await {
+        if let Ok(mut stream) = etcd.watch.clone().watch(key.as_str(), Some(opts)).await {
             loop {
                 let resp = tokio::select! {
                     r = stream.message() => match r {
@@ -412,7 +412,7 @@ async fn watch_delete(etcd: &Etcd, key: &str, from: i64, prefix: bool) {
     if prefix {
         opts = opts.with_prefix();
     }
-    let Ok(mut stream) = etcd.client.clone().watch(key, Some(opts)).await else {
+    let Ok(mut stream) = etcd.watch.clone().watch(key, Some(opts)).await else {
         return std::future::pending().await;
     };
     loop {

@@ -84,7 +84,7 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
         };
         METRICS.set_leader(true);
         tracing::info!(key = %String::from_utf8_lossy(&won.leadership.key), "active: elected; this tailer records the cluster's history");
-        let outcome = lead(&config, &etcd, &waiting, &mut lease, &mut stop, &mut notifier).await;
+        let outcome = lead(&config, &etcd, &mut lease, &mut stop, &mut notifier).await;
         METRICS.set_leader(false);
         match outcome {
             Led::Stopped => {
@@ -153,14 +153,7 @@ enum Led {
 
 /// Records until the leadership is lost, a sink fails or a stop signal
 /// arrives.
-async fn lead(
-    config: &TailerConfig,
-    etcd: &Etcd,
-    waiting: &etcd_client::Client,
-    lease: &mut Lease,
-    stop: &mut Stop,
-    notifier: &mut Notifier,
-) -> Led {
+async fn lead(config: &TailerConfig, etcd: &Etcd, lease: &mut Lease, stop: &mut Stop, notifier: &mut Notifier) -> Led {
     let sinks = match crate::sinks::open(config) {
         Ok(s) => s,
         Err(e) => return Led::Failed(e),
@@ -176,7 +169,9 @@ async fn lead(
             Ok(s) => s,
             Err(e) => return Led::Failed(e),
         };
-        let mut stream = match tailer.watch(waiting, start).await {
+        // On the client that requires a leader: a member cut off from the
+        // quorum cancels the watch instead of holding it silent.
+        let mut stream = match tailer.watch(&etcd.watch, start).await {
             Ok(s) => s,
             Err(e) => return Led::Failed(e),
         };
