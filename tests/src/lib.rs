@@ -20,6 +20,7 @@ pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
 pub mod debs;
 pub mod otlp;
+pub mod peernet;
 pub mod recorder;
 
 /// Where the workspace's binaries are: next to the test executable's deps dir.
@@ -82,6 +83,8 @@ pub struct Etcd {
     /// The etcd CA's directory when the members run client and peer TLS
     /// with certificate authentication ([`Etcd::start_secure`]).
     tls_dir: Option<PathBuf>,
+    /// The proxies on the peer links ([`Etcd::start_partitionable`]).
+    peer_net: Option<peernet::PeerNet>,
 }
 
 impl Etcd {
@@ -98,15 +101,43 @@ impl Etcd {
         let tls_dir = dir.join("etcd-tls");
         let tls = EtcdPki::open_or_create(&tls_dir).expect("etcd CA").member_tls(&[]).expect("etcd member certificate");
         let ports: Vec<u16> = (0..members).map(|_| free_port()).collect();
-        Self::start_with_tls(dir, &ports, Some(tls), Some(tls_dir)).await
+        Self::start_with_tls(dir, &ports, Some(tls), Some(tls_dir), false).await
     }
 
     /// Starts one member per given client port.
     pub async fn start_on(dir: &Path, client_ports: &[u16]) -> Self {
-        Self::start_with_tls(dir, client_ports, None, None).await
+        Self::start_with_tls(dir, client_ports, None, None, false).await
     }
 
-    async fn start_with_tls(dir: &Path, client_ports: &[u16], tls: Option<devetcd::MemberTls>, tls_dir: Option<PathBuf>) -> Self {
+    /// Plain members whose peer links pass through proxies
+    /// ([`peernet::PeerNet`]), so that [`Etcd::isolate`] can cut one member
+    /// off from the others while its client port keeps answering.
+    pub async fn start_partitionable(dir: &Path, members: usize) -> Self {
+        let ports: Vec<u16> = (0..members).map(|_| free_port()).collect();
+        Self::start_with_tls(dir, &ports, None, None, true).await
+    }
+
+    /// Cuts member `i` off from its peers (see [`Etcd::start_partitionable`]).
+    pub async fn isolate(&self, i: usize) {
+        let net = self.peer_net.as_ref().expect("a cluster from Etcd::start_partitionable");
+        let members = self.client().await.member_list().await.expect("member list");
+        let name = &self.spec.members[i].name;
+        let id = members.members().iter().find(|m| m.name() == name).map(|m| format!("{:x}", m.id())).expect("the member's ID");
+        net.isolate(i, &id);
+    }
+
+    /// Restores every peer link cut by [`Etcd::isolate`].
+    pub fn heal(&self) {
+        self.peer_net.as_ref().expect("a cluster from Etcd::start_partitionable").heal();
+    }
+
+    async fn start_with_tls(
+        dir: &Path,
+        client_ports: &[u16],
+        tls: Option<devetcd::MemberTls>,
+        tls_dir: Option<PathBuf>,
+        partitionable: bool,
+    ) -> Self {
         let members = client_ports.len();
         let bin = etcd_binary();
         let spec = ClusterSpec {
@@ -119,13 +150,25 @@ impl Etcd {
                     data_dir: dir.join(format!("etcd-m{i}-0")),
                     client_port: *port,
                     peer_port: free_port(),
+                    advertised_peer_port: None,
                     tls: tls.clone(),
                     metrics_port: None,
                 })
                 .collect(),
             token: format!("holdfast-test-{}", free_port()),
         };
-        let mut etcd = Etcd { bin, spec, members: Vec::new(), dir: dir.to_path_buf(), generation: 0, tls_dir };
+        let mut spec = spec;
+        let peer_net = if partitionable {
+            let listen: Vec<u16> = spec.members.iter().map(|m| m.peer_port).collect();
+            let (net, proxies) = peernet::PeerNet::start(&listen).await;
+            for (m, port) in spec.members.iter_mut().zip(proxies) {
+                m.advertised_peer_port = Some(port);
+            }
+            Some(net)
+        } else {
+            None
+        };
+        let mut etcd = Etcd { bin, spec, members: Vec::new(), dir: dir.to_path_buf(), generation: 0, tls_dir, peer_net };
         for i in 0..members {
             let p = EtcdProcess::start(&etcd.bin, &etcd.spec, i, &etcd.log(i)).expect("start etcd");
             etcd.members.push(Some(p));

@@ -5,6 +5,7 @@
 //! election of the single-active daemons ([`election`]).
 
 pub mod election;
+pub mod route;
 
 use http_body_util::Full;
 use hyper::body::Bytes;

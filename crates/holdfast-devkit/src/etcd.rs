@@ -80,6 +80,10 @@ pub struct MemberSpec {
     pub data_dir: PathBuf,
     pub client_port: u16,
     pub peer_port: u16,
+    /// The peer port the member advertises to its peers when it is not the
+    /// one it listens on (a test's proxy in between, to cut peer links on
+    /// loopback); `None`: `peer_port`.
+    pub advertised_peer_port: Option<u16>,
     /// Client and peer TLS with certificate authentication; `None`: plain
     /// http (tests that are not about transport security).
     pub tls: Option<MemberTls>,
@@ -111,6 +115,10 @@ impl MemberSpec {
     pub fn peer_url(&self) -> String {
         format!("{}://{}:{}", self.scheme(), self.host, self.peer_port)
     }
+    /// The peer URL the member advertises ([`MemberSpec::advertised_peer_port`]).
+    pub fn advertised_peer_url(&self) -> String {
+        format!("{}://{}:{}", self.scheme(), self.host, self.advertised_peer_port.unwrap_or(self.peer_port))
+    }
 }
 
 /// A cluster's shape: members and the token used to create it.
@@ -122,7 +130,7 @@ pub struct ClusterSpec {
 
 impl ClusterSpec {
     pub fn initial_cluster(&self) -> String {
-        self.members.iter().map(|m| format!("{}={}", m.name, m.peer_url())).collect::<Vec<_>>().join(",")
+        self.members.iter().map(|m| format!("{}={}", m.name, m.advertised_peer_url())).collect::<Vec<_>>().join(",")
     }
 
     pub fn client_urls(&self) -> Vec<String> {
@@ -138,7 +146,7 @@ impl ClusterSpec {
             format!("--listen-client-urls={}", m.client_url()),
             format!("--advertise-client-urls={}", m.client_url()),
             format!("--listen-peer-urls={}", m.peer_url()),
-            format!("--initial-advertise-peer-urls={}", m.peer_url()),
+            format!("--initial-advertise-peer-urls={}", m.advertised_peer_url()),
             format!("--initial-cluster={}", self.initial_cluster()),
             format!("--initial-cluster-token={}", self.token),
             "--initial-cluster-state=new".into(),
@@ -298,7 +306,7 @@ pub fn snapshot_restore(bin: &EtcdBinary, file: &Path, cluster: &ClusterSpec, i:
         .arg(format!("--data-dir={}", m.data_dir.display()))
         .arg(format!("--initial-cluster={}", cluster.initial_cluster()))
         .arg(format!("--initial-cluster-token={}", cluster.token))
-        .arg(format!("--initial-advertise-peer-urls={}", m.peer_url())))
+        .arg(format!("--initial-advertise-peer-urls={}", m.advertised_peer_url())))
 }
 
 fn run(cmd: &mut Command) -> anyhow::Result<()> {

@@ -35,6 +35,23 @@ pub struct Etcd {
     /// One client per member, in the order of the configured endpoints.
     pub members: Vec<(String, Client)>,
     pub timeout: Duration,
+    /// Each member's endpoint as the balanced clients know it (over TLS,
+    /// the `http://` form our dialer takes), in the order of `members`.
+    balanced: Vec<String>,
+    /// The members [`Etcd::route_around`] left out of `client` and `watch`.
+    left_out: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+/// A member [`Etcd::route_around`] left out of the balanced clients, or
+/// took back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerouted {
+    /// The member's endpoint as configured.
+    pub member: String,
+    /// Taken back (it has a leader again); otherwise left out.
+    pub back: bool,
+    /// Why the balanced clients could not be changed, if they could not.
+    pub error: Option<String>,
 }
 
 /// One member's Status answer.
@@ -135,7 +152,48 @@ impl Etcd {
                 .with_context(|| format!("connecting to etcd member {e}"))?;
             members.push((e.clone(), c));
         }
-        Ok(Etcd { client, watch, members, timeout: cfg.request_timeout })
+        let balanced =
+            cfg.endpoints.iter().map(|e| if transport.tls.is_some() { e.replacen("https://", "http://", 1) } else { e.clone() }).collect();
+        Ok(Etcd { client, watch, members, timeout: cfg.request_timeout, balanced, left_out: Default::default() })
+    }
+
+    /// Leaves out of the balanced clients (`client` and `watch`) every
+    /// member whose Status answer in `answers` (as [`Etcd::member_status`]
+    /// returns them) names no leader, or that did not answer, and takes back
+    /// every one that answers with a leader again. A member cut off from the
+    /// quorum keeps its client port open: without this, the calls the
+    /// balancer sends it (one in three, with three members) wait out their
+    /// request timeout, and each failure pauses granting. If no member has a
+    /// leader, every member is used: nothing better is known. Returns what
+    /// changed, for the caller to log.
+    pub async fn route_around(&self, answers: &[Result<MemberStatus, String>]) -> Vec<Rerouted> {
+        let with_leader: Vec<bool> = answers.iter().map(|a| matches!(a, Ok(s) if s.leader != 0)).collect();
+        let any = with_leader.iter().any(|h| *h);
+        let mut changes = Vec::new();
+        {
+            let mut out = self.left_out.lock().unwrap_or_else(|e| e.into_inner());
+            for (uri, ok) in self.balanced.iter().zip(&with_leader) {
+                let leave_out = any && !ok;
+                if leave_out && out.insert(uri.clone()) {
+                    changes.push((uri.clone(), false));
+                } else if !leave_out && out.remove(uri) {
+                    changes.push((uri.clone(), true));
+                }
+            }
+        }
+        let mut rerouted = Vec::new();
+        for (uri, back) in changes {
+            let member = self.members.iter().zip(&self.balanced).find(|(_, b)| **b == uri).map_or(uri.clone(), |((e, _), _)| e.clone());
+            let mut error = None;
+            for c in [&self.client, &self.watch] {
+                let done = if back { c.add_endpoint(&uri).await } else { c.remove_endpoint(&uri).await };
+                if let Err(e) = done {
+                    error = Some(e.to_string());
+                }
+            }
+            rerouted.push(Rerouted { member, back, error });
+        }
+        rerouted
     }
 
     /// Asks every member for its Status, concurrently, each within the

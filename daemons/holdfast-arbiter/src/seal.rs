@@ -143,6 +143,7 @@ impl Guard {
 /// Runs one full check and updates the state. Returns the new state.
 pub async fn check_once(etcd: &Etcd, guard: &Guard, watermark: &mut WatermarkPacer) -> Serve {
     let answers = etcd.member_status().await;
+    holdfast_daemon::route::log(&etcd.route_around(&answers).await);
     let members: Vec<_> = answers.iter().filter_map(|a| a.as_ref().ok().cloned()).collect();
     let sys = match epoch::read_sys(etcd).await {
         Ok(sys) => sys,

@@ -27,6 +27,7 @@ pub async fn run(config: ControllerConfig) -> anyhow::Result<()> {
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
     let mut signals = Signals { stop: Stop::new()?, hup: signal(SignalKind::hangup())? };
     let etcd = Etcd::connect(&config.etcd).await?;
+    holdfast_daemon::route::spawn(&etcd);
     let waiting = holdfast_store::etcd::connect_for_waiting_calls(&config.etcd).await?;
     let identity = holdfast_daemon::identity();
     tracing::info!(

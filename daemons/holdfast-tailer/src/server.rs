@@ -24,11 +24,16 @@ pub async fn run(config: TailerConfig) -> anyhow::Result<()> {
     tracing::info!(metrics = %metrics_addr, "metrics at http://{metrics_addr}/metrics");
     let mut stop = Stop::new()?;
     let etcd = Etcd::connect(&config.etcd).await?;
+    holdfast_daemon::route::spawn(&etcd);
     let waiting = holdfast_store::etcd::connect_for_waiting_calls(&config.etcd).await?;
     // The election: on the coord cluster when one is named, else on the
     // recorded cluster.
     let (elect, elect_waiting) = match &config.coord {
-        Some(coord) => (Etcd::connect(coord).await?, holdfast_store::etcd::connect_for_waiting_calls(coord).await?),
+        Some(coord) => {
+            let elect = Etcd::connect(coord).await?;
+            holdfast_daemon::route::spawn(&elect);
+            (elect, holdfast_store::etcd::connect_for_waiting_calls(coord).await?)
+        }
         None => (etcd.clone(), waiting.clone()),
     };
     let identity = holdfast_daemon::identity();

@@ -702,6 +702,7 @@ fn tier_spec(dir: &Path, base: &str, pki: &EtcdPki, ports: [u16; 3]) -> anyhow::
             data_dir: dir.join(base),
             client_port: ports[0],
             peer_port: ports[1],
+            advertised_peer_port: None,
             tls: Some(pki.member_tls(&[])?),
             metrics_port: Some(ports[2]),
         }],

@@ -106,6 +106,7 @@ impl Cluster {
                     data_dir: dir.join(format!("etcd-e{i}")),
                     client_port: 2379,
                     peer_port: 2380,
+                    advertised_peer_port: None,
                     tls: Some(member_tls.clone()),
                     metrics_port: None,
                 })
@@ -136,6 +137,7 @@ impl Cluster {
                     data_dir: dir.join("coord-etcd"),
                     client_port: holdfast_devkit::ports::free_port(),
                     peer_port: holdfast_devkit::ports::free_port(),
+                    advertised_peer_port: None,
                     // TLS as the entity members (the member certificate
                     // names the gateway): plain http:// off loopback is
                     // refused by every holdfast etcd client.
