@@ -215,20 +215,8 @@ async fn lead(config: &TailerConfig, etcd: &Etcd, lease: &mut Lease, stop: &mut 
                         }
                         Err(e) => return Led::Failed(e),
                     },
-                    // The watch ended (a member that lost its leader ends
-                    // the watches that require one): still the leader, so
-                    // watch again from the checkpoint, on a member that has
-                    // one, rather than resign.
-                    Ok(None) => {
-                        tracing::warn!("etcd ended the watch; watching again from the checkpoint");
-                        tokio::time::sleep(ROUND / 5).await;
-                        continue 'resume;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the watch failed; watching again from the checkpoint");
-                        tokio::time::sleep(ROUND / 5).await;
-                        continue 'resume;
-                    }
+                    Ok(None) => return Led::Failed(anyhow::anyhow!("etcd ended the watch")),
+                    Err(e) => return Led::Failed(anyhow::anyhow!("the watch failed: {e}")),
                 },
             }
         }
