@@ -102,7 +102,9 @@ in
             RuntimeDirectory = "holdfast-tailer";
             StateDirectory = "holdfast/audit";
             StateDirectoryMode = "0750";
-            # The store's files 0640, readable by group holdfast-audit.
+            # The store's files 0640, readable by group holdfast-audit
+            # (checkpoint.json and withheld.jsonl 0600: they may name a
+            # live hold's revision).
             UMask = "0027";
           }
           // lib.optionalAttrs (keyFiles != [ ]) {

@@ -318,3 +318,149 @@ async fn clickhouse_and_the_archive_hold_what_the_store_holds_across_a_kill() {
         assert_eq!(&archived, *e, "the archive's copy of the force-release is the store's");
     }
 }
+
+/// Whether `n` appears in `text` as a whole token: a run of letters and
+/// digits equal to its decimal form (so a hex ID or a timestamp that
+/// happens to contain its digits does not count).
+fn mentions(text: &str, n: u64) -> bool {
+    let n = n.to_string();
+    text.split(|c: char| !c.is_ascii_alphanumeric()).any(|t| t == n)
+}
+
+/// Every place a reader can see the tailer's work, as text: the store's
+/// segment lines, ClickHouse's rows, the Parquet export's rows, the
+/// tailer's metrics and log, and `holdfastctl audit` in each of its forms.
+async fn outputs(dir: &Path, store: &Path, clickhouse: &ClickHouseServer, port: u16) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for f in std::fs::read_dir(store.join("segments")).unwrap() {
+        let path = f.unwrap().path();
+        out.push((path.display().to_string(), std::fs::read_to_string(&path).unwrap()));
+    }
+    let rows = clickhouse.query("SELECT * FROM `holdfast`.`audit_events` FINAL FORMAT JSONEachRow").unwrap();
+    out.push(("ClickHouse rows".into(), rows));
+    let parquet_file = dir.join("grants.parquet");
+    let ran = Ran::of(
+        std::process::Command::new(bin("holdfastctl")).args(["audit", "export", "--out"]).arg(&parquet_file).arg("--store").arg(store),
+    );
+    assert_eq!(ran.code, 0, "{ran}");
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&parquet_file).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<String> = reader.map(|b| format!("{:?}", b.unwrap())).collect();
+    out.push(("Parquet rows".into(), batches.join("\n")));
+    out.push(("tailer metrics".into(), scrape(port).await));
+    out.push(("tailer log".into(), std::fs::read_to_string(dir.join("tailer.log")).unwrap()));
+    let held_key = format!("{DURABLE_CLASSES}q/k");
+    for args in [
+        &["--all"][..],
+        &["--all", "--json"],
+        &["--all", "--csv"],
+        &[held_key.as_str()],
+        &["--kind", "grant,wait-end", "--json"],
+        &["--report", "longest", "--json"],
+        &["--report", "expiries"],
+    ] {
+        let ran = Ran::of(std::process::Command::new(bin("holdfastctl")).arg("audit").arg("--store").arg(store).args(args));
+        assert_eq!(ran.code, 0, "{ran}");
+        out.push((format!("holdfastctl audit {}", args.join(" ")), format!("{}\n{}", ran.stdout, ran.stderr)));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_holds_revision_is_in_no_output_until_the_hold_ends() {
+    let dir = TestDir::new("audit-live-token");
+    let etcd = Etcd::start_secure(&dir.path, 1).await;
+    etcd.enable_auth().await;
+    etcd.init_epoch().await;
+    // durableq: a durable class (a waiter is queued in etcd, and its grant ends
+    // the wait in the same revision).
+    let _controller = etcd.publish_policy(&dir.path, &[(&format!("{DURABLE_CLASSES}q"), 30)], "").await;
+    let pki = Pki::new(&dir.path);
+    let arbiter_etcd = etcd.config_as(ARBITER.name);
+    let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &|c| c.etcd = arbiter_etcd.clone());
+    let log = dir.path.join("clickhouse.log");
+    let clickhouse = ClickHouseServer::start(&dir.path.join("clickhouse"), &log).unwrap_or_else(|e| panic!("{e:#}"));
+    let config = ClickHouseConfig { timeout: Duration::from_secs(5), ..ClickHouseConfig::new(clickhouse.url()) };
+    let store = dir.path.join("audit");
+    let port = free_port();
+    let _tailer = start_tailer_with(&dir.path, "tailer", etcd.config_as(TAILER.name), &store, port, &|c| {
+        c.clickhouse = Some(config.clone());
+    });
+    let withheld = || async { sample(&scrape(port).await, "holdfast_tailer_withheld_revisions{cluster=\"tailer\"}") };
+
+    // Past a thousand revisions, so the one looked for is not a small
+    // number that other fields hold by chance.
+    let mut root = etcd.client().await;
+    for i in 0..1200 {
+        root.put("/test/pad", i.to_string(), None).await.unwrap();
+    }
+    let ns = format!("{DURABLE_CLASSES}q");
+    let k = key(&format!("{ns}/k"));
+    let a = arbiter.client(&pki, &pki.workload("a", "svc/a")).await;
+    let b = arbiter.client(&pki, &pki.workload("b", "svc/b")).await;
+    let sa = a.open_session_for(&ns, None).await.unwrap();
+    let sb = b.open_session_for(&ns, None).await.unwrap();
+    // a holds; b waits (queued in etcd); a's release grants b in the
+    // revision that also ends b's wait.
+    let first = sa.acquire(&k, Duration::ZERO).await.unwrap();
+    let waiting = tokio::spawn(async move { sb.acquire(&k, Duration::from_secs(20)).await.map(|h| (sb, h)) });
+    let end = Instant::now() + Duration::from_secs(10);
+    while root.get("/q/", Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap().count() == 0 {
+        assert!(Instant::now() < end, "b's wait was not queued in etcd within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first_revision = first.token().revision();
+    assert!(first.release().await.unwrap());
+    let (sb, live) = waiting.await.unwrap().unwrap();
+    let r = live.token().revision();
+    assert!(r > 1000 && r > first_revision, "{r}");
+    // Later changes, stored while the hold lives.
+    let later = sa.acquire(&key(&format!("{ns}/other")), Duration::ZERO).await.unwrap();
+    let later_revision = later.token().revision() as i64;
+    assert!(later.release().await.unwrap());
+    let through = tailer_caught_up(&etcd, &store).await;
+    assert!(through > later_revision);
+    let ch = ClickHouse::connect(&config).unwrap();
+    until("the later release in ClickHouse", || ch.positions().unwrap().iter().any(|p| p.1 > later_revision)).await;
+
+    // The wait-end shares the grant's revision: both withheld.
+    let held = holdfast_audit::store::read_withheld(&store).unwrap();
+    let kinds: Vec<Kind> = held.get(&(r as i64)).map(|w| w.events.iter().map(|e| e.kind).collect()).unwrap_or_default();
+    assert!(kinds.contains(&Kind::Grant) && kinds.contains(&Kind::WaitEnd), "withheld at {r}: {held:?}");
+    assert_eq!(withheld().await, 1.0);
+    let seen = outputs(&dir.path, &store, &clickhouse, port).await;
+    for (what, text) in &seen {
+        assert!(!mentions(text, r), "the live hold's revision {r} is in the {what}:\n{text}");
+    }
+    // The scan finds revisions where they are: the first hold's (ended),
+    // in the store, ClickHouse and the CLI.
+    for what in ["segments", "ClickHouse rows", "holdfastctl audit --all --json"] {
+        let (_, text) = seen.iter().find(|(w, _)| w.contains(what)).unwrap();
+        assert!(mentions(text, first_revision), "the ended hold's revision {first_revision} is not in the {what}");
+    }
+
+    // The hold ends: its revision is recorded everywhere the others are.
+    assert!(live.release().await.unwrap());
+    sb.close().await.unwrap();
+    tailer_caught_up(&etcd, &store).await;
+    until("the withheld revision stored", || holdfast_audit::store::read_withheld(&store).unwrap().is_empty()).await;
+    until("the grant in ClickHouse", || ch.positions().unwrap().iter().any(|p| p.1 == r as i64)).await;
+    assert_eq!(withheld().await, 0.0);
+    let seen = outputs(&dir.path, &store, &clickhouse, port).await;
+    for what in ["segments", "ClickHouse rows", "holdfastctl audit --all --json", &format!("holdfastctl audit {ns}/k")] {
+        let (_, text) = seen.iter().find(|(w, _)| w.contains(what)).unwrap();
+        assert!(mentions(text, r), "after the release, revision {r} is not in the {what}:\n{text}");
+    }
+    let (_, parquet) = seen.iter().find(|(w, _)| w == "Parquet rows").unwrap();
+    assert_eq!(parquet.matches(&format!("\"{ns}/k\"")).count(), 2, "both holds of dq/k are rows once ended:\n{parquet}");
+    let events = holdfast_audit::store::read_events(&store).unwrap();
+    let at_r: Vec<Kind> = events.iter().filter(|e| e.revision == Some(r as i64)).map(|e| e.kind).collect();
+    assert!(at_r.contains(&Kind::Grant) && at_r.contains(&Kind::WaitEnd), "{at_r:?}");
+    let lines: usize = std::fs::read_dir(store.join("segments"))
+        .unwrap()
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap().lines().count())
+        .sum();
+    assert_eq!(lines, events.len(), "each change stored once");
+}

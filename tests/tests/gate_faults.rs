@@ -265,7 +265,8 @@ fn the_audit_tailers_store_equals_etcds_log_under_faults() {
     eprintln!("audit against etcd {}: {audit}", run.summary["etcd_version"]);
     assert!(audit["compared"].as_u64().unwrap() >= 1000, "{audit}");
     assert!(audit["ends_compared"].as_u64().unwrap() >= 100, "{audit}");
-    for field in ["missing", "extra", "misclassified"] {
+    assert!(audit["withheld"].as_u64().unwrap() >= 1, "the gate's hold live during the check is withheld: {audit}");
+    for field in ["missing", "extra", "misclassified", "live_stored"] {
         assert_eq!(audit[field], serde_json::json!([]), "{field}: {audit}");
     }
     assert!(run.summary["expiries"].as_u64().unwrap() > 0, "the run had expiries to classify: {}", run.summary);

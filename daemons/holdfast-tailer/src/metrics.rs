@@ -60,6 +60,7 @@ pub struct Metrics {
     checkpoint_age: Family<Labels, Gauge>,
     lag_alarm: Family<Labels, Gauge>,
     gap_alarm: Family<Labels, Gauge>,
+    withheld: Family<Labels, Gauge>,
 }
 
 impl Metrics {
@@ -85,6 +86,12 @@ impl Metrics {
                 "1 when the checkpoint is older than half the compaction window while etcd has newer revisions: history is about to be lost",
             ),
             gap_alarm: register(&mut r, l, "gap_alarm", "1 once this tailer wrote a gap event (history lost); stays until restart"),
+            withheld: register(
+                &mut r,
+                l,
+                "withheld_revisions",
+                "Revisions kept out of the store and every sink because a hold they granted is still live (with the epoch, the revision is its token); stored when the hold ends",
+            ),
             registry: Registry::default(),
             labels,
         }
@@ -117,6 +124,10 @@ impl Metrics {
         self.lag_alarm.get_or_create(&self.labels).set(i64::from(alarm));
     }
 
+    pub fn set_withheld(&self, revisions: usize) {
+        self.withheld.get_or_create(&self.labels).set(revisions as i64);
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -137,6 +148,7 @@ mod tests {
         m.stored(3);
         m.gap();
         m.set_lag(5, 1900, true);
+        m.set_withheld(2);
         let text = m.encode();
         for line in [
             "holdfast_tailer_events_total{cluster=\"unit\"} 3",
@@ -145,6 +157,7 @@ mod tests {
             "holdfast_tailer_lag_alarm{cluster=\"unit\"} 1",
             "holdfast_tailer_checkpoint_age_seconds{cluster=\"unit\"} 1900",
             "holdfast_tailer_leader{cluster=\"unit\"} 0",
+            "holdfast_tailer_withheld_revisions{cluster=\"unit\"} 2",
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }

@@ -12,6 +12,17 @@
 //!    skipped, the next round replays from the checkpoint.
 //! 4. Every `checkpoint_interval`, record the last revision done.
 //!
+//! **No live token in any sink**: a revision that granted a hold (a put
+//! that created `/l/<ns>/<key>`) is *withheld*, all of its events together
+//! (group-committed grants of other keys, a durable grant's `wait-end`),
+//! from the segments and every sink until every hold granted in it has
+//! ended: with the epoch, the revision is the holder's token. Withheld
+//! events are kept in the store's private `withheld.jsonl` (fsync'd before
+//! the revision counts as done) and stored, in every sink, when the last of
+//! those holds is deleted (seen in the stream, or missing from the key
+//! space read at a resume). A gap event whose first or last revision is a
+//! live hold's is withheld the same way.
+//!
 //! Replayed events (after a crash between a write and the checkpoint) are
 //! skipped by the store and written again to the other sinks, each
 //! idempotent on `(cluster_id, revision, index)` (ClickHouse keeps the last
@@ -27,11 +38,12 @@ use etcd_client::{EventType, GetOptions, WatchOptions, WatchResponse, WatchStrea
 use holdfast_audit::classify::{Change, Classifier};
 use holdfast_audit::event::cluster_hex;
 use holdfast_audit::sink::Sink;
-use holdfast_audit::store::Store;
+use holdfast_audit::store::{Store, Withheld, WithheldForce};
 use holdfast_audit::{Event, Kind};
 use holdfast_config::TailerConfig;
 use holdfast_model::layout::{self, ForceRecord};
 use holdfast_store::Etcd;
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -86,6 +98,13 @@ pub struct Tailer {
     etcd_revision: i64,
     checkpoint_interval: Duration,
     alarm_after: Duration,
+    /// Live holds: `/l/` key → the revision that created it.
+    live: HashMap<String, i64>,
+    /// How many live holds each revision created.
+    holds_at: HashMap<i64, usize>,
+    /// Whether a gap event is withheld (rare: its ends are checked at
+    /// every hold's end while it is).
+    gap_withheld: bool,
 }
 
 /// The raw record of a put of `/sys/force/<nonce>`, for the sinks.
@@ -131,7 +150,10 @@ impl Tailer {
                 config.store_dir.display()
             );
         }
+        let gap_withheld = withholds_gap(&store);
+        METRICS.set_withheld(store.withheld().len());
         Ok(Tailer {
+            gap_withheld,
             store,
             sinks,
             classifier: Classifier::new(cluster_id),
@@ -145,6 +167,8 @@ impl Tailer {
             etcd_revision: header.revision(),
             checkpoint_interval: config.checkpoint_interval,
             alarm_after: config.compaction_window / 2,
+            live: HashMap::new(),
+            holds_at: HashMap::new(),
         })
     }
 
@@ -165,6 +189,10 @@ impl Tailer {
             match etcd.client.clone().get(all_keys(), Some(opts)).await {
                 Ok(resp) => {
                     self.seed(resp.kvs());
+                    // Withheld revisions after the checkpoint come again in
+                    // the replay; those at or before it whose holds ended
+                    // while this tailer was not reading are released now.
+                    self.release_ended(self.done).await?;
                     return Ok(self.done + 1);
                 }
                 Err(e) if compacted(&e) => {}
@@ -185,6 +213,53 @@ impl Tailer {
 
     fn seed(&mut self, kvs: &[etcd_client::KeyValue]) {
         self.classifier.seed(kvs.iter().map(|kv| (kv.key_str().unwrap_or_default(), kv.value())));
+        self.live.clear();
+        self.holds_at.clear();
+        for kv in kvs {
+            if kv.key().starts_with(layout::HOLD_PREFIX.as_bytes()) {
+                self.granted(String::from_utf8_lossy(kv.key()).into_owned(), kv.create_revision());
+            }
+        }
+    }
+
+    fn granted(&mut self, key: String, revision: i64) {
+        if let Some(old) = self.live.insert(key, revision) {
+            self.ended_at(old);
+        }
+        *self.holds_at.entry(revision).or_default() += 1;
+    }
+
+    /// A hold created at `revision` ended; true if it was the last one.
+    fn ended_at(&mut self, revision: i64) -> bool {
+        match self.holds_at.get_mut(&revision) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.holds_at.remove(&revision);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Whether a withheld entry may be stored: no live hold was created in
+    /// a revision it names.
+    fn releasable(&self, w: &Withheld) -> bool {
+        let names = std::iter::once(w.revision).chain(w.events.iter().flat_map(|e| [e.gap_from, e.gap_to]).flatten());
+        names.into_iter().all(|r| !self.holds_at.contains_key(&r))
+    }
+
+    /// Releases every withheld revision at or before `through` whose holds
+    /// have all ended (by the live holds as seeded).
+    async fn release_ended(&mut self, through: i64) -> anyhow::Result<()> {
+        let ended: Vec<i64> =
+            self.store.withheld().values().filter(|w| w.revision <= through && self.releasable(w)).map(|w| w.revision).collect();
+        if !ended.is_empty() {
+            self.store_batch(Vec::new(), &[], Vec::new(), &ended, self.done).await?;
+        }
+        Ok(())
     }
 
     /// Records that the revisions after the last stored one up to etcd's
@@ -199,13 +274,23 @@ impl Tailer {
         e.gap_to = Some(now);
         e.reason =
             Some(format!("etcd compacted revisions {from}..={now} before this tailer read them; their changes are not in the audit trail"));
+        // The count, not the revisions: either end may be a live hold's.
         tracing::error!(
-            from,
-            to = now,
+            revisions = now - from + 1,
             "GAP in the audit trail: etcd compacted these revisions before the tailer read them (raise etcd's compaction retention, or keep the tailer running); alarm raised"
         );
         METRICS.gap();
-        self.store_events(vec![e], now).await?;
+        // Holds that ended in the lost revisions are seen ended now.
+        self.release_ended(now).await?;
+        // Its first or last revision may be a live hold's.
+        let live = [now, from].into_iter().find(|r| self.holds_at.contains_key(r));
+        match live {
+            Some(revision) => {
+                self.gap_withheld = true;
+                self.store_batch(Vec::new(), &[], vec![Withheld { revision, events: vec![e], forced: Vec::new() }], &[], now).await?
+            }
+            None => self.store_batch(vec![e], &[], Vec::new(), &[], now).await?,
+        }
         self.checkpoint().await?;
         Ok(now + 1)
     }
@@ -228,20 +313,14 @@ impl Tailer {
         let header_revision = resp.header().map_or(0, |h| h.revision());
         self.etcd_revision = self.etcd_revision.max(header_revision);
         let now = holdfast_daemon::now_unix_ms();
-        let mut events = Vec::new();
+        let mut batch = Batch::default();
         let mut last = self.done;
         let mut group: Vec<Change> = Vec::new();
         let mut group_revision = 0;
-        let mut forced = Vec::new();
         for ev in resp.events() {
             let Some(kv) = ev.kv() else { continue };
-            if ev.event_type() == EventType::Put
-                && let Some(put) = force_put(kv)
-            {
-                forced.push(put);
-            }
             if kv.mod_revision() != group_revision && !group.is_empty() {
-                events.extend(self.classifier.revision(group_revision, &group, now));
+                self.group(group_revision, &group, now, &mut batch);
                 group.clear();
             }
             group_revision = kv.mod_revision();
@@ -255,9 +334,9 @@ impl Tailer {
             last = last.max(group_revision);
         }
         if !group.is_empty() {
-            events.extend(self.classifier.revision(group_revision, &group, now));
+            self.group(group_revision, &group, now, &mut batch);
         }
-        if events.is_empty() && forced.is_empty() {
+        if batch.is_empty() {
             // A progress notice: nothing changed up to the header's revision.
             // (A created notice's header is etcd's revision now, not progress.)
             if resp.events().is_empty() && !resp.created() {
@@ -265,24 +344,75 @@ impl Tailer {
             }
             return Ok(Handled::Stored(0));
         }
-        let n = events.len();
-        self.store_batch(events, &forced, last).await?;
+        let n = batch.events.len();
+        self.store_batch(batch.events, &batch.forced, batch.withhold, &batch.release, last).await?;
         Ok(Handled::Stored(n))
     }
 
-    /// Writes `events` to the store and every sink, then counts revisions
-    /// up to `through` as done.
-    async fn store_events(&mut self, events: Vec<Event>, through: i64) -> anyhow::Result<()> {
-        self.store_batch(events, &[], through).await
+    /// Classifies one revision's changes into `batch`: its events to store
+    /// now, or to withhold if it granted a hold; and the withheld revisions
+    /// whose last hold it ended.
+    fn group(&mut self, revision: i64, changes: &[Change], now: u64, batch: &mut Batch) {
+        let events = self.classifier.revision(revision, changes, now);
+        let mut grants = 0;
+        let mut ended = Vec::new();
+        for c in changes.iter().filter(|c| c.key.starts_with(layout::HOLD_PREFIX)) {
+            if c.put && c.create_revision == revision {
+                self.granted(c.key.clone(), revision);
+                grants += 1;
+            } else if !c.put
+                && let Some(at) = self.live.remove(&c.key)
+                && self.ended_at(at)
+            {
+                ended.push(at);
+            }
+        }
+        let forced: Vec<ForcePut> = changes.iter().filter(|c| c.put).filter_map(|c| force_put(&c.key, &c.value, revision)).collect();
+        if self.store.is_released(revision) {
+            // A replay of a revision withheld and stored before the restart.
+        } else if grants > 0 {
+            let forced = forced.into_iter().map(|f| WithheldForce { nonce: f.nonce, record: f.record }).collect();
+            batch.withhold.push(Withheld { revision, events, forced });
+        } else {
+            batch.events.extend(events);
+            batch.forced.extend(forced);
+        }
+        // The withheld revisions whose last hold this one ended (a withheld
+        // gap waits for the holds of both its ends).
+        for at in ended {
+            let mut keys = vec![at];
+            if self.gap_withheld {
+                keys.extend(self.store.withheld().values().filter(|w| names_gap_end(w, at)).map(|w| w.revision));
+                keys.extend(batch.withhold.iter().filter(|w| names_gap_end(w, at)).map(|w| w.revision));
+            }
+            for key in keys {
+                let pending = self.store.withheld().get(&key).or_else(|| batch.withhold.iter().find(|w| w.revision == key));
+                if pending.is_some_and(|w| self.releasable(w)) && !batch.release.contains(&key) {
+                    batch.release.push(key);
+                }
+            }
+        }
     }
 
     /// Writes `events` to the store, then to each sink followed by the raw
-    /// force records of the batch, then counts revisions up to `through` as
-    /// done. The first error stops it: the revisions are not done.
-    async fn store_batch(&mut self, events: Vec<Event>, forced: &[ForcePut], through: i64) -> anyhow::Result<()> {
-        let n = events.len();
+    /// force records of the batch; stores every revision of `release` in
+    /// every sink, then in the store; then counts revisions up to `through`
+    /// as done. `withhold` is written to the store's private file first.
+    /// The first error stops it: the revisions are not done.
+    async fn store_batch(
+        &mut self,
+        events: Vec<Event>,
+        forced: &[ForcePut],
+        withhold: Vec<Withheld>,
+        release: &[i64],
+        through: i64,
+    ) -> anyhow::Result<()> {
+        let mut n = events.len();
         let cluster = &self.cluster;
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
+            for w in withhold {
+                self.store.withhold(w)?;
+            }
             self.store.append_events(&events)?;
             for sink in &mut self.sinks {
                 sink.append(&events)?;
@@ -290,10 +420,26 @@ impl Tailer {
                     sink.force_record(cluster, f.revision, &f.nonce, &f.record)?;
                 }
             }
+            // The sinks first: a crash before the store marks the release
+            // releases it again after the restart (the sinks are idempotent).
+            for r in release {
+                let Some(w) = self.store.withheld().get(r).cloned() else { continue };
+                for sink in &mut self.sinks {
+                    sink.append(&w.events)?;
+                    for f in &w.forced {
+                        sink.force_record(cluster, w.revision, &f.nonce, &f.record)?;
+                    }
+                }
+                n += self.store.store_released(*r)?;
+            }
             Ok(())
         })?;
         self.done = self.done.max(through);
         METRICS.stored(n);
+        METRICS.set_withheld(self.store.withheld().len());
+        if self.gap_withheld {
+            self.gap_withheld = withholds_gap(&self.store);
+        }
         Ok(())
     }
 
@@ -342,15 +488,39 @@ impl Tailer {
 /// force-release role may write there): it is logged and left out of the
 /// archive rather than stop the tailer for good; its change is still an
 /// event in every sink.
-fn force_put(kv: &etcd_client::KeyValue) -> Option<ForcePut> {
-    let key = kv.key_str().ok()?;
+fn force_put(key: &str, value: &[u8], revision: i64) -> Option<ForcePut> {
     let nonce = key.strip_prefix(layout::FORCE_PREFIX)?;
-    match layout::decode::<ForceRecord>(key, kv.value()) {
-        Ok(record) => Some(ForcePut { revision: kv.mod_revision(), nonce: nonce.to_string(), record }),
+    match layout::decode::<ForceRecord>(key, value) {
+        Ok(record) => Some(ForcePut { revision, nonce: nonce.to_string(), record }),
         Err(e) => {
-            tracing::error!(key, revision = kv.mod_revision(), error = %e, "a force-release record that does not decode is not archived");
+            tracing::error!(key, error = %e, "a force-release record that does not decode is not archived");
             None
         }
+    }
+}
+
+/// What one watch response brings: events to store now, revisions to
+/// withhold, withheld revisions to release.
+#[derive(Default)]
+struct Batch {
+    events: Vec<Event>,
+    forced: Vec<ForcePut>,
+    withhold: Vec<Withheld>,
+    release: Vec<i64>,
+}
+
+fn withholds_gap(store: &Store) -> bool {
+    store.withheld().values().any(|w| w.events.iter().any(|e| e.kind == Kind::Gap))
+}
+
+/// Whether `w` holds a gap event one of whose ends is `revision`.
+fn names_gap_end(w: &Withheld, revision: i64) -> bool {
+    w.events.iter().any(|e| e.kind == Kind::Gap && (e.gap_from == Some(revision) || e.gap_to == Some(revision)))
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.forced.is_empty() && self.withhold.is_empty() && self.release.is_empty()
     }
 }
 

@@ -60,7 +60,8 @@ days_left, status; risk_owner, waiver_expires and days_left are null for a
 demoted class, which adds resource, resource_schema_version and
 demoted_because. With --audit-store (or
 HOLDFAST_AUDIT_STORE) a GRANTS column (`grants` in JSON) counts the grants
-the audit tailer recorded for each class: how much the unfenced class is used.
+the audit tailer recorded for each class: how much the unfenced class is used
+(a grant is recorded once its revision's holds have ended: never a live one).
 
 Examples:
   holdfastctl risk-register

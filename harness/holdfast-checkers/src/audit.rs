@@ -5,7 +5,11 @@
 //!    store holds equals the set etcd's log has, up to the last revision
 //!    compared (a gap event's lost revisions excepted: they are reported,
 //!    not excused, by the caller).
-//! 2. **Classified as etcd's log says**: every hold the store says ended
+//!    Revisions the tailer withholds (a hold granted in them is live) count
+//!    as recorded, from its private `withheld.jsonl`.
+//! 2. **No live token**: no revision that created a hold live after the
+//!    store was read is in the store (with the epoch, it is the token).
+//! 3. **Classified as etcd's log says**: every hold the store says ended
 //!    with its session (expiry, close, advance) is a delete the gate's own
 //!    recorder marks `expired`, and every release, withdrawal or
 //!    force-release one it marks an explicit delete. The two are decided
@@ -40,29 +44,51 @@ pub struct AuditReport {
     pub misclassified: Vec<String>,
     /// Hold ends compared with the recorder.
     pub ends_compared: usize,
+    /// Positions withheld (not in the store) because a hold granted in
+    /// their revision was live.
+    pub withheld: usize,
+    /// Revisions of holds live after the store was read that the store
+    /// holds anyway: a live token readable by the audit group (first 20).
+    pub live_stored: Vec<i64>,
 }
 
 impl AuditReport {
     pub fn passed(&self) -> bool {
-        self.missing.is_empty() && self.extra.is_empty() && self.misclassified.is_empty()
+        self.missing.is_empty() && self.extra.is_empty() && self.misclassified.is_empty() && self.live_stored.is_empty()
     }
 }
 
-/// Compares the store's positions with etcd's, up to the last revision of
-/// `etcd` (the store may already hold later ones), and the store's hold
-/// ends with the recorder's `expired` flags (`(revision, key) → expired`).
+/// What the tailer recorded: its store's positions, those it withholds
+/// (read before the store), and the create revisions of the holds live in
+/// etcd (read after the store).
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    pub stored: BTreeSet<(i64, u32)>,
+    pub withheld: BTreeSet<(i64, u32)>,
+    pub live: BTreeSet<i64>,
+}
+
+/// Compares the store's positions (with the withheld ones) with etcd's,
+/// up to the last revision of `etcd` (the store may already hold later
+/// ones), checks no live hold's revision is stored, and compares the
+/// store's hold ends with the recorder's `expired` flags (`(revision, key)
+/// → expired`).
 pub fn compare(
-    stored: &BTreeSet<(i64, u32)>,
+    recorded_by_tailer: &Recorded,
     etcd: &BTreeSet<(i64, u32)>,
     ends: &[StoredEnd],
     recorded: &BTreeMap<(u64, String), Option<bool>>,
 ) -> AuditReport {
     let through = etcd.last().map_or(0, |p| p.0);
-    let stored: BTreeSet<_> = stored.iter().filter(|p| p.0 <= through).copied().collect();
+    let Recorded { stored, withheld, live } = recorded_by_tailer;
+    let all: BTreeSet<_> = stored.union(withheld).filter(|p| p.0 <= through).copied().collect();
+    let stored_revisions: BTreeSet<i64> = stored.iter().map(|p| p.0).collect();
     let mut report = AuditReport {
         compared: etcd.len(),
-        missing: etcd.difference(&stored).take(20).copied().collect(),
-        extra: stored.difference(etcd).take(20).copied().collect(),
+        missing: etcd.difference(&all).take(20).copied().collect(),
+        extra: all.difference(etcd).take(20).copied().collect(),
+        withheld: withheld.iter().filter(|p| p.0 <= through && !stored.contains(p)).count(),
+        live_stored: live.intersection(&stored_revisions).take(20).copied().collect(),
         ..AuditReport::default()
     };
     for end in ends {
@@ -97,13 +123,21 @@ mod tests {
             StoredEnd { revision: 2, key: "/l/b".into(), with_session: true, kind: "expiry".into() },
         ];
         let recorded: BTreeMap<_, _> = [((3, "/l/a".to_string()), Some(true)), ((2, "/l/b".to_string()), Some(true))].into();
-        let r = compare(&stored, &etcd, &ends, &recorded);
+        let r = compare(&Recorded { stored, ..Recorded::default() }, &etcd, &ends, &recorded);
         assert_eq!((r.missing.clone(), r.extra.clone()), (vec![(2, 1)], vec![]), "(4, 0) is after the compared range");
         assert_eq!(r.ends_compared, 2);
         assert_eq!(r.misclassified.len(), 1, "{:?}", r.misclassified);
         assert!(r.misclassified[0].contains("/l/a") && r.misclassified[0].contains("release"));
         assert!(!r.passed());
-        let same = compare(&etcd, &etcd, &[], &BTreeMap::new());
+        let same = compare(&Recorded { stored: etcd.clone(), ..Recorded::default() }, &etcd, &[], &BTreeMap::new());
         assert!(same.passed() && same.compared == 4);
+        // Revision 2 withheld: complete; then stored while its hold lives.
+        let split = Recorded { stored: [(1, 0), (3, 0)].into(), withheld: [(2, 0), (2, 1)].into(), live: [2].into() };
+        let r = compare(&split, &etcd, &[], &BTreeMap::new());
+        assert!(r.passed() && r.withheld == 2, "{r:?}");
+        let leaked = Recorded { stored: etcd.clone(), live: [2].into(), ..Recorded::default() };
+        let r = compare(&leaked, &etcd, &[], &BTreeMap::new());
+        assert_eq!(r.live_stored, [2]);
+        assert!(!r.passed());
     }
 }

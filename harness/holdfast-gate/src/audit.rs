@@ -7,7 +7,7 @@
 use crate::cluster::Cluster;
 use anyhow::Context;
 use holdfast_audit::{Event, Kind};
-use holdfast_checkers::audit::{AuditReport, StoredEnd, compare};
+use holdfast_checkers::audit::{AuditReport, Recorded, StoredEnd, compare};
 use holdfast_checkers::history::EtcdEventKind;
 use holdfast_config::TailerConfig;
 use holdfast_devkit::tailer::{TailerLaunch, TailerProcess};
@@ -35,8 +35,29 @@ impl Audit {
         Ok(Audit { _tailer: tailer, store })
     }
 
-    /// Waits for the store to reach etcd's revision now, then compares.
+    /// Takes a hold and keeps it live while it waits for the store to
+    /// reach etcd's revision now, then compares: the hold's revision must
+    /// be withheld, not stored. Releases it after.
     pub async fn check(&self, cluster: &Cluster) -> anyhow::Result<AuditReport> {
+        let arbiter = holdfast_client::Client::connect(&holdfast_client::ClientConfig {
+            endpoint: cluster.arbiter_endpoints()[0].clone(),
+            ca: cluster.ca.ca_path(),
+            cert: cluster.client_cert.cert.clone(),
+            key: cluster.client_cert.key.clone(),
+        })
+        .await?;
+        let session = arbiter.open_session_for(crate::cluster::GATE_NAMESPACE, Some(crate::CLIENT_TTL)).await?;
+        let key = holdfast_model::LockKey::parse(&format!("{}/audit-live", crate::cluster::GATE_NAMESPACE))?;
+        let hold = session.acquire(&key, Duration::from_secs(30)).await.context("taking a hold to keep live during the audit check")?;
+        let report = self.compare(cluster).await;
+        hold.release().await?;
+        session.close().await?;
+        let report = report?;
+        anyhow::ensure!(report.withheld > 0, "the hold live during the audit check was not withheld by the tailer: {report:?}");
+        Ok(report)
+    }
+
+    async fn compare(&self, cluster: &Cluster) -> anyhow::Result<AuditReport> {
         let mut client = cluster.etcd().await?;
         let target = client.get("/sys/epoch", None).await?.header().map_or(0, |h| h.revision());
         let end = Instant::now() + Duration::from_secs(60);
@@ -48,8 +69,16 @@ impl Audit {
             anyhow::ensure!(Instant::now() < end, "the audit tailer's checkpoint is at {at}, etcd at {target}, after 60 s; see tailer.log");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // Withheld before stored (a release in between is then in both),
+        // live holds after (a hold live now was live when the store was read).
+        let withheld: BTreeSet<(i64, u32)> = holdfast_audit::store::read_withheld(&self.store)?
+            .values()
+            .flat_map(|w| w.events.iter().filter(|e| e.kind != Kind::Gap).map(Event::position))
+            .collect();
         let events = holdfast_audit::store::read_events(&self.store)?;
         let stored: BTreeSet<(i64, u32)> = events.iter().filter(|e| e.kind != Kind::Gap).map(Event::position).collect();
+        let holds = client.get("/l/", Some(etcd_client::GetOptions::new().with_prefix())).await?;
+        let live: BTreeSet<i64> = holds.kvs().iter().map(|kv| kv.create_revision()).collect();
         let ends: Vec<StoredEnd> = events
             .iter()
             .filter(|e| e.kind.ends_hold())
@@ -66,7 +95,7 @@ impl Audit {
             log.events.iter().filter(|e| e.kind == EtcdEventKind::Delete).map(|e| ((e.revision, e.key.clone()), e.expired)).collect();
         let gaps = events.iter().filter(|e| e.kind == Kind::Gap).count();
         anyhow::ensure!(gaps == 0, "the audit store has {gaps} gap event(s): etcd compacted history the tailer had not read");
-        Ok(compare(&stored, &etcd, &ends, &recorded))
+        Ok(compare(&Recorded { stored, withheld, live }, &etcd, &ends, &recorded))
     }
 }
 

@@ -302,8 +302,8 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
     if let Some(audit) = &audit {
         let report = audit.check(&cluster).await?;
         say(&format!(
-            "audit store: {} changes compared, {} hold ends cross-checked; missing {:?}, extra {:?}, misclassified {:?}",
-            report.compared, report.ends_compared, report.missing, report.extra, report.misclassified
+            "audit store: {} changes compared ({} withheld: their hold was live), {} hold ends cross-checked; missing {:?}, extra {:?}, misclassified {:?}, live holds' revisions stored {:?}",
+            report.compared, report.withheld, report.ends_compared, report.missing, report.extra, report.misclassified, report.live_stored
         ));
         if !report.passed() {
             passed = false;
