@@ -7,13 +7,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Packages in the cached Debian 12 root (beside nspawn's base) that both
-/// container tests boot, so one debootstrap serves both: what the holdfast
-/// packages depend on (holdfast-etcd needs etcd-server), etcdctl (the
-/// rolling restart's health check), what verifies the packages
-/// (debsig-verify, gnupg), openssl (the quick start's CAs), and what Ansible
-/// needs on a host (sshd, python3, python3-apt for the apt module).
-pub const ROOT_PACKAGES: &[&str] =
-    &["etcd-server", "etcd-client", "debsig-verify", "gnupg", "openssl", "openssh-server", "python3", "python3-apt"];
+/// container tests boot, so one debootstrap serves both: what verifies the
+/// packages (debsig-verify, gnupg), openssl (the quick start's CAs), and
+/// what Ansible needs on a host (sshd, python3, python3-apt for the apt
+/// module). No etcd: holdfast-etcd ships the one its members run (and the
+/// etcdctl the playbooks' health checks use).
+pub const ROOT_PACKAGES: &[&str] = &["debsig-verify", "gnupg", "openssl", "openssh-server", "python3", "python3-apt"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()

@@ -11,7 +11,9 @@
 //! edited conffile; a purge.
 //!
 //! It does not depend on the suite's etcd target: the container runs its
-//! own member (Debian's etcd-server through `holdfast-etcd@.service`).
+//! own member through `holdfast-etcd@.service`, on the etcd holdfast-etcd
+//! ships (the root has no other etcd; a step checks the member's version is
+//! the one packaging/etcd/go.mod pins).
 //! Needs root, debootstrap, systemd-container and a Debian mirror in the
 //! host's apt sources the first time (the root is cached); packages come
 //! from `packaging/build` with a throwaway key, or HOLDFAST_PACKAGES_DIR.
@@ -211,7 +213,7 @@ holdfastctl epoch advance-request --unsealed --requester alice --reason 'install
 
 /// `/sys/epoch` and `/sys/epochs` with their mod revisions, read as etcd's root.
 const EPOCH_RECORD: &str = r#"cd /root/holdfast-ca && for k in /sys/epoch /sys/epochs; do
-  ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:2379 --cacert etcd-ca.pem --cert etcd-root.pem --key etcd-root-key.pem \
+  ETCDCTL_API=3 /usr/lib/holdfast/etcd/etcdctl --endpoints https://127.0.0.1:2379 --cacert etcd-ca.pem --cert etcd-root.pem --key etcd-root-key.pem \
     get $k -w fields | grep -E '^"(Key|Value|ModRevision)"'; done"#;
 
 /// The arbiter's epoch status, once it serves epoch 2 (up to 30 s after the advance).
@@ -287,6 +289,8 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("/var/lib/holdfast/arbiter/served", "arbiter", "arbiter"),
     ("/var/lib/holdfast/audit", "tailer auditor", "tailer"),
     ("SEGMENT", "tailer auditor", "tailer"),
+    // The checkpoint may name a live hold's revision (its token): the tailer's alone.
+    ("/var/lib/holdfast/audit/checkpoint.json", "tailer", "tailer"),
     ("/var/lib/holdfast-etcd/etcd-a1", "etcd", "etcd"),
 ];
 
@@ -336,6 +340,31 @@ fn fresh_host_installs_and_runs_under_systemd() {
         assert_eq!(show(&c, unit, "ActiveState"), "active", "{unit} after the quick start\n{}", diagnostics(&c));
         assert_eq!(show(&c, unit, "UnitFileState"), "enabled", "{unit} after the quick start");
     }
+    clock.step("the member runs the pinned etcd holdfast-etcd ships, and no other etcd is installed", || {
+        let pinned = String::from_utf8_lossy(
+            &Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etcd/build"))
+                .arg("--version")
+                .output()
+                .expect("build --version")
+                .stdout,
+        )
+        .trim()
+        .trim_start_matches('v')
+        .to_string();
+        let status = must(
+            &c,
+            "the member's version",
+            "cd /root/holdfast-ca && /usr/lib/holdfast/etcd/etcdctl --endpoints https://127.0.0.1:2379 --cacert etcd-ca.pem \\
+               --cert etcd-root.pem --key etcd-root-key.pem endpoint status -w json",
+        )
+        .stdout;
+        assert!(status.contains(&format!("\"version\":\"{pinned}\"")), "the member does not run etcd {pinned}:\n{status}");
+        let main = show(&c, "holdfast-etcd@etcd-a1.service", "ExecMainPID");
+        let exe = must(&c, "the member's executable", &format!("readlink /proc/{main}/exe")).stdout;
+        assert_eq!(exe.trim(), "/usr/lib/holdfast/etcd/etcd");
+        let others = must(&c, "other etcd binaries", "ls /usr/bin/etcd /usr/bin/etcdctl /usr/sbin/etcd 2>/dev/null || true").stdout;
+        assert_eq!(others.trim(), "", "a distribution etcd is installed in the container");
+    });
     clock.step("lock exec through the arbiter", || must(&c, "holdfastctl lock exec", LOCK));
 
     // Under systemd the arbiter took its listener from the socket unit and
@@ -490,7 +519,7 @@ fn fresh_host_installs_and_runs_under_systemd() {
         let find = |what: &str, cmd: &str| must(&c, what, cmd).stdout.lines().next().unwrap_or_default().trim().to_string();
         let request = find("a request", "ls /var/lib/holdfast/requests/*.toml");
         let signature = find("a signature", "ls /var/lib/holdfast/requests/*.sig");
-        let segment = find("an audit store file", "find /var/lib/holdfast/audit -type f | sort | head -1");
+        let segment = find("an audit store segment", "find /var/lib/holdfast/audit/segments -type f | sort | head -1");
         let served = find("the arbiter's state file", "find /var/lib/holdfast/arbiter -type f | sort | head -1");
         assert!(!request.is_empty() && !signature.is_empty() && !segment.is_empty() && !served.is_empty(), "a path to probe is missing");
         let path = |p: &str| match p {
@@ -632,6 +661,8 @@ fn fresh_host_installs_and_runs_under_systemd() {
             "/usr/lib/systemd/system/holdfast-etcd@.service",
             "/usr/bin/holdfast-arbiter",
             "/usr/bin/holdfastctl",
+            "/usr/lib/holdfast/etcd/etcd",
+            "/usr/lib/holdfast/etcd/etcdctl",
         ] {
             assert!(!c.host_path(gone).exists(), "{gone} is still there after the purge");
         }

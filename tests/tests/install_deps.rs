@@ -81,6 +81,27 @@ fn have_go() -> bool {
     Command::new("bash").args(["-c", "command -v go"]).status().map(|s| s.success()).unwrap_or(false)
 }
 
+/// The etcd the tests run (install-deps' build, linked from /usr/local/bin)
+/// is the version packaging/etcd/go.mod pins, the one holdfast-etcd ships.
+#[test]
+fn the_tests_etcd_is_the_pinned_version() {
+    assert!(have_go(), "no Go toolchain: install-deps cannot build the pinned etcd (install Go, then run scripts/install-deps)");
+    let pinned = pinned_etcd();
+    for (bin, args, prefix) in
+        [("etcd", "--version", "etcd Version: "), ("etcdctl", "version", "etcdctl version: "), ("etcdutl", "version", "etcdutl version: ")]
+    {
+        let out = Command::new(format!("/usr/local/bin/{bin}"))
+            .arg(args)
+            .output()
+            .unwrap_or_else(|e| panic!("/usr/local/bin/{bin}: {e}: run scripts/install-deps"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines().any(|l| l == format!("{prefix}{}", pinned.trim_start_matches('v'))),
+            "/usr/local/bin/{bin} is not {pinned}:\n{text}"
+        );
+    }
+}
+
 /// `scripts/dev` runs `install-deps --dev`: on a machine with nothing, the
 /// build's tools and etcd, and nothing the tests alone need (no gate tools,
 /// no PostgreSQL, no packaging tools, no versitygw, grpcurl or ansible).
@@ -104,14 +125,44 @@ fn dev_mode_installs_only_what_the_dev_appliance_needs() {
     }
 }
 
+/// The etcd version packaging/etcd/go.mod pins (`v3.6.x`).
+fn pinned_etcd() -> String {
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etcd/build")).arg("--version").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The link install-deps makes from /usr/local/bin/etcd, under `root`.
+fn link_etcd(root: &Path, version: &str) {
+    let link = root.join("usr/local/bin/etcd");
+    let _ = std::fs::remove_file(&link);
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(format!("/opt/holdfast/etcd-{version}/etcd"), link).unwrap();
+}
+
 /// With the files those packages install, `--dev` wants nothing.
 #[test]
 fn dev_mode_is_satisfied_by_the_exact_files() {
     let root = tempfile::tempdir().unwrap();
-    for f in ["usr/bin/protoc", "usr/bin/cc", "usr/bin/pkg-config", "usr/local/bin/etcd", "usr/bin/etcd", "usr/bin/etcdctl"] {
+    let pinned = pinned_etcd();
+    for f in ["usr/bin/protoc", "usr/bin/cc", "usr/bin/pkg-config", "usr/bin/etcd", "usr/bin/etcdctl"] {
         executable(root.path(), f);
     }
+    for b in ["etcd", "etcdctl", "etcdutl"] {
+        executable(root.path(), &format!("opt/holdfast/etcd-{pinned}/{b}"));
+    }
     touch(root.path(), "usr/include/google/protobuf/descriptor.proto");
+    let wants_etcd = |root: &Path| missing_in(root, &["--dev"]).contains(&"build: etcd".to_string());
+    if have_go() {
+        assert!(wants_etcd(root.path()), "the pinned binaries without the link /usr/local/bin/etcd are not installed");
+        // Another etcd linked from /usr/local/bin is not the pinned one.
+        link_etcd(root.path(), "v3.6.16");
+        assert!(wants_etcd(root.path()), "an etcd of another version counts as missing");
+        link_etcd(root.path(), &pinned);
+        std::fs::remove_file(root.path().join(format!("opt/holdfast/etcd-{pinned}/etcdutl"))).unwrap();
+        assert!(wants_etcd(root.path()), "etcdutl is part of it");
+        executable(root.path(), &format!("opt/holdfast/etcd-{pinned}/etcdutl"));
+    }
     assert_eq!(missing_in(root.path(), &["--dev"]), Vec::<String>::new());
     // A header without protoc (another package's) is not the compiler.
     std::fs::remove_file(root.path().join("usr/bin/protoc")).unwrap();
@@ -133,12 +184,24 @@ fn openssh_client_is_wanted_until_ssh_and_ssh_keygen_are_both_there() {
 }
 
 /// A copy of the script a user other than root can read and run.
+/// (with packaging/etcd, which it reads the pinned etcd version from).
 fn script_copy(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let copy = dir.join("install-deps");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let copy = dir.join("scripts/install-deps");
+    let etcd = dir.join("packaging/etcd");
+    for d in [copy.parent().unwrap(), etcd.as_path()] {
+        std::fs::create_dir_all(d).unwrap();
+    }
     std::fs::copy(script(), &copy).unwrap();
-    for p in [dir, copy.as_path()] {
+    for f in ["build", "go.mod", "go.sum"] {
+        std::fs::copy(repo.join("packaging/etcd").join(f), etcd.join(f)).unwrap();
+    }
+    for p in [dir, &dir.join("scripts"), &dir.join("packaging"), etcd.as_path(), copy.as_path(), &etcd.join("build")] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for f in ["go.mod", "go.sum"] {
+        std::fs::set_permissions(etcd.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     copy
 }
@@ -196,6 +259,13 @@ fn a_go_older_than_etcd_needs_is_refused_before_anything_is_installed() {
     let out = run(&root);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("Go 1.22.12 is too old to build etcd 3.6") && stderr.contains("nothing was installed"), "{stderr}");
+    let go_mod = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etcd/go.mod")).unwrap();
+    let need = go_mod.lines().find_map(|l| l.strip_prefix("go ")).expect("go.mod's go line");
+    assert!(
+        stderr.contains(&format!("Go 1.22.12 is too old to build etcd {}", pinned_etcd()))
+            && stderr.contains(&format!("needs Go {need} or newer"))
+            && stderr.contains("nothing was installed"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("apt packages:") && !stderr.contains("building etcd"), "{stderr}");
 }

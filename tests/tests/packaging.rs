@@ -755,3 +755,66 @@ fn build_refuses_without_a_signing_key() {
     assert!(!r.ok, "packaging/build ran with a keyring lacking the key:\n{r}");
     assert!(r.stderr.contains("no secret key"), "the refusal names the missing key:\n{r}");
 }
+
+/// The etcd version packaging/etcd/go.mod pins (`v3.6.x`).
+fn pinned_etcd() -> String {
+    must(Command::new(workspace().join("packaging/etcd/build")).arg("--version")).stdout.trim().to_string()
+}
+
+/// holdfast-etcd ships the pinned etcd server, etcdctl and etcdutl in
+/// /usr/lib/holdfast/etcd, runs that server from its unit, and depends on
+/// no distribution etcd (neither the .deb nor the .rpm).
+#[test]
+fn holdfast_etcd_ships_the_pinned_etcd_and_needs_no_distribution_etcd() {
+    let b = built();
+    let pinned = pinned_etcd();
+    let version = pinned.trim_start_matches('v');
+    let control = must(Command::new("dpkg-deb").arg("-f").arg(b.deb("holdfast-etcd")).arg("Depends")).stdout;
+    assert!(!control.contains("etcd"), "holdfast-etcd.deb depends on a distribution etcd: {control}");
+    let requires = must(Command::new("rpm").args(["-qpR"]).arg(b.rpm("holdfast-etcd"))).stdout;
+    assert!(!requires.lines().any(|l| l.trim().starts_with("etcd")), "holdfast-etcd.rpm requires a distribution etcd:\n{requires}");
+    let deb_tree = b.scratch.join("etcd-deb");
+    let rpm_tree = b.scratch.join("etcd-rpm");
+    let _ = std::fs::remove_dir_all(&deb_tree);
+    let _ = std::fs::remove_dir_all(&rpm_tree);
+    std::fs::create_dir_all(&rpm_tree).unwrap();
+    must(Command::new("dpkg-deb").arg("-x").arg(b.deb("holdfast-etcd")).arg(&deb_tree));
+    must(
+        Command::new("sh").arg("-c").arg("rpm2archive - <\"$1\" | tar -xzf -").arg("sh").arg(b.rpm("holdfast-etcd")).current_dir(&rpm_tree),
+    );
+    for tree in [&deb_tree, &rpm_tree] {
+        for (bin, arg, said) in [
+            ("etcd", "--version", "etcd Version: "),
+            ("etcdctl", "version", "etcdctl version: "),
+            ("etcdutl", "version", "etcdutl version: "),
+        ] {
+            let path = tree.join("usr/lib/holdfast/etcd").join(bin);
+            let out = must(Command::new(&path).arg(arg)).stdout;
+            assert!(out.lines().any(|l| l == format!("{said}{version}")), "{}: not {pinned}:\n{out}", path.display());
+        }
+    }
+    let unit = std::fs::read_to_string(deb_tree.join("usr/lib/systemd/system/holdfast-etcd@.service")).unwrap();
+    assert!(unit.lines().any(|l| l.starts_with("ExecStart=/usr/lib/holdfast/etcd/etcd ")), "the unit runs another etcd:\n{unit}");
+}
+
+/// A module whose checksum differs from the committed go.sum fails the
+/// etcd build, with Go's own explanation (and nothing is written).
+#[test]
+fn a_go_sum_mismatch_fails_the_etcd_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("etcd");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["build", "go.mod", "go.sum"] {
+        std::fs::copy(workspace().join("packaging/etcd").join(f), copy.join(f)).unwrap();
+    }
+    let sum = std::fs::read_to_string(copy.join("go.sum")).unwrap();
+    let line = sum.lines().find(|l| l.starts_with("go.etcd.io/etcd/server/v3 ") && !l.contains("/go.mod ")).expect("the server's sum");
+    let hash = line.rsplit("h1:").next().unwrap();
+    let flipped = format!("{}{}", if hash.starts_with('A') { 'B' } else { 'A' }, &hash[1..]);
+    std::fs::write(copy.join("go.sum"), sum.replace(line, &line.replace(hash, &flipped))).unwrap();
+    let out = dir.path().join("out");
+    let r = run(Command::new(copy.join("build")).arg(&out));
+    assert!(!r.ok, "a tampered go.sum built:\n{r}");
+    assert!(r.stderr.contains("checksum mismatch") && r.stderr.contains("SECURITY ERROR"), "{r}");
+    assert!(!out.join("etcd").exists(), "an etcd was written");
+}

@@ -11,7 +11,8 @@
 //!   `sysinit.target` and friends), ours where the packages put them
 //!   (`/usr/lib/systemd/system`), the workspace's freshly built
 //!   `holdfast-*` binaries as `/usr/bin/holdfast-*`, and every other
-//!   program a unit executes (`/usr/bin/etcd`, `/bin/kill`, ...) copied
+//!   program a unit executes (`/usr/lib/holdfast/etcd/etcd` from the pinned
+//!   build in /usr/local/bin, `/bin/kill`, ...) copied
 //!   from this host, so "not executable" is caught too.
 //! - `systemd-analyze security --offline=true`: the overall exposure of
 //!   every service stays at or below the threshold in [`EXPOSURE`], which
@@ -119,6 +120,16 @@ fn workspace_binary(program: &str) -> Option<PathBuf> {
     name.starts_with("holdfast").then(|| holdfast_tests::bin(name))
 }
 
+/// Where this host has a program a unit runs that a holdfast package ships:
+/// the workspace's build of a holdfast binary, or the pinned etcd that
+/// scripts/install-deps built (what holdfast-etcd ships in /usr/lib/holdfast/etcd).
+fn packaged_program(program: &str) -> Option<PathBuf> {
+    if let Some(name) = program.strip_prefix("/usr/lib/holdfast/etcd/") {
+        return Some(PathBuf::from("/usr/local/bin").join(name));
+    }
+    workspace_binary(program)
+}
+
 fn link_or_copy(from: &Path, to: &Path) {
     // /bin/sh is a symlink to dash: link what it points at.
     let from = &std::fs::canonicalize(from).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
@@ -168,7 +179,7 @@ impl Root {
                     if target.exists() {
                         continue;
                     }
-                    let from = match workspace_binary(&prog) {
+                    let from = match packaged_program(&prog) {
                         Some(b) => b,
                         None => {
                             let host = PathBuf::from(&prog);
