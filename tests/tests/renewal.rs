@@ -120,3 +120,67 @@ async fn a_keepalive_answer_handled_after_its_deadline_ends_the_session() {
         assert!(until > at, "a deadline already past when reported ({:?} late): {reported:?}", *at - *until);
     }
 }
+
+/// What a leader change does to a lease's remaining TTL, on the etcd under
+/// test, with lease checkpointing and its persistence on (as every member
+/// runs): the new leader gives a lease of five minutes or less its **full
+/// TTL again** (plus its election extension); it never shortens it.
+///
+/// etcd checkpoints a lease's remaining TTL to the followers only when it
+/// is longer than the checkpoint interval (`scheduleCheckpointIfNeeded` in
+/// server/lease/lessor.go), and that interval is fixed at five minutes:
+/// `defaultLeaseCheckpointInterval` is used whenever
+/// `config.ServerConfig.LeaseCheckpointInterval` is zero, and neither a
+/// flag (server/embed/config.go) nor the embed server config
+/// (server/embed/etcd.go) sets it, in 3.6.17 as in 3.4. So every class TTL
+/// (5-300 s) restarts on a leader change: a lapsed holder's key stays held
+/// up to one TTL longer (liveness), and no lease ends early (safety; the
+/// holder's own deadline is its confirmed keepalive's, not etcd's). If an
+/// etcd release carries the remaining TTL across, this test fails: then
+/// README ("etcd versions") and the class docs change with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_change_restarts_a_short_leases_full_ttl_and_never_shortens_it() {
+    const TTL: i64 = 60;
+    let dir = TestDir::new("lease-leader-change");
+    let mut etcd = Etcd::start(&dir.path, 3).await;
+    let mut client = etcd.client().await;
+    let lease = client.lease_grant(TTL, None).await.unwrap().id();
+    let granted = std::time::Instant::now();
+    // 60 % of the TTL.
+    tokio::time::sleep(Duration::from_secs(36)).await;
+    let left_before = client.lease_time_to_live(lease, None).await.unwrap().ttl();
+    let mut leader = None;
+    for (i, url) in etcd.endpoints().iter().enumerate() {
+        let mut c = etcd_client::Client::connect([url.as_str()], None).await.unwrap();
+        let s = c.status().await.unwrap();
+        if s.leader() == s.header().unwrap().member_id() {
+            leader = Some(i);
+        }
+    }
+    let leader = leader.expect("a leader");
+    etcd.members[leader].take().unwrap().kill();
+    let killed = granted.elapsed();
+    // The new leader's view, from a surviving member.
+    let other = etcd.endpoints()[(leader + 1) % 3].clone();
+    let mut survivor = etcd_client::Client::connect([other.as_str()], None).await.unwrap();
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    let left_after = loop {
+        match survivor.lease_time_to_live(lease, None).await {
+            Ok(r) if r.ttl() > 0 => break r.ttl(),
+            _ => {
+                assert!(std::time::Instant::now() < end, "no new leader answered within 30 s");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let should_have_left = TTL - killed.as_secs() as i64;
+    println!(
+        "etcd {}: TTL {TTL} s, leader killed at {killed:?}: {left_before} s left before, {left_after} s after on the new leader",
+        etcd.bin.version_string()
+    );
+    assert!(left_after >= should_have_left - 1, "a leader change shortened the lease: {left_after} s left, {should_have_left} s expected");
+    assert!(
+        left_after >= TTL - 2,
+        "the new leader carried the remaining TTL ({left_after} s of {TTL}); etcd now checkpoints short leases: update README and this test"
+    );
+}
