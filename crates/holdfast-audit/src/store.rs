@@ -160,9 +160,7 @@ impl Store {
                 let pending: BTreeMap<(i64, u32), i64> =
                     store.withheld.values().flat_map(|w| w.events.iter().map(|e| (e.position(), w.revision))).collect();
                 let stored: BTreeSet<i64> = read_segment(&path)?.iter().filter_map(|e| pending.get(&e.position()).copied()).collect();
-                for r in stored {
-                    store.mark_released(r)?;
-                }
+                store.mark_released(&stored.into_iter().collect::<Vec<_>>())?;
             }
         }
         let through = store.checkpoint.as_ref().map_or(0, |c| c.revision);
@@ -221,53 +219,67 @@ impl Store {
         self.released.contains(&revision)
     }
 
-    /// Keeps `w`'s events out of the segments until [`Store::store_released`]
-    /// (durably: `withheld.jsonl` is fsync'd before this returns). A
-    /// revision already withheld is left as it is.
-    pub fn withhold(&mut self, w: Withheld) -> Result<(), StoreError> {
-        if self.withheld.contains_key(&w.revision) || self.released.contains(&w.revision) {
+    /// Keeps each entry's events out of the segments until
+    /// [`Store::store_released`] (durably: `withheld.jsonl` is fsync'd once
+    /// for them all before this returns). A revision already withheld, or
+    /// released since the checkpoint, is left as it is.
+    pub fn withhold(&mut self, entries: Vec<Withheld>) -> Result<(), StoreError> {
+        let new: Vec<Withheld> =
+            entries.into_iter().filter(|w| !self.withheld.contains_key(&w.revision) && !self.released.contains(&w.revision)).collect();
+        if new.is_empty() {
             return Ok(());
         }
-        self.append_withheld(&WithheldLine::Withheld(w.clone()))?;
-        self.withheld.insert(w.revision, w);
+        let lines: Vec<WithheldLine> = new.iter().cloned().map(WithheldLine::Withheld).collect();
+        self.append_withheld(&lines)?;
+        for w in new {
+            self.withheld.insert(w.revision, w);
+        }
         Ok(())
     }
 
-    /// Appends the events withheld under `revision` to the segment (fsync),
-    /// then marks the revision released. Returns how many events were
-    /// stored (0 if nothing was withheld under it).
-    pub fn store_released(&mut self, revision: i64) -> Result<usize, StoreError> {
-        let Some(w) = self.withheld.get(&revision) else { return Ok(0) };
-        let events = w.events.clone();
+    /// Appends the events withheld under each of `revisions` to the segment
+    /// (one fsync), then marks them released (one more). Returns how many
+    /// events were stored (none for a revision withheld under nothing).
+    pub fn store_released(&mut self, revisions: &[i64]) -> Result<usize, StoreError> {
+        let pending: Vec<i64> = revisions.iter().copied().filter(|r| self.withheld.contains_key(r)).collect();
+        let events: Vec<Event> = pending.iter().filter_map(|r| self.withheld.get(r)).flat_map(|w| w.events.iter().cloned()).collect();
         if !events.is_empty() {
             self.write_lines(&events.iter().collect::<Vec<_>>())?;
             let top = events.iter().map(Event::position).max();
             self.last = self.last.max(top);
         }
-        self.mark_released(revision)?;
+        self.mark_released(&pending)?;
         Ok(events.len())
     }
 
-    fn mark_released(&mut self, revision: i64) -> Result<(), StoreError> {
-        self.append_withheld(&WithheldLine::Released(revision))?;
-        self.withheld.remove(&revision);
-        self.released.insert(revision);
+    fn mark_released(&mut self, revisions: &[i64]) -> Result<(), StoreError> {
+        if revisions.is_empty() {
+            return Ok(());
+        }
+        self.append_withheld(&revisions.iter().map(|r| WithheldLine::Released(*r)).collect::<Vec<_>>())?;
+        for r in revisions {
+            self.withheld.remove(r);
+            self.released.insert(*r);
+        }
         Ok(())
     }
 
-    fn append_withheld(&mut self, line: &WithheldLine) -> Result<(), StoreError> {
+    fn append_withheld(&mut self, lines: &[WithheldLine]) -> Result<(), StoreError> {
         let path = self.dir.join(WITHHELD);
         if self.withheld_file.is_none() {
             let f = OpenOptions::new().create(true).append(true).mode(0o600).open(&path).map_err(io(&path))?;
             self.withheld_file = Some(f);
         }
-        let mut text = serde_json::to_vec(line).map_err(|e| StoreError::Io { path: path.clone(), error: e.into() })?;
-        text.push(b'\n');
+        let mut text = Vec::new();
+        for line in lines {
+            serde_json::to_writer(&mut text, line).map_err(|e| StoreError::Io { path: path.clone(), error: e.into() })?;
+            text.push(b'\n');
+        }
         if let Some(f) = self.withheld_file.as_mut() {
             f.write_all(&text).map_err(io(&path))?;
             f.sync_data().map_err(io(&path))?;
         }
-        self.withheld_lines += 1;
+        self.withheld_lines += lines.len();
         Ok(())
     }
 
@@ -582,7 +594,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(dir.path()).unwrap();
         s.append_events(&[ev(5, 0)]).unwrap();
-        s.withhold(withheld(6, vec![ev(6, 0), ev(6, 1)])).unwrap();
+        s.withhold(vec![withheld(6, vec![ev(6, 0), ev(6, 1)])]).unwrap();
         s.append_events(&[ev(7, 0)]).unwrap();
         s.write_checkpoint("0000000000000001", 7, 1).unwrap();
         let positions = |d: &Path| read_events(d).unwrap().iter().map(Event::position).collect::<Vec<_>>();
@@ -596,8 +608,8 @@ mod tests {
         drop(s);
         let mut s = Store::open(dir.path()).unwrap();
         assert_eq!(s.withheld().keys().copied().collect::<Vec<_>>(), [6]);
-        assert_eq!(s.store_released(6).unwrap(), 2);
-        assert_eq!(s.store_released(6).unwrap(), 0, "released once");
+        assert_eq!(s.store_released(&[6]).unwrap(), 2);
+        assert_eq!(s.store_released(&[6]).unwrap(), 0, "released once");
         s.append_events(&[ev(8, 0)]).unwrap();
         assert_eq!(positions(dir.path()), [(5, 0), (6, 0), (6, 1), (7, 0), (8, 0)]);
         assert_eq!(s.last_position(), Some((8, 0)));
@@ -608,12 +620,12 @@ mod tests {
         let mut s = Store::open(dir.path()).unwrap();
         assert!(s.withheld().is_empty());
         assert!(!s.is_released(6), "at or before the checkpoint: forgotten");
-        s.withhold(withheld(9, vec![ev(9, 0)])).unwrap();
-        s.store_released(9).unwrap();
+        s.withhold(vec![withheld(9, vec![ev(9, 0)])]).unwrap();
+        s.store_released(&[9]).unwrap();
         drop(s);
         let mut s = Store::open(dir.path()).unwrap();
         assert!(s.is_released(9), "after the checkpoint: a replay must not store it again");
-        s.withhold(withheld(9, vec![ev(9, 0)])).unwrap();
+        s.withhold(vec![withheld(9, vec![ev(9, 0)])]).unwrap();
         assert!(s.withheld().is_empty(), "a released revision is not withheld again");
         s.write_checkpoint("0000000000000001", 9, 2).unwrap();
         assert!(!s.is_released(9));
@@ -626,8 +638,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(dir.path()).unwrap();
         s.append_events(&[ev(5, 0)]).unwrap();
-        s.withhold(withheld(6, vec![ev(6, 0)])).unwrap();
-        s.withhold(withheld(7, vec![ev(7, 0)])).unwrap();
+        s.withhold(vec![withheld(6, vec![ev(6, 0)]), withheld(7, vec![ev(7, 0)])]).unwrap();
         s.append_events(&[ev(8, 0)]).unwrap();
         // The crash: 6's events reached the segment, its mark did not.
         s.write_lines(&[&ev(6, 0)]).unwrap();
@@ -643,8 +654,8 @@ mod tests {
         let mut s = Store::open(dir.path()).unwrap();
         assert_eq!(s.withheld().keys().copied().collect::<Vec<_>>(), [7], "6 was stored; 7 still withheld");
         assert!(s.is_released(6));
-        assert_eq!(s.store_released(6).unwrap(), 0);
-        s.store_released(7).unwrap();
+        assert_eq!(s.store_released(&[6]).unwrap(), 0);
+        s.store_released(&[7]).unwrap();
         let positions: Vec<_> = read_events(dir.path()).unwrap().iter().map(Event::position).collect();
         assert_eq!(positions, [(5, 0), (6, 0), (7, 0), (8, 0)]);
         assert_eq!(segment_text(dir.path()).lines().count(), 4, "nothing twice");

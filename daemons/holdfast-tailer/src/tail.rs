@@ -410,9 +410,7 @@ impl Tailer {
         let mut n = events.len();
         let cluster = &self.cluster;
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
-            for w in withhold {
-                self.store.withhold(w)?;
-            }
+            self.store.withhold(withhold)?;
             self.store.append_events(&events)?;
             for sink in &mut self.sinks {
                 sink.append(&events)?;
@@ -422,15 +420,19 @@ impl Tailer {
             }
             // The sinks first: a crash before the store marks the release
             // releases it again after the restart (the sinks are idempotent).
-            for r in release {
-                let Some(w) = self.store.withheld().get(r).cloned() else { continue };
+            if !release.is_empty() {
+                let released: Vec<&Withheld> = release.iter().filter_map(|r| self.store.withheld().get(r)).collect();
+                let mut late: Vec<Event> = released.iter().flat_map(|w| w.events.iter().cloned()).collect();
+                late.sort_by_key(Event::position);
                 for sink in &mut self.sinks {
-                    sink.append(&w.events)?;
-                    for f in &w.forced {
-                        sink.force_record(cluster, w.revision, &f.nonce, &f.record)?;
+                    sink.append(&late)?;
+                    for w in &released {
+                        for f in &w.forced {
+                            sink.force_record(cluster, w.revision, &f.nonce, &f.record)?;
+                        }
                     }
                 }
-                n += self.store.store_released(*r)?;
+                n += self.store.store_released(release)?;
             }
             Ok(())
         })?;
