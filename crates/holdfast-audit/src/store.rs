@@ -155,12 +155,26 @@ impl Store {
             store.segment = Some((path.clone(), file, good_len));
             // A release the crash cut off after its events reached the
             // segment but before it was marked: they are in the last
-            // segment (nothing is appended between the two).
+            // segment (nothing is appended between the two), all or, if the
+            // write was torn, the first of them; the rest are appended now.
             if !store.withheld.is_empty() {
+                // A torn last line of withheld.jsonl goes before anything
+                // is appended to it.
+                store.compact_withheld()?;
                 let pending: BTreeMap<(i64, u32), i64> =
                     store.withheld.values().flat_map(|w| w.events.iter().map(|e| (e.position(), w.revision))).collect();
-                let stored: BTreeSet<i64> = read_segment(&path)?.iter().filter_map(|e| pending.get(&e.position()).copied()).collect();
-                store.mark_released(&stored.into_iter().collect::<Vec<_>>())?;
+                let present: BTreeSet<(i64, u32)> =
+                    read_segment(&path)?.iter().map(Event::position).filter(|p| pending.contains_key(p)).collect();
+                let begun: BTreeSet<i64> = present.iter().filter_map(|p| pending.get(p).copied()).collect();
+                let missing: Vec<Event> = begun
+                    .iter()
+                    .filter_map(|r| store.withheld.get(r))
+                    .flat_map(|w| w.events.iter().filter(|e| !present.contains(&e.position())).cloned())
+                    .collect();
+                if !missing.is_empty() {
+                    store.write_lines(&missing.iter().collect::<Vec<_>>())?;
+                }
+                store.mark_released(&begun.into_iter().collect::<Vec<_>>())?;
             }
         }
         let through = store.checkpoint.as_ref().map_or(0, |c| c.revision);
@@ -660,5 +674,25 @@ mod tests {
         assert_eq!(positions, [(5, 0), (6, 0), (7, 0), (8, 0)]);
         assert_eq!(segment_text(dir.path()).lines().count(), 4, "nothing twice");
         assert!(read_withheld(dir.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_release_torn_by_a_crash_is_completed_when_the_store_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(dir.path()).unwrap();
+        s.append_events(&[ev(5, 0)]).unwrap();
+        s.withhold(vec![withheld(6, vec![ev(6, 0), ev(6, 1), ev(6, 2)])]).unwrap();
+        s.append_events(&[ev(7, 0)]).unwrap();
+        // The crash: the first of 6's events reached the segment whole, the
+        // rest did not (a torn write), and no mark.
+        s.write_lines(&[&ev(6, 0)]).unwrap();
+        drop(s);
+        let seg = segment_paths(dir.path()).unwrap().pop().unwrap();
+        OpenOptions::new().append(true).open(&seg).unwrap().write_all(b"{\"cluster_id\":\"00").unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert!(s.withheld().is_empty() && s.is_released(6));
+        let positions: Vec<_> = read_events(dir.path()).unwrap().iter().map(Event::position).collect();
+        assert_eq!(positions, [(5, 0), (6, 0), (6, 1), (6, 2), (7, 0)], "6 is stored whole");
+        assert_eq!(segment_text(dir.path()).lines().count(), 5, "nothing twice");
     }
 }

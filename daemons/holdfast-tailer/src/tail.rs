@@ -143,10 +143,10 @@ impl Tailer {
             // restored from an older snapshot and will issue those revision
             // numbers again for other changes.
             anyhow::bail!(
-                "etcd's revision ({}) is behind this store's checkpoint ({done}): etcd was restored from a snapshot. \
+                "etcd's revision is {} behind this store's checkpoint: etcd was restored from a snapshot. \
                  The store's history after the snapshot stays valid but its revision numbers will be reused; \
                  move {} aside (keep it: it is the audit trail up to the restore) and restart the tailer to start a new store",
-                header.revision(),
+                done - header.revision(),
                 config.store_dir.display()
             );
         }
@@ -268,16 +268,19 @@ impl Tailer {
         let resp = etcd.client.clone().get(all_keys(), Some(GetOptions::new().with_range(all_keys()))).await?;
         let now = resp.header().map_or(0, |h| h.revision());
         self.seed(resp.kvs());
-        let from = self.done.max(self.store.last_position().map_or(0, |p| p.0)) + 1;
+        // The first revision not read: after the checkpoint, the last
+        // stored and the last withheld (read, not yet stored).
+        let read = self.store.withheld().keys().next_back().copied().unwrap_or(0);
+        let from = self.done.max(self.store.last_position().map_or(0, |p| p.0)).max(read) + 1;
         let mut e = Event::new(self.cluster_id, from, 0, Kind::Gap, "", holdfast_daemon::now_unix_ms());
         e.gap_from = Some(from);
         e.gap_to = Some(now);
         e.reason =
             Some(format!("etcd compacted revisions {from}..={now} before this tailer read them; their changes are not in the audit trail"));
-        // The count, not the revisions: either end may be a live hold's.
+        // No revision, nor a count (with the first one, a reader of the
+        // store could work out the last): either end may be a live hold's.
         tracing::error!(
-            revisions = now - from + 1,
-            "GAP in the audit trail: etcd compacted these revisions before the tailer read them (raise etcd's compaction retention, or keep the tailer running); alarm raised"
+            "GAP in the audit trail: etcd compacted revisions before the tailer read them (raise etcd's compaction retention, or keep the tailer running); alarm raised; `holdfastctl audit --kind gap` names them once no live hold's revision is among them"
         );
         METRICS.gap();
         // Holds that ended in the lost revisions are seen ended now.
@@ -368,10 +371,14 @@ impl Tailer {
             }
         }
         let forced: Vec<ForcePut> = changes.iter().filter(|c| c.put).filter_map(|c| force_put(&c.key, &c.value, revision)).collect();
+        // Stored before as an ordinary revision (by a tailer from before
+        // withholding): a replay neither withholds nor stores it again.
+        let stored_before = self.store.last_position().is_some_and(|l| revision <= l.0) && !self.store.withheld().contains_key(&revision);
         if self.store.is_released(revision) {
             // A replay of a revision withheld and stored before the restart.
-        } else if grants > 0 {
+        } else if grants > 0 && !stored_before {
             let forced = forced.into_iter().map(|f| WithheldForce { nonce: f.nonce, record: f.record }).collect();
+            batch.withholding.insert(revision, batch.withhold.len());
             batch.withhold.push(Withheld { revision, events, forced });
         } else {
             batch.events.extend(events);
@@ -386,8 +393,8 @@ impl Tailer {
                 keys.extend(batch.withhold.iter().filter(|w| names_gap_end(w, at)).map(|w| w.revision));
             }
             for key in keys {
-                let pending = self.store.withheld().get(&key).or_else(|| batch.withhold.iter().find(|w| w.revision == key));
-                if pending.is_some_and(|w| self.releasable(w)) && !batch.release.contains(&key) {
+                let pending = self.store.withheld().get(&key).or_else(|| batch.withheld_at(key));
+                if pending.is_some_and(|w| self.releasable(w)) && batch.releasing.insert(key) {
                     batch.release.push(key);
                 }
             }
@@ -502,13 +509,16 @@ fn force_put(key: &str, value: &[u8], revision: i64) -> Option<ForcePut> {
 }
 
 /// What one watch response brings: events to store now, revisions to
-/// withhold, withheld revisions to release.
+/// withhold, withheld revisions to release (each indexed: an epoch advance
+/// ends every hold in one revision).
 #[derive(Default)]
 struct Batch {
     events: Vec<Event>,
     forced: Vec<ForcePut>,
     withhold: Vec<Withheld>,
+    withholding: HashMap<i64, usize>,
     release: Vec<i64>,
+    releasing: std::collections::HashSet<i64>,
 }
 
 fn withholds_gap(store: &Store) -> bool {
@@ -521,6 +531,10 @@ fn names_gap_end(w: &Withheld, revision: i64) -> bool {
 }
 
 impl Batch {
+    fn withheld_at(&self, revision: i64) -> Option<&Withheld> {
+        self.withholding.get(&revision).map(|i| &self.withhold[*i])
+    }
+
     fn is_empty(&self) -> bool {
         self.events.is_empty() && self.forced.is_empty() && self.withhold.is_empty() && self.release.is_empty()
     }
