@@ -938,3 +938,13 @@ pub async fn tailer_caught_up(etcd: &Etcd, store: &Path) -> i64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The etcd version `packaging/etcd/go.mod` pins, as `packaging/etcd/build
+/// --version` prints it (`v3.6.x`): the one holdfast-etcd ships and the
+/// tests run.
+pub fn pinned_etcd() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etcd/build");
+    let out = std::process::Command::new(&script).arg("--version").output().unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(out.status.success(), "{} --version: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -341,16 +341,7 @@ fn fresh_host_installs_and_runs_under_systemd() {
         assert_eq!(show(&c, unit, "UnitFileState"), "enabled", "{unit} after the quick start");
     }
     clock.step("the member runs the pinned etcd holdfast-etcd ships, and no other etcd is installed", || {
-        let pinned = String::from_utf8_lossy(
-            &Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etcd/build"))
-                .arg("--version")
-                .output()
-                .expect("build --version")
-                .stdout,
-        )
-        .trim()
-        .trim_start_matches('v')
-        .to_string();
+        let pinned = holdfast_tests::pinned_etcd().trim_start_matches('v').to_string();
         let status = must(
             &c,
             "the member's version",

@@ -4,6 +4,7 @@
 //! `scripts/dev`); and `--dev` (what `scripts/dev` runs) installs only what
 //! the dev appliance needs.
 
+use holdfast_tests::pinned_etcd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -123,13 +124,6 @@ fn dev_mode_installs_only_what_the_dev_appliance_needs() {
     for w in ["etcd-server", "postgresql", "iptables", "debootstrap", "build: ansible", "build: cargo-deb"] {
         assert!(full.contains(&w.to_string()), "the full install lacks {w}: {full:?}");
     }
-}
-
-/// The etcd version packaging/etcd/go.mod pins (`v3.6.x`).
-fn pinned_etcd() -> String {
-    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/etcd/build")).arg("--version").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// The link install-deps makes from /usr/local/bin/etcd, under `root`.

@@ -756,18 +756,13 @@ fn build_refuses_without_a_signing_key() {
     assert!(r.stderr.contains("no secret key"), "the refusal names the missing key:\n{r}");
 }
 
-/// The etcd version packaging/etcd/go.mod pins (`v3.6.x`).
-fn pinned_etcd() -> String {
-    must(Command::new(workspace().join("packaging/etcd/build")).arg("--version")).stdout.trim().to_string()
-}
-
 /// holdfast-etcd ships the pinned etcd server, etcdctl and etcdutl in
 /// /usr/lib/holdfast/etcd, runs that server from its unit, and depends on
 /// no distribution etcd (neither the .deb nor the .rpm).
 #[test]
 fn holdfast_etcd_ships_the_pinned_etcd_and_needs_no_distribution_etcd() {
     let b = built();
-    let pinned = pinned_etcd();
+    let pinned = holdfast_tests::pinned_etcd();
     let version = pinned.trim_start_matches('v');
     let control = must(Command::new("dpkg-deb").arg("-f").arg(b.deb("holdfast-etcd")).arg("Depends")).stdout;
     assert!(!control.contains("etcd"), "holdfast-etcd.deb depends on a distribution etcd: {control}");
