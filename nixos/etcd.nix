@@ -59,9 +59,9 @@ in
     enable = lib.mkEnableOption "one holdfast etcd member";
     package = mkOption {
       type = types.package;
-      default = pkgs.etcd;
-      defaultText = lib.literalExpression "pkgs.etcd";
-      description = "The etcd package (3.4 to 3.6; for 3.6 or later set versionFlags).";
+      default = pkgs.callPackage ./etcd-package.nix { };
+      defaultText = lib.literalExpression "the etcd packaging/etcd/go.mod pins (nixos/etcd-package.nix)";
+      description = "The etcd package: by default the one holdfast ships and tests, built from packaging/etcd (go.mod names its version, go.sum its modules). Another etcd is unsupported; for 3.4 set versionFlags to its flags.";
     };
     name = mkOption {
       type = types.str;
@@ -69,8 +69,8 @@ in
     };
     versionFlags = mkOption {
       type = types.str;
-      default = "--logger=zap --experimental-enable-lease-checkpoint=true --experimental-enable-lease-checkpoint-persist=true";
-      description = "The lease-checkpoint flags for the etcd version (3.6 or later: --feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true).";
+      default = "--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true";
+      description = "The lease-checkpoint flags for the etcd version: the default is the pinned 3.6's (3.4: --logger=zap --experimental-enable-lease-checkpoint=true --experimental-enable-lease-checkpoint-persist=true).";
     };
     settings = mkOption {
       type = types.attrsOf types.str;

@@ -34,7 +34,7 @@ fn nixos_dir() -> PathBuf {
 
 /// A program the test needs; missing is a failure naming install-deps.
 fn tool(name: &str) -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/sbin", "/bin", "/sbin"]) {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/go/bin"]) {
         let p = Path::new(dir).join(name);
         if p.is_file() {
             return p;
@@ -756,4 +756,80 @@ fn policy_dir_from_generated_toml_passes_the_controller_check() {
     let (ok, out) = check(&controller_toml(&policy));
     println!("{out}");
     assert!(ok && out.contains("valid: 1 class(es)"), "holdfast-controller check refused the module's policy directory:\n{out}");
+}
+
+/// The Nix hash, in SRI form, of `go mod vendor` run in a copy of
+/// packaging/etcd: what buildGoModule's vendorHash must be.
+fn etcd_vendor_hash() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["go.mod", "go.sum"] {
+        std::fs::copy(repo().join("packaging/etcd").join(f), dir.path().join(f)).unwrap();
+    }
+    // -mod=readonly: a module whose sum differs from go.sum fails here too.
+    let out = Command::new(tool("go"))
+        .args(["mod", "vendor"])
+        .current_dir(dir.path())
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=readonly")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "go mod vendor: {}", String::from_utf8_lossy(&out.stderr));
+    let nix = Nix::new();
+    let out = Command::new(tool("nix-hash"))
+        .args(["--type", "sha256"])
+        .arg(dir.path().join("vendor"))
+        .env("NIX_STATE_DIR", nix.dir.path().join("state"))
+        .env("NIX_CONF_DIR", nix.dir.path().join("conf"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "nix-hash: {}", String::from_utf8_lossy(&out.stderr));
+    let hex = String::from_utf8(out.stdout).unwrap();
+    let bytes: Vec<u8> = (0..64).step_by(2).map(|i| u8::from_str_radix(&hex.trim()[i..i + 2], 16).unwrap()).collect();
+    let mut b64 =
+        Command::new(tool("base64")).arg("-w0").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    use std::io::Write;
+    b64.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let out = b64.wait_with_output().unwrap();
+    format!("sha256-{}", String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// services.holdfast.etcd runs, by default, the etcd the packages ship:
+/// built from packaging/etcd (the version its go.mod pins, its vendorHash
+/// that of exactly go.sum's modules), with the pinned 3.6's lease-checkpoint
+/// flags, the same as systemd/holdfast-etcd@.service's default.
+#[test]
+fn the_etcd_module_runs_the_pinned_etcd_built_from_packaging_etcd() {
+    let nix = Nix::new();
+    let v = nix.eval(
+        &format!("{{ services.holdfast.etcd = {SAFE_ETCD}; }}"),
+        r#"let p = r.options.services.holdfast.etcd.package.default; in {
+            name = p.name; args = p.passthru.args;
+            start = r.config.systemd.services."holdfast-etcd@etcd-a1".serviceConfig.ExecStart; }"#,
+    );
+    let version = holdfast_tests::pinned_etcd();
+    let version = version.strip_prefix('v').unwrap();
+    assert_eq!(v["name"], format!("holdfast-etcd-{version}"));
+    assert_eq!(v["args"]["env"]["CGO_ENABLED"], 0);
+    let build = v["args"]["buildPhase"].as_str().unwrap();
+    for m in ["server", "etcdctl", "etcdutl"] {
+        assert!(build.contains(m), "{build}");
+    }
+    assert!(build.contains(r#"go build -ldflags='-s -w' -o "bin/$name" "go.etcd.io/etcd/$m/v3""#), "{build}");
+    let check = v["args"]["installCheckPhase"].as_str().unwrap();
+    assert!(check.contains(&format!("etcd Version: {version}")), "{check}");
+
+    let unit = std::fs::read_to_string(repo().join("systemd/holdfast-etcd@.service")).unwrap();
+    let flags = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=\"HOLDFAST_ETCD_VERSION_FLAGS=").map(|f| f.trim_end_matches('"').to_string()))
+        .expect("the unit sets HOLDFAST_ETCD_VERSION_FLAGS");
+    let start = v["start"].as_str().unwrap();
+    assert!(start.starts_with("/nix/store/") && start.contains(&format!("-holdfast-etcd-{version}/bin/etcd ")), "{start}");
+    assert!(start.ends_with(&format!(" {flags}")), "ExecStart {start} does not end with the unit's flags {flags}");
+
+    let want = etcd_vendor_hash();
+    assert_eq!(
+        v["args"]["vendorHash"], want,
+        "nixos/etcd-package.nix's vendorHash is not the hash of packaging/etcd's modules: set it to {want}"
+    );
 }
