@@ -134,8 +134,9 @@ impl FaultKind {
     pub fn how(self) -> &'static str {
         match self {
             FaultKind::LeaderPause => {
-                "SIGSTOP the etcd leader for up to TTL − TTL/3 − TTL/5 (2.33 s at TTL 5 s; election timeout 500 ms): \
-                 a longer pause makes etcd revoke renewed leases, docs/gate.md"
+                "SIGSTOP the etcd leader for up to TTL − TTL/3 − TTL/5 (2.33 s at TTL 5 s; election timeout 500 ms; \
+                 `--leader-pause-max` to measure longer): a pause past about TTL − TTL/3 makes etcd revoke renewed leases, \
+                 on 3.6.17 as on 3.4.23, docs/gate.md"
             }
             FaultKind::MemberKill => "kill -9 the leader, restart it",
             FaultKind::ClientPause => "SIGSTOP a client for 2–3× its TTL, in the middle of a write when one is, else while it holds a key",

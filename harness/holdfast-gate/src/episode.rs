@@ -178,7 +178,14 @@ async fn strike(
     let fault_seed = rng.random::<u64>();
     let mut f_rng = StdRng::seed_from_u64(fault_seed);
     let hold = Duration::from_millis(f_rng.random_range(2000..4000));
-    let mut ctx = FaultCtx { net: setup.net, cluster: setup.cluster, clients, t0: setup.t0, pending_restore: &mut setup.restore };
+    let mut ctx = FaultCtx {
+        net: setup.net,
+        cluster: setup.cluster,
+        clients,
+        t0: setup.t0,
+        pending_restore: &mut setup.restore,
+        leader_pause_max: setup.args.leader_pause_max,
+    };
     match faults::inject(&mut ctx, kind, fault_seed, &mut f_rng, hold).await {
         Ok(r) => {
             say(&format!("[{:>7.1}s] {}: {} — {}", r.at_ms as f64 / 1000.0, kind.name(), r.what, r.confirmed));

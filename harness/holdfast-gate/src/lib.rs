@@ -117,6 +117,13 @@ pub struct GateArgs {
     /// tailer refuses a rewound etcd).
     #[arg(long)]
     audit: bool,
+    /// Stop the etcd leader for up to this long in `leader-pause` (default:
+    /// TTL − TTL/3 − TTL/5, 2.33 s at TTL 5 s, the longest stop etcd is
+    /// shown to survive without ending leases early; docs/gate.md). Longer
+    /// stops measure that bound: expect C1 `DeadlinePastSessionEnd` on every
+    /// etcd version once a stop passes about TTL − TTL/3.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    leader_pause_max: Option<Duration>,
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare, no_session_compare, no_seal_check,
@@ -271,6 +278,7 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         resource: args.resource.as_deref().map(redact_url).unwrap_or_else(|| "none".into()),
         mutation: args.mutation.clone(),
         faults_left_out: left_out,
+        leader_pause_max_s: args.leader_pause_max.map(|d| d.as_secs_f64()),
         group_commit: args.group_commit,
         fence: args.fence.clone(),
         dir: dir.display().to_string(),

@@ -30,6 +30,10 @@ pub struct Summary {
     /// Fault kinds the default set left out against this etcd, with why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults_left_out: Vec<String>,
+    /// `--leader-pause-max`, in seconds, when set (a measuring run: not the
+    /// default bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_pause_max_s: Option<f64>,
     /// Local deadlines the clients recorded, each checked against its
     /// lease's end (C1 `DeadlinePastSessionEnd`).
     pub deadlines: usize,
@@ -111,6 +115,9 @@ pub fn print_table(s: &Summary) {
     }
     for u in &s.faults_left_out {
         println!("  fault left out: {u}");
+    }
+    if let Some(max) = s.leader_pause_max_s {
+        println!("  leader-pause up to  {max:>8.2} s (--leader-pause-max; default TTL − TTL/3 − TTL/5)");
     }
     println!("  client deadlines    {:>8}   (each checked against its lease's end in etcd's log)", s.deadlines);
     println!("  liveness            worst {} ms after healing, {} keys late", s.liveness_max_ms, s.liveness_failures);

@@ -149,6 +149,9 @@ pub struct FaultCtx<'a> {
     /// Where the restore fault leaves its snapshot for the episode's
     /// restore phase (`crate::restore`).
     pub pending_restore: &'a mut Option<PendingRestore>,
+    /// `--leader-pause-max`: the longest leader stop (default:
+    /// [`process::safe_leader_stop`] of the clients' TTL).
+    pub leader_pause_max: Option<Duration>,
 }
 
 /// What a family's injector did, and how it saw the fault take effect.
@@ -162,7 +165,7 @@ pub async fn inject(ctx: &mut FaultCtx<'_>, kind: FaultKind, seed: u64, rng: &mu
     let at_ms = ctx.t0.elapsed().as_millis() as u64;
     let hold = hold.max(ELECTION_TIMEOUT * 4);
     let Effect { what, confirmed } = match kind {
-        FaultKind::LeaderPause => process::leader_pause(ctx, hold).await?,
+        FaultKind::LeaderPause => process::leader_pause(ctx, rng, hold).await?,
         FaultKind::MemberKill => process::member_kill(ctx, hold).await?,
         FaultKind::ClientPause => process::client_pause(ctx, rng).await?,
         FaultKind::ArbiterPause => process::arbiter_pause(ctx, rng).await?,

@@ -11,12 +11,12 @@ use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use std::time::{Duration, Instant};
 
-/// SIGSTOP the etcd leader for `hold`, but never longer than
-/// [`safe_leader_stop`]; a new leader must be elected meanwhile.
-pub async fn leader_pause(ctx: &FaultCtx<'_>, hold: Duration) -> anyhow::Result<Effect> {
+/// SIGSTOP the etcd leader for [`leader_stop`]; a new leader must be
+/// elected meanwhile.
+pub async fn leader_pause(ctx: &FaultCtx<'_>, rng: &mut StdRng, hold: Duration) -> anyhow::Result<Effect> {
     let c: &Cluster = ctx.cluster;
     let ttl = ctx.clients.first().map(|p| p.ttl).unwrap_or(Duration::from_secs(5));
-    let stop = hold.min(safe_leader_stop(ttl));
+    let stop = leader_stop(ctx.leader_pause_max.unwrap_or_else(|| safe_leader_stop(ttl)), hold, rng);
     let l = current_leader(c).await?;
     let pid = c.member_pid(l).context("the leader has no process")?;
     let stopped = Instant::now();
@@ -40,14 +40,30 @@ pub async fn leader_pause(ctx: &FaultCtx<'_>, hold: Duration) -> anyhow::Result<
 /// proposes their revokes before it learns it was deposed; a follower
 /// forwards those proposals to the new leader, which commits them. Clients
 /// then lose sessions whose confirmed renewals promised them seconds more
-/// (C1 `DeadlinePastSessionEnd`), and no arbiter can prevent it. Seen on
-/// etcd 3.4.23 after 3 of 8 stops that lasted 2.2–3.7 s past the new
-/// leader's election, at TTL 5 s (the deposed leader logs "failed to
-/// revoke lease" for the revokes it proposed while it still led). etcd 3.6's guard (`ensureLeadership`, etcd #15247) skips
-/// its check while the Raft loop has ticked recently, which it has just
-/// after SIGCONT, so the cap applies against every version. 2.33 s at TTL 5 s.
+/// (C1 `DeadlinePastSessionEnd`), and no arbiter can prevent it.
+///
+/// On every etcd version: seen on 3.4.23 after 3 of 8 stops of 2.2–3.7 s
+/// past the new leader's election, and on the pinned 3.6.17 with
+/// `--leader-pause-max` (docs/gate.md, "How long a leader may stop"): 0
+/// violations over 16 stops of at most 3.0 s, 1 over 16 stops of at most
+/// 3.4 s, 13 over 8 stops of 2.6–9.4 s, all at TTL 5 s. etcd 3.6's guard
+/// (`ensureLeadership` in server/etcdserver/server.go, etcd #15247) returns
+/// true without asking the cluster while `isActive()` — the Raft loop
+/// ticked within three ticks — which it has just after SIGCONT. 2.33 s at
+/// TTL 5 s.
 pub fn safe_leader_stop(ttl: Duration) -> Duration {
     ttl.saturating_sub(ttl / 3).saturating_sub(ttl / 5)
+}
+
+/// How long the leader-pause fault stops the leader: `max` if the fault's
+/// `hold` is at least that, else uniformly between `hold` and `max`. `max`
+/// is [`safe_leader_stop`] unless `holdfast-gate --leader-pause-max` sets
+/// it (to measure where etcd starts ending leases early).
+pub fn leader_stop(max: Duration, hold: Duration, rng: &mut StdRng) -> Duration {
+    if hold >= max {
+        return max;
+    }
+    Duration::from_millis(rng.random_range(hold.as_millis() as u64..=max.as_millis() as u64))
 }
 
 /// kill -9 the etcd leader, restart it after `hold`; it must answer again.
@@ -172,9 +188,24 @@ fn stopped(pid: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::safe_leader_stop;
+    use super::{leader_stop, safe_leader_stop};
     use crate::cluster::ELECTION_TIMEOUT;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
     use std::time::Duration;
+
+    /// The stop is never longer than the bound and, when the fault's hold
+    /// is shorter than the bound, drawn across the whole range between them.
+    #[test]
+    fn a_leader_stop_is_drawn_between_the_hold_and_the_bound() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let max = Duration::from_secs(10);
+        let stops: Vec<Duration> = (0..200).map(|_| leader_stop(max, Duration::from_secs(2), &mut rng)).collect();
+        assert!(stops.iter().all(|s| *s >= Duration::from_secs(2) && *s <= max), "{stops:?}");
+        assert!(stops.iter().any(|s| *s < Duration::from_secs(4)) && stops.iter().any(|s| *s > Duration::from_secs(8)), "{stops:?}");
+        // A hold at or past the bound stops for the bound.
+        assert_eq!(leader_stop(Duration::from_millis(2333), Duration::from_secs(3), &mut rng), Duration::from_millis(2333));
+    }
 
     #[test]
     fn a_paused_leader_wakes_before_a_lease_renewed_through_it_looks_expired_and_after_an_election() {
