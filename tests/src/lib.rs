@@ -420,12 +420,27 @@ impl Arbiter {
 
     /// Like [`Arbiter::spawn_with`], with the HOLDFAST_LOG filter given.
     pub fn spawn_logged(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure, log_filter: &str) -> Self {
+        Self::spawn_env(dir, name, etcd_endpoints, pki, configure, log_filter, &[])
+    }
+
+    /// Like [`Arbiter::spawn_logged`], with more environment variables
+    /// (test-build faults such as `HOLDFAST_FAULT_STALL_KEEPALIVE_AFTER`).
+    pub fn spawn_env(
+        dir: &Path,
+        name: &str,
+        etcd_endpoints: &[String],
+        pki: &Pki,
+        configure: Configure,
+        log_filter: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut config = Self::config(dir, name, etcd_endpoints, pki);
         configure(&mut config);
         let (port, metrics_port) = (config.listen.port(), config.metrics_listen.port());
         let mut launch = Launch::new(bin("holdfast-arbiter"), config, dir, name);
         launch.written_by = "Written by the end-to-end harness".into();
         launch.env.push(("HOLDFAST_LOG".into(), log_filter.into()));
+        launch.env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let process = ArbiterProcess::spawn(&launch).expect("start holdfast-arbiter");
         Arbiter { process, port, metrics_port, log: launch.log, config: launch.config_path }
     }
@@ -556,6 +571,19 @@ impl Appliance {
         let controller = etcd.publish_policy(&dir.path, classes, extra_grants).await;
         let pki = Pki::new(&dir.path);
         let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, configure);
+        Appliance { arbiter, controller, pki, etcd, dir }
+    }
+
+    /// Like [`Appliance::start`], with more environment variables for the
+    /// arbiter.
+    pub async fn start_env(name: &str, members: usize, env: &[(&str, &str)]) -> Self {
+        let dir = TestDir::new(name);
+        let etcd = Etcd::start(&dir.path, members).await;
+        etcd.init_epoch().await;
+        let controller = etcd.publish_policy(&dir.path, LAB_CLASSES, "").await;
+        let pki = Pki::new(&dir.path);
+        let mut arbiter = Arbiter::spawn_env(&dir.path, "arbiter", &etcd.endpoints(), &pki, &defaults, "info,holdfast_arbiter=debug", env);
+        arbiter.wait_ready(Duration::from_secs(30)).expect("arbiter READY=1");
         Appliance { arbiter, controller, pki, etcd, dir }
     }
 

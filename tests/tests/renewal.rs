@@ -69,6 +69,70 @@ async fn sessions_renew_over_a_few_shared_etcd_streams_and_a_lost_lease_ends_onl
     }
 }
 
+/// A keepalive stream that stops answering (as one whose next request waits
+/// inside etcd: etcd answers a stream in order) is noticed within its stall
+/// bound — four times its own p99, at least 250 ms — not etcd's 5 s request
+/// timeout, and its renewals move to a fresh stream: every session stays
+/// healthy (no keepalive fails, so no client drains), granting never
+/// pauses, and the arbiter counts the stalled stream. The stall is the
+/// test build's `HOLDFAST_FAULT_STALL_KEEPALIVE_AFTER`: the arbiter's first
+/// etcd keepalive stream hands on 40 answers, then none.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_keepalive_stream_is_replaced_within_its_p99_bound_and_pauses_nothing() {
+    let app = Appliance::start_env("renewal-stalled-stream", 1, &[("HOLDFAST_FAULT_STALL_KEEPALIVE_AFTER", "40")]).await;
+    let clients = [app.client("team/a").await, app.client("team/a").await];
+    let mut sessions = Vec::new();
+    for i in 0..200 {
+        // TTL 5 s: a keepalive about every 1.7 s; ~3 sessions per etcd stream.
+        sessions.push(clients[i % 2].open_session(Duration::from_secs(5)).await.unwrap());
+    }
+    let degraded = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for s in &sessions {
+        let mut h = s.health();
+        let degraded = degraded.clone();
+        tokio::spawn(async move {
+            while h.changed().await.is_ok() {
+                if *h.borrow_and_update() != Health::Healthy {
+                    degraded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let stalled =
+        || async { sample(&scrape(app.arbiter.metrics_port).await, "holdfast_arbiter_keepalive_streams_stalled_total{cluster=\"test\"}") };
+    let key = holdfast_model::LockKey::parse("expiry/renewal-stalled").unwrap();
+    // The first stream stalls once it has handed on 40 answers (its slot's
+    // p99 is known by then); grants go on meanwhile.
+    let started = std::time::Instant::now();
+    let mut grants = 0;
+    while stalled().await < 1.0 {
+        assert!(started.elapsed() < Duration::from_secs(90), "no keepalive stream was seen stalled in 90 s");
+        let hold = sessions[0].acquire(&key, Duration::ZERO).await.expect("a grant while a keepalive stream is stalled");
+        hold.release().await.unwrap();
+        grants += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Two more keepalive rounds after the stall.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let hold = sessions[1].acquire(&key, Duration::ZERO).await.expect("a grant after the stall");
+    hold.release().await.unwrap();
+    for (i, s) in sessions.iter().enumerate() {
+        assert_eq!(*s.health().borrow(), Health::Healthy, "session {i} is not healthy after its stream stalled");
+    }
+    assert_eq!(
+        degraded.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a session left Healthy: a renewal on the stalled stream failed instead of moving to a fresh stream in time"
+    );
+    let log = std::fs::read_to_string(&app.arbiter.log).unwrap();
+    assert!(log.contains("etcd keepalive stream stalled; its renewals moved to a new stream"), "the stall is not in the log");
+    assert!(!log.contains("granting paused"), "granting paused while etcd was up:\n{log}");
+    println!("stalled streams {}, grants during the wait {grants}", stalled().await);
+    for s in sessions {
+        s.close().await.unwrap();
+    }
+}
+
 /// Stalls the whole client (a current-thread runtime) for `stall` right
 /// after it reads its second keepalive answer, as a SIGSTOP between the
 /// answer's arrival and its handling does; records every deadline the

@@ -164,6 +164,18 @@ impl Refusal {
         Refusal { pauses_granting: true, ..Self::not_serving(reason) }
     }
 
+    /// One session's keepalive got no answer from etcd (its stream stalled
+    /// or ended, twice): unavailable to that session's client, which drains
+    /// it, but no pause of granting: etcd answered others, or the failure
+    /// to reach it shows in a call that does pause.
+    pub fn renewal(reason: &str) -> Self {
+        Self::new(
+            Code::Unavailable,
+            ErrorReason::Unavailable,
+            format!("etcd did not renew this session: {reason}; the session is renewed again at its next keepalive"),
+        )
+    }
+
     /// The arbiter is not serving now (re-checking etcd, shutting down):
     /// unavailable to the client, but no new etcd failure.
     pub fn not_serving(reason: &str) -> Self {

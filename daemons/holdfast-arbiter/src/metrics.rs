@@ -69,6 +69,7 @@ pub struct Metrics {
     pub grant_attempts: Counters,
     pub renewal_failures: Counters,
     pub unconfirmed_keepalives: Counters,
+    pub keepalive_streams_stalled: Counters,
     pub auth_race_resends: Counters,
     pub expiries_without_release: Counters,
     pub waiters: Family<Labels, Gauge>,
@@ -113,6 +114,7 @@ impl Metrics {
             grant_attempts: Default::default(),
             renewal_failures: Default::default(),
             unconfirmed_keepalives: Default::default(),
+            keepalive_streams_stalled: Default::default(),
             auth_race_resends: Default::default(),
             expiries_without_release: Default::default(),
             waiters: Default::default(),
@@ -177,6 +179,11 @@ impl Metrics {
             "unconfirmed_keepalives",
             "Keepalives acknowledged in a Raft term a quorum read did not confirm",
             m.unconfirmed_keepalives.clone(),
+        );
+        registry.register(
+            "keepalive_streams_stalled",
+            "etcd keepalive streams closed because a renewal waited past the stream's stall bound (4 x its p99, 250 ms to the request timeout); its renewals moved to a new stream",
+            m.keepalive_streams_stalled.clone(),
         );
         registry.register(
             "etcd_auth_race_resends",
@@ -254,6 +261,7 @@ impl Metrics {
             &m.grant_attempts,
             &m.renewal_failures,
             &m.unconfirmed_keepalives,
+            &m.keepalive_streams_stalled,
             &m.auth_race_resends,
             &m.expiries_without_release,
         ] {

@@ -17,9 +17,22 @@
 //! to its request is consumed by that place and never handed to a later
 //! request of the same lease (whose caller counts its TTL from a later send).
 //! When the stream ends (etcd restarted, a member lost its leadership and
-//! answered with an error, the connection was replaced) or stops answering
-//! within etcd's request timeout, every waiting caller is told at once and
-//! tries once more on a new stream. etcd 3.6 also ends a stream when one of
+//! answered with an error, the connection was replaced) or stalls, every
+//! waiting caller is told at once and tries once more on a new stream, with
+//! what is left of etcd's request timeout.
+//!
+//! **Stalls.** etcd answers a stream's requests in order, so one renewal
+//! that waits inside etcd (for the applied index, or a read index that got
+//! lost) holds up every renewal behind it on that stream. A renewal waits
+//! on its first try only for its stream's stall bound, [`stall_bound`]:
+//! [`STALL_FACTOR`] × the p99 of the last [`WINDOW`] answers on that slot,
+//! at least [`STALL_FLOOR`] and at most the request timeout (the request
+//! timeout until [`MIN_SAMPLES`] answers were seen). Past it the stream is
+//! closed (`holdfast_arbiter_keepalive_streams_stalled_total`) and its
+//! renewals go to a fresh one. A renewal that still gets no answer fails
+//! for its own session only: the client drains that session and tries again
+//! at its next keepalive. Only a failure to reach etcd at all (opening a
+//! stream) pauses granting. etcd 3.6 also ends a stream when one of
 //! its renewals' permission checks straddles a change to etcd's users or
 //! roles ("revision of auth store is old"; nothing was renewed): callers
 //! then go on trying on new streams for as long as such a refused request
@@ -36,6 +49,58 @@ use tokio::time::{Duration, Instant};
 /// After a failed attempt to open the stream, other renewals fail at once
 /// for this long instead of each waiting for etcd in turn.
 const REOPEN_BACKOFF: Duration = Duration::from_millis(250);
+
+/// A stream is stalled once a renewal waited this many times its p99.
+pub const STALL_FACTOR: u32 = 4;
+/// The shortest stall bound: a renewal is never given up on sooner (a
+/// busy 2-core box answers within this even at 40,000 sessions, p99 60 ms).
+pub const STALL_FLOOR: Duration = Duration::from_millis(250);
+/// Answers per slot the p99 is taken over.
+pub const WINDOW: usize = 256;
+/// Answers a slot needs before its p99 sets its bound.
+pub const MIN_SAMPLES: usize = 32;
+
+/// How long a renewal's first try waits for its answer: [`STALL_FACTOR`] ×
+/// `p99`, within [[`STALL_FLOOR`], `timeout`]; `timeout` without a p99.
+pub fn stall_bound(p99: Option<Duration>, timeout: Duration) -> Duration {
+    match p99 {
+        Some(p) => (p * STALL_FACTOR).max(STALL_FLOOR).min(timeout),
+        None => timeout,
+    }
+}
+
+/// The last [`WINDOW`] answer latencies of one slot's streams, in µs.
+struct Latencies {
+    ring: Vec<u32>,
+    next: usize,
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Latencies { ring: Vec::with_capacity(WINDOW), next: 0 }
+    }
+
+    fn record(&mut self, d: Duration) {
+        let us = d.as_micros().min(u32::MAX as u128) as u32;
+        if self.ring.len() < WINDOW {
+            self.ring.push(us);
+        } else {
+            self.ring[self.next] = us;
+        }
+        self.next = (self.next + 1) % WINDOW;
+    }
+
+    /// The 99th percentile, once [`MIN_SAMPLES`] answers were seen.
+    fn p99(&self) -> Option<Duration> {
+        if self.ring.len() < MIN_SAMPLES {
+            return None;
+        }
+        let mut v = self.ring.clone();
+        let i = (v.len() * 99).div_ceil(100) - 1;
+        let (_, p, _) = v.select_nth_unstable(i);
+        Some(Duration::from_micros(*p as u64))
+    }
+}
 
 /// The answer to one renewal.
 pub enum Renewal {
@@ -90,20 +155,35 @@ pub const STREAMS: usize = 64;
 pub struct Renewer {
     etcd: Etcd,
     slots: Vec<tokio::sync::Mutex<Slot>>,
+    latencies: Vec<Mutex<Latencies>>,
     opened: std::sync::atomic::AtomicU64,
 }
 
 impl Renewer {
     pub fn new(etcd: Etcd) -> Self {
-        Renewer { etcd, slots: (0..STREAMS).map(|_| tokio::sync::Mutex::new(Slot::Closed)).collect(), opened: Default::default() }
+        Renewer {
+            etcd,
+            slots: (0..STREAMS).map(|_| tokio::sync::Mutex::new(Slot::Closed)).collect(),
+            latencies: (0..STREAMS).map(|_| Mutex::new(Latencies::new())).collect(),
+            opened: Default::default(),
+        }
+    }
+
+    fn index(lease: i64) -> usize {
+        (lease as u64 % STREAMS as u64) as usize
     }
 
     fn slot(&self, lease: i64) -> &tokio::sync::Mutex<Slot> {
-        &self.slots[(lease as u64 % STREAMS as u64) as usize]
+        &self.slots[Self::index(lease)]
+    }
+
+    fn latencies(&self, lease: i64) -> std::sync::MutexGuard<'_, Latencies> {
+        self.latencies[Self::index(lease)].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Renews `lease` once: etcd's answer, or a refusal if etcd could not be
-    /// asked or did not answer within its request timeout.
+    /// asked, or did not answer within the stall bound and then, on a fresh
+    /// stream, within what is left of its request timeout.
     pub async fn renew(&self, lease: i64) -> Result<Renewal, Refusal> {
         let started = Instant::now();
         let mut retried = false;
@@ -112,36 +192,58 @@ impl Renewer {
                 Sent::NotFound => return Ok(Renewal::NotFound),
                 Sent::Waiting { sent_at, answer, generation } => (sent_at, answer, generation),
             };
-            match tokio::time::timeout(self.etcd.timeout, answer).await {
-                Ok(Ok(Ok(resp))) if resp.ttl() <= 0 => return Ok(Renewal::NotFound),
-                Ok(Ok(Ok(resp))) => return Ok(Renewal::Answered { sent_at, resp }),
+            let wait = if retried {
+                self.etcd.timeout.saturating_sub(started.elapsed()).max(STALL_FLOOR)
+            } else {
+                stall_bound(self.latencies(lease).p99(), self.etcd.timeout)
+            };
+            match tokio::time::timeout(wait, answer).await {
+                Ok(Ok(Ok(resp))) => {
+                    self.latencies(lease).record(sent_at.elapsed());
+                    if resp.ttl() <= 0 {
+                        return Ok(Renewal::NotFound);
+                    }
+                    return Ok(Renewal::Answered { sent_at, resp });
+                }
                 // Refused, not renewed, because an operator changed etcd's
                 // users or roles: again on a new stream, within the budget.
                 Ok(Ok(Err(Ended::AuthRace))) if started.elapsed() < AUTH_RACE_BUDGET => note_auth_race_resend(),
                 // The stream ended under this request: once more on a new one.
                 Ok(_) if !retried => retried = true,
-                Ok(_) => return Err(Refusal::unavailable("etcd closed the keepalive stream")),
+                Ok(_) => return Err(Refusal::renewal("etcd closed the keepalive stream twice")),
                 Err(_) => {
-                    // A stream that stops answering (its member hangs) is
-                    // replaced: the next renewal opens a new one, which may
-                    // reach another member.
-                    self.close(lease, generation).await;
-                    return Err(Refusal::unavailable("keepalive not acknowledged in time"));
+                    // Stalled: the stream is replaced (every renewal waiting on
+                    // it tries once more on the new one, which may reach
+                    // another member), and so is this request.
+                    if self.close(lease, generation).await {
+                        crate::metrics::inc(|m| &m.keepalive_streams_stalled);
+                        tracing::info!(
+                            waited_ms = wait.as_millis() as u64,
+                            "etcd keepalive stream stalled; its renewals moved to a new stream"
+                        );
+                    }
+                    if !retried {
+                        retried = true;
+                        continue;
+                    }
+                    return Err(Refusal::renewal("keepalive not acknowledged in time"));
                 }
             }
         }
     }
 
-    /// Ends `lease`'s stream if it is still the `generation`th opened; its
-    /// waiters try once more on a new one.
-    async fn close(&self, lease: i64, generation: u64) {
+    /// Ends `lease`'s stream if it is still the `generation`th opened (true
+    /// then); its waiters try once more on a new one.
+    async fn close(&self, lease: i64, generation: u64) -> bool {
         let mut slot = self.slot(lease).lock().await;
         if let Slot::Open(s) = &*slot
             && s.generation == generation
         {
             end(&s.waiting, Ended::Other);
             *slot = Slot::Closed;
+            return true;
         }
+        false
     }
 
     /// Queues a waiter for `lease` and sends its request, opening the stream
@@ -213,6 +315,8 @@ enum Sent {
 fn start(sender: LeaseKeeper, mut stream: LeaseKeepAliveStream, generation: u64) -> Stream {
     let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
     let w = waiting.clone();
+    #[cfg(feature = "mutations")]
+    let mut stall = fault::stall_after(generation);
     tokio::spawn(async move {
         let why = loop {
             let resp = match stream.message().await {
@@ -220,6 +324,10 @@ fn start(sender: LeaseKeeper, mut stream: LeaseKeepAliveStream, generation: u64)
                 Err(e) if auth_raced(&e) => break Ended::AuthRace,
                 _ => break Ended::Other,
             };
+            #[cfg(feature = "mutations")]
+            if fault::stalled(&mut stall) {
+                continue;
+            }
             let waiter = {
                 let mut guard = w.lock().unwrap_or_else(|e| e.into_inner());
                 let Some(map) = guard.as_mut() else { break Ended::Other };
@@ -247,5 +355,72 @@ fn end(waiting: &Waiting, why: Ended) {
     let ended = waiting.lock().unwrap_or_else(|e| e.into_inner()).take();
     for tx in ended.into_iter().flat_map(HashMap::into_values).flatten() {
         let _ = tx.send(Err(why));
+    }
+}
+
+/// Test builds only (the `mutations` feature): a stalled etcd stream, for
+/// the tests of stall detection. With `HOLDFAST_FAULT_STALL_KEEPALIVE_AFTER=N`
+/// in the arbiter's environment, the first keepalive stream it opens hands
+/// on N answers and then none, as a stream whose next request waits inside
+/// etcd does (etcd answers a stream in order). A build without the feature
+/// has none of this code.
+#[cfg(feature = "mutations")]
+mod fault {
+    /// Answers the stream of `generation` still hands on (None: all).
+    pub fn stall_after(generation: u64) -> Option<u64> {
+        let n = std::env::var("HOLDFAST_FAULT_STALL_KEEPALIVE_AFTER").ok()?.parse().ok()?;
+        (generation == 1).then_some(n)
+    }
+
+    /// True if this answer is held back (the stream has stalled).
+    pub fn stalled(left: &mut Option<u64>) -> bool {
+        match left {
+            Some(0) => true,
+            Some(n) => {
+                *n -= 1;
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stall_bound_is_four_p99s_between_the_floor_and_the_request_timeout() {
+        let timeout = Duration::from_secs(5);
+        assert_eq!(stall_bound(None, timeout), timeout, "no p99 yet: the request timeout");
+        assert_eq!(stall_bound(Some(Duration::from_millis(10)), timeout), STALL_FLOOR);
+        assert_eq!(stall_bound(Some(Duration::from_millis(100)), timeout), Duration::from_millis(400));
+        assert_eq!(stall_bound(Some(Duration::from_secs(2)), timeout), timeout);
+    }
+
+    #[test]
+    fn the_p99_is_of_the_last_window_of_answers_once_there_are_enough() {
+        let mut l = Latencies::new();
+        for _ in 0..MIN_SAMPLES - 1 {
+            l.record(Duration::from_millis(5));
+        }
+        assert_eq!(l.p99(), None);
+        l.record(Duration::from_millis(5));
+        assert_eq!(l.p99(), Some(Duration::from_millis(5)));
+        // 1 slow answer in 100: the p99 is a fast one; 3 in 100 make it slow.
+        let mut l = Latencies::new();
+        for i in 0..100 {
+            l.record(Duration::from_millis(if i == 50 { 900 } else { 10 }));
+        }
+        assert_eq!(l.p99(), Some(Duration::from_millis(10)));
+        for _ in 0..2 {
+            l.record(Duration::from_millis(800));
+        }
+        assert_eq!(l.p99(), Some(Duration::from_millis(800)));
+        // Older answers leave the window.
+        for _ in 0..WINDOW {
+            l.record(Duration::from_millis(20));
+        }
+        assert_eq!(l.p99(), Some(Duration::from_millis(20)));
     }
 }
