@@ -47,10 +47,12 @@ buildGoModule {
   doCheck = false;
   # The same version checks as packaging/etcd/build.
   doInstallCheck = true;
+  # (Each output read whole first: under pipefail, `| grep -q` can fail when
+  # the tool dies of SIGPIPE after grep exits.)
   installCheckPhase = ''
-    "$out/bin/etcd" --version | grep -qx "etcd Version: ${version}"
-    "$out/bin/etcdctl" version | grep -qx "etcdctl version: ${version}"
-    "$out/bin/etcdutl" version | grep -qx "etcdutl version: ${version}"
+    said=$("$out/bin/etcd" --version); grep -qx "etcd Version: ${version}" <<<"$said"
+    said=$("$out/bin/etcdctl" version); grep -qx "etcdctl version: ${version}" <<<"$said"
+    said=$("$out/bin/etcdutl" version); grep -qx "etcdutl version: ${version}" <<<"$said"
   '';
   meta = {
     description = "etcd ${version} as holdfast ships it (server, etcdctl, etcdutl)";
