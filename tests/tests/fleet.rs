@@ -34,6 +34,10 @@
 //!   every arbiter, one host at a time, each gated on health) while a
 //!   client holds a lock through `holdfastctl lock exec` and renews it: it
 //!   keeps the lock throughout (exit 0, not 79 for a lost lock).
+//! - Then `defrag.yml` (every etcd member of both clusters) the same way
+//!   under a held lock: the client keeps it, and no two members' defrag
+//!   runs overlap (each unit's start and exit on the shared monotonic
+//!   clock).
 //! - Then `epoch-advance.yml` with a request written and signed on
 //!   etcd-a1: with one signer the packaged unit refuses (exit 77) and the
 //!   entity cluster's `/sys/epoch`, the coord cluster's `/sys/epoch` and
@@ -248,6 +252,8 @@ all:
     holdfast_etcd_root_key_src: "{{{{ holdfast_tls_src }}}}/etcd-root-key.pem"
     holdfast_etcd_epoch_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-epoch.pem"
     holdfast_etcd_epoch_key_src: "{{{{ holdfast_tls_src }}}}/etcd-holdfast-epoch-key.pem"
+    holdfast_etcd_defrag_cert_src: "{{{{ holdfast_tls_src }}}}/etcd-root.pem"
+    holdfast_etcd_defrag_key_src: "{{{{ holdfast_tls_src }}}}/etcd-root-key.pem"
     holdfast_arbiter_trust_domain: example.org
     holdfast_arbiter_listen: "{{{{ holdfast_address }}}}:7420"
     holdfast_arbiter_socket_listen: ["{{{{ holdfast_address }}}}:7420"]
@@ -399,6 +405,66 @@ fn diagnostics(c: &Container, member: &str) -> String {
 
 fn all_diagnostics(cs: &[Container]) -> String {
     cs.iter().zip(all_hosts()).map(|(c, (host, _, _))| diagnostics(c, host)).collect::<Vec<_>>().join("\n")
+}
+
+/// Runs `playbook` while a client on the first host holds `key` and
+/// renews it: the client keeps it throughout (`lock exec` exits 79 if the
+/// lock is lost), and for [`HOLD_PAST_TTL`] after the playbook, so that a
+/// session that stopped renewing at any point has expired and the client
+/// has been fenced by then.
+fn held_through(cs: &[Container], ns: &Netns, w: &Path, playbook_name: &str, key: &str) {
+    let tag = key.replace('/', "-");
+    let endpoints = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
+    let script = format!(
+        "{}; export HOLDFAST_ENDPOINT={endpoints}; rm -f /root/{tag}-held /root/{tag}-done
+         holdfastctl lock exec {key} --wait 30s -- sh -c \
+           'echo held; touch /root/{tag}-held
+            while [ ! -e /root/{tag}-done ]; do sleep 0.2; done; echo released'",
+        client_env(HOSTS[0].2)
+    );
+    let holder = cs[0].spawn(&["bash", "-c", &script]).expect("lock holder");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cs[0].host_path(&format!("/root/{tag}-held")).exists() {
+        assert!(std::time::Instant::now() < deadline, "the client did not get {key} within 60 s\n{}", all_diagnostics(cs));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let log = w.join(format!("{tag}.log"));
+    let (ok, ran) = playbook(ns, w, playbook_name, &log);
+    if ok {
+        std::thread::sleep(HOLD_PAST_TTL);
+    }
+    cs[0].write(&format!("/root/{tag}-done"), "").expect("done marker");
+    let out = holder.wait_with_output().expect("lock holder");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if !ok {
+        panic!("{playbook_name} failed (log {}):\n{}\n{}", log.display(), tail(&ran, 120), all_diagnostics(cs));
+    }
+    eprintln!("{}", tail(&ran, 5));
+    eprintln!("   lock holder: {}\n{stdout}{stderr}", out.status);
+    assert!(
+        out.status.success() && stdout.contains("released"),
+        "the lock holder lost {key} during {playbook_name} ({}):\n{stdout}{stderr}\n{}",
+        out.status,
+        all_diagnostics(cs)
+    );
+}
+
+/// The last run of host `i`'s defrag unit: its start and exit on the
+/// monotonic clock, in µs (None if it never ran).
+fn defrag_run(cs: &[Container], i: usize, member: &str) -> Option<(u64, u64)> {
+    let o = must(
+        cs,
+        i,
+        "the defrag unit's times",
+        &format!(
+            "systemctl show holdfast-etcd-defrag@{member}.service -p ExecMainStartTimestampMonotonic -p ExecMainExitTimestampMonotonic"
+        ),
+    );
+    let field = |name: &str| {
+        o.stdout.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0)
+    };
+    let (start, exit) = (field("ExecMainStartTimestampMonotonic"), field("ExecMainExitTimestampMonotonic"));
+    (start > 0).then_some((start, exit))
 }
 
 fn must(cs: &[Container], i: usize, what: &str, script: &str) -> Output {
@@ -605,43 +671,28 @@ fn site_yml_converges_three_halls_and_is_idempotent() {
     // renewing at any point of the restart has expired by then, and the
     // client has been fenced.
     clock.step("rolling-restart.yml while a client holds a lock", || {
-        let endpoints = HOSTS.iter().map(|(_, _, a)| format!("{a}:7420")).collect::<Vec<_>>().join(",");
-        let script = format!(
-            "{}; export HOLDFAST_ENDPOINT={endpoints}; rm -f /root/rolling-held /root/rolling-done
-             holdfastctl lock exec demo/rolling --wait 30s -- sh -c \
-               'echo held; touch /root/rolling-held
-                while [ ! -e /root/rolling-done ]; do sleep 0.2; done; echo released'",
-            client_env(HOSTS[0].2)
-        );
-        let holder = cs[0].spawn(&["bash", "-c", &script]).expect("lock holder");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !cs[0].host_path("/root/rolling-held").exists() {
-            assert!(std::time::Instant::now() < deadline, "the client did not get demo/rolling within 60 s\n{}", all_diagnostics(&cs));
-            std::thread::sleep(std::time::Duration::from_millis(200));
+        held_through(&cs, &ns, &w, "rolling-restart.yml", "demo/rolling");
+    });
+
+    // defrag.yml (every etcd member of both clusters, one at a time) while
+    // a client holds a lock: the client keeps it, and no two members'
+    // defrag runs overlap (their units' start and exit times, on the one
+    // kernel's monotonic clock every container shares).
+    clock.step("defrag.yml while a client holds a lock, one member at a time", || {
+        let before: Vec<Option<(u64, u64)>> = all_hosts().enumerate().map(|(i, (name, ..))| defrag_run(&cs, i, name)).collect();
+        held_through(&cs, &ns, &w, "defrag.yml", "demo/defrag");
+        let mut runs = Vec::new();
+        for (i, (name, ..)) in all_hosts().enumerate() {
+            let run = defrag_run(&cs, i, name).unwrap_or_else(|| panic!("defrag.yml did not run holdfast-etcd-defrag@{name}"));
+            assert_ne!(Some(run), before[i], "defrag.yml did not run holdfast-etcd-defrag@{name} again");
+            runs.push((run, *name));
         }
-        let (ok, rolled) = playbook(&ns, &w, "rolling-restart.yml", &w.join("rolling.log"));
-        if ok {
-            std::thread::sleep(HOLD_PAST_TTL);
+        runs.sort();
+        for pair in runs.windows(2) {
+            let (((_, end), a), ((start, _), b)) = (pair[0], pair[1]);
+            assert!(end <= start, "the defrags of {a} and {b} overlapped: {runs:?}");
         }
-        cs[0].write("/root/rolling-done", "").expect("rolling-done");
-        let out = holder.wait_with_output().expect("lock holder");
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        if !ok {
-            panic!(
-                "rolling-restart.yml failed (log {}):\n{}\n{}",
-                w.join("rolling.log").display(),
-                tail(&rolled, 120),
-                all_diagnostics(&cs)
-            );
-        }
-        eprintln!("{}", tail(&rolled, 5));
-        eprintln!("   lock holder: {}\n{stdout}{stderr}", out.status);
-        assert!(
-            out.status.success() && stdout.contains("released"),
-            "the lock holder lost demo/rolling during the rolling restart ({}):\n{stdout}{stderr}\n{}",
-            out.status,
-            all_diagnostics(&cs)
-        );
+        eprintln!("   defrag runs (monotonic µs): {runs:?}");
     });
 
     // The two-person epoch advance as the DR runbook carries it out on a
@@ -836,6 +887,8 @@ const ETC_LAYOUT: &[(&str, &str)] = &[
     ("tls/etcd-controller-key.pem", "640 root:holdfast-controller"),
     ("tls/etcd-tailer.pem", "644 root:root"),
     ("tls/etcd-tailer-key.pem", "600 root:root"),
+    ("tls/etcd-defrag.pem", "644 root:root"),
+    ("tls/etcd-defrag-key.pem", "600 root:root"),
 ];
 
 /// Asserts each `(path under dir, "MODE OWNER:GROUP")` on host `i`.
