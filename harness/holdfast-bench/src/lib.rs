@@ -382,7 +382,32 @@ async fn bench(conn: &ConnArgs, args: BenchArgs) -> anyhow::Result<()> {
         let mut levels = Vec::new();
         for &n in &args.scale_sessions {
             say(format!("  scale: opening {n} sessions, holding them {:?}", args.scale_hold));
-            let l = scale::level(&scale_conn, pids, n, args.scale_hold, args.scale_per_connection).await;
+            const COUNTERS: [&str; 3] = [
+                "holdfast_arbiter_renewal_failures_total",
+                "holdfast_arbiter_unconfirmed_keepalives_total",
+                "holdfast_arbiter_keepalive_streams_stalled_total",
+            ];
+            let counts = || async {
+                let mut v = Vec::new();
+                for c in COUNTERS {
+                    v.push(match &dev_arbiter {
+                        Some(a) => scrape(&a.metrics_url, c, "").await.ok(),
+                        None => None,
+                    });
+                }
+                v
+            };
+            let before = counts().await;
+            let mut l = scale::level(&scale_conn, pids, n, args.scale_hold, args.scale_per_connection).await;
+            let after = counts().await;
+            let delta = |i: usize| Some(after[i]? - before[i]?);
+            (l.arbiter_renewal_failures, l.arbiter_unconfirmed_keepalives, l.arbiter_keepalive_streams_stalled) =
+                (delta(0), delta(1), delta(2));
+            if let (Some(f), Some(u), Some(st)) = (delta(0), delta(1), delta(2)) {
+                say(format!(
+                    "  scale {n:>6} sessions: the arbiter failed {f} renewals, {u} answers were in an unconfirmed term, {st} etcd keepalive streams stalled"
+                ));
+            }
             let opt = |x: Option<f64>, unit: &str| x.map(|x| format!("{x:.2}{unit}")).unwrap_or_else(|| "-".into());
             say(format!(
                 "  scale {:>6} sessions ({} opened, {} connections, {:.0} opens/s): arbiter RSS {} ({} per session), CPU arbiter {} etcd {} bench {}; keepalives {:.0}/s p50 {:.2} ms p99 {:.2} ms, {} unanswered, {} gone; false fences {}; workload {:.0} pairs/s p99 {:.2} ms ({} errors){}",

@@ -97,6 +97,16 @@ pub struct Level {
     pub workload_pairs_per_sec: f64,
     pub workload_p99_ms: f64,
     pub workload_errors: u64,
+    /// The scale arbiter's own counts over the level (with `--dev-dir`):
+    /// renewals it failed (`holdfast_arbiter_renewal_failures_total`),
+    /// answers in an unconfirmed term, and keepalive streams it replaced as
+    /// stalled — where the unanswered keepalives came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arbiter_renewal_failures: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arbiter_unconfirmed_keepalives: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arbiter_keepalive_streams_stalled: Option<f64>,
 }
 
 /// The arbiter's resident set in KiB (`VmRSS` of `/proc/<pid>/status`).
@@ -212,6 +222,9 @@ pub async fn level(conn: &holdfast_cli::conn::ConnArgs, pids: cpu::Pids, n: usiz
         workload_pairs_per_sec: round(workload.0 as f64 / window.max(1e-9)),
         workload_p99_ms: round(workload.1),
         workload_errors: workload.2,
+        arbiter_renewal_failures: None,
+        arbiter_unconfirmed_keepalives: None,
+        arbiter_keepalive_streams_stalled: None,
     }
 }
 
@@ -404,6 +417,9 @@ mod tests {
             workload_pairs_per_sec: 300.0,
             workload_p99_ms: 50.0,
             workload_errors: 0,
+            arbiter_renewal_failures: None,
+            arbiter_unconfirmed_keepalives: None,
+            arbiter_keepalive_streams_stalled: None,
         }
     }
 
