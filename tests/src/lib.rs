@@ -364,6 +364,9 @@ pub type Configure<'a> = &'a dyn Fn(&mut ArbiterConfig);
 /// No change to the test's arbiter config.
 pub fn defaults(_: &mut ArbiterConfig) {}
 
+/// The arbiter's HOLDFAST_LOG in the tests unless one asks for another.
+const DEFAULT_LOG_FILTER: &str = "info,holdfast_arbiter=debug";
+
 /// A running holdfast-arbiter, started like systemd starts it (through the
 /// devkit's one launcher).
 pub struct Arbiter {
@@ -415,7 +418,7 @@ impl Arbiter {
 
     /// Like [`Arbiter::spawn`], with the test's changes to the config.
     pub fn spawn_with(dir: &Path, name: &str, etcd_endpoints: &[String], pki: &Pki, configure: Configure) -> Self {
-        Self::spawn_logged(dir, name, etcd_endpoints, pki, configure, "info,holdfast_arbiter=debug")
+        Self::spawn_logged(dir, name, etcd_endpoints, pki, configure, DEFAULT_LOG_FILTER)
     }
 
     /// Like [`Arbiter::spawn_with`], with the HOLDFAST_LOG filter given.
@@ -565,24 +568,29 @@ impl Appliance {
     /// Like [`Appliance::start_with`], with the class set given (see
     /// [`Etcd::publish_policy`]).
     pub async fn start_policy(name: &str, members: usize, configure: Configure<'_>, classes: &[(&str, u64)], extra_grants: &str) -> Self {
-        let dir = TestDir::new(name);
-        let etcd = Etcd::start(&dir.path, members).await;
-        etcd.init_epoch().await;
-        let controller = etcd.publish_policy(&dir.path, classes, extra_grants).await;
-        let pki = Pki::new(&dir.path);
-        let arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, configure);
-        Appliance { arbiter, controller, pki, etcd, dir }
+        Self::start_full(name, members, configure, classes, extra_grants, &[]).await
     }
 
     /// Like [`Appliance::start`], with more environment variables for the
     /// arbiter.
     pub async fn start_env(name: &str, members: usize, env: &[(&str, &str)]) -> Self {
+        Self::start_full(name, members, &defaults, LAB_CLASSES, "", env).await
+    }
+
+    async fn start_full(
+        name: &str,
+        members: usize,
+        configure: Configure<'_>,
+        classes: &[(&str, u64)],
+        extra_grants: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = TestDir::new(name);
         let etcd = Etcd::start(&dir.path, members).await;
         etcd.init_epoch().await;
-        let controller = etcd.publish_policy(&dir.path, LAB_CLASSES, "").await;
+        let controller = etcd.publish_policy(&dir.path, classes, extra_grants).await;
         let pki = Pki::new(&dir.path);
-        let mut arbiter = Arbiter::spawn_env(&dir.path, "arbiter", &etcd.endpoints(), &pki, &defaults, "info,holdfast_arbiter=debug", env);
+        let mut arbiter = Arbiter::spawn_env(&dir.path, "arbiter", &etcd.endpoints(), &pki, configure, DEFAULT_LOG_FILTER, env);
         arbiter.wait_ready(Duration::from_secs(30)).expect("arbiter READY=1");
         Appliance { arbiter, controller, pki, etcd, dir }
     }
