@@ -18,8 +18,8 @@
 //! request of the same lease (whose caller counts its TTL from a later send).
 //! When the stream ends (etcd restarted, a member lost its leadership and
 //! answered with an error, the connection was replaced) or stalls, every
-//! waiting caller is told at once and tries once more on a new stream, with
-//! what is left of etcd's request timeout.
+//! waiting caller is told at once and tries again on a new stream, for as
+//! long as etcd's request timeout lasts.
 //!
 //! **Stalls.** etcd answers a stream's requests in order, so one renewal
 //! that waits inside etcd (for the applied index, or a read index that got
@@ -185,8 +185,8 @@ impl Renewer {
     }
 
     /// Renews `lease` once: etcd's answer, or a refusal if etcd could not be
-    /// asked, or did not answer within the stall bound and then, on a fresh
-    /// stream, within what is left of its request timeout.
+    /// asked, or did not answer within the stall bound and then, on fresh
+    /// streams, within what is left of its request timeout.
     pub async fn renew(&self, lease: i64) -> Result<Renewal, Refusal> {
         let started = Instant::now();
         let mut retried = false;
@@ -195,11 +195,8 @@ impl Renewer {
                 Sent::NotFound => return Ok(Renewal::NotFound),
                 Sent::Waiting { sent_at, answer, generation } => (sent_at, answer, generation),
             };
-            let wait = if retried {
-                self.etcd.timeout.saturating_sub(started.elapsed()).max(STALL_FLOOR)
-            } else {
-                stall_bound(self.latencies(lease).p99(), self.etcd.timeout)
-            };
+            let left = self.etcd.timeout.saturating_sub(started.elapsed());
+            let wait = if retried { left.max(STALL_FLOOR) } else { stall_bound(self.latencies(lease).p99(), self.etcd.timeout) };
             match tokio::time::timeout(wait, answer).await {
                 Ok(Ok(Ok(resp))) => {
                     self.latencies(lease).record(sent_at.elapsed());
@@ -211,13 +208,17 @@ impl Renewer {
                 // Refused, not renewed, because an operator changed etcd's
                 // users or roles: again on a new stream, within the budget.
                 Ok(Ok(Err(Ended::AuthRace))) if started.elapsed() < AUTH_RACE_BUDGET => note_auth_race_resend(),
-                // The stream ended under this request: once more on a new one.
-                Ok(_) if !retried => retried = true,
-                Ok(_) => return Err(Refusal::renewal("etcd closed the keepalive stream twice")),
+                // The stream ended under this request (etcd closed it, or
+                // another renewal found it stalled and replaced it): again on
+                // the new one while the request timeout lasts. At 40,000
+                // sessions one retry was not enough: a retry's stream was
+                // often closed by another renewal's stall bound.
+                Ok(_) if started.elapsed() < self.etcd.timeout => retried = true,
+                Ok(_) => return Err(Refusal::renewal("etcd closed the keepalive stream under every try within the request timeout")),
                 Err(_) => {
                     // Stalled: the stream is replaced (every renewal waiting on
-                    // it tries once more on the new one, which may reach
-                    // another member), and so is this request.
+                    // it tries again on the new one, which may reach another
+                    // member), and so is this request.
                     if self.close(lease, generation).await {
                         crate::metrics::inc(|m| &m.keepalive_streams_stalled);
                         tracing::info!(
@@ -225,7 +226,7 @@ impl Renewer {
                             "etcd keepalive stream stalled; its renewals moved to a new stream"
                         );
                     }
-                    if !retried {
+                    if started.elapsed() + STALL_FLOOR <= self.etcd.timeout {
                         retried = true;
                         continue;
                     }
@@ -236,7 +237,7 @@ impl Renewer {
     }
 
     /// Ends `lease`'s stream if it is still the `generation`th opened (true
-    /// then); its waiters try once more on a new one.
+    /// then); its waiters try again on a new one.
     async fn close(&self, lease: i64, generation: u64) -> bool {
         let mut slot = self.slot(lease).lock().await;
         if let Slot::Open(s) = &*slot
