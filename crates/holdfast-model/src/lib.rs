@@ -3,6 +3,7 @@
 pub mod key;
 pub mod layout;
 pub mod seal;
+pub mod spool;
 pub mod token;
 pub mod ttl;
 
