@@ -247,7 +247,8 @@ impl Etcd {
     /// Publishes a class set through a real controller (see
     /// [`holdfast_fixtures::policy`]): `classes` as (namespace, TTL in
     /// seconds; a namespace starting with [`DURABLE_CLASSES`] gets
-    /// `fairness = "durable"`, every other one best-effort), one grant giving every `spiffe://holdfast.dev/` identity
+    /// `fairness = "durable"`, every other one best-effort; one starting
+    /// with [`OPEN_CLASSES`] gets `on_quorum_loss = "open"`), one grant giving every `spiffe://holdfast.dev/` identity
     /// lock, inspect and force-release on them, plus `extra_grants`.
     /// Returns once the set is published; keep the controller running.
     pub async fn publish_policy(&self, dir: &Path, classes: &[(&str, u64)], extra_grants: &str) -> ControllerProcess {
@@ -255,6 +256,7 @@ impl Etcd {
             .iter()
             .map(|(ns, ttl)| {
                 let class = FixtureClass::new(ns, Duration::from_secs(*ttl));
+                let class = if ns.starts_with(OPEN_CLASSES) { class.open() } else { class };
                 if ns.starts_with(DURABLE_CLASSES) { class.durable() } else { class }
             })
             .collect();
@@ -510,6 +512,10 @@ pub const LAB_IDENTITIES: &str = "spiffe://holdfast.dev/";
 /// Lab classes whose namespace starts with this have durable fairness
 /// ([`Etcd::publish_policy`]).
 pub const DURABLE_CLASSES: &str = "durable";
+
+/// Lab classes whose namespace starts with this fail open on quorum loss
+/// (`on_quorum_loss = "open"`; give them a TTL of 30 s or more, unfenced).
+pub const OPEN_CLASSES: &str = "open";
 
 /// The lab's classes, (namespace, TTL in seconds): every namespace the
 /// tests lock in. A session's TTL must be its key's class TTL, so a test

@@ -500,6 +500,7 @@ fn promtool_checks_the_rules_and_their_unit_tests_pass() {
         "holdfast_tailer_gap_alarm",
         "holdfast_arbiter_renewal_failures_total",
         "holdfast_arbiter_expiries_without_release_total",
+        "holdfast_arbiter_fail_open",
         "etcd_disk_wal_fsync_duration_seconds_bucket",
     ] {
         assert!(all.contains(needed), "no alert uses {needed}");

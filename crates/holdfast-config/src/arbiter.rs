@@ -64,6 +64,10 @@ pub struct ArbiterConfig {
     /// Per-identity request rate and quotas on sessions and holds.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// What classes with `on_quorum_loss = "open"` do while etcd cannot be
+    /// reached: when that starts, and how much may be spooled.
+    #[serde(default)]
+    pub fail_open: FailOpenConfig,
     /// Deliberately broken behaviour, for proving that the correctness gate
     /// catches it. Only an arbiter built with the `mutations` cargo feature
     /// (test builds) acts on it; any other arbiter refuses to start when a
@@ -150,6 +154,57 @@ pub struct SealConfig {
     /// How often the arbiter raises the log-offset watermark.
     #[serde(default = "default_watermark_interval", with = "humantime_serde")]
     pub watermark_interval: Duration,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailOpenConfig {
+    /// How long a cluster must have been out of reach (no verified serve
+    /// state: etcd unanswered, or fewer than a majority of members answering)
+    /// before keys of its `open` classes are granted from memory with token
+    /// 0. Every other class is refused throughout, as before the bound.
+    #[serde(default = "default_fail_open_after", with = "humantime_serde")]
+    pub after: Duration,
+    /// The most the spool of unprotected grants and releases
+    /// (`<state_dir>/unprotected.spool`) may hold. When the next record
+    /// would not fit, open-class grants are refused (nothing spooled is
+    /// dropped) until the spool has been shipped to the audit store.
+    #[serde(default = "default_spool_max_bytes")]
+    pub spool_max_bytes: u64,
+}
+
+impl Default for FailOpenConfig {
+    fn default() -> Self {
+        FailOpenConfig { after: default_fail_open_after(), spool_max_bytes: default_spool_max_bytes() }
+    }
+}
+
+fn default_fail_open_after() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_spool_max_bytes() -> u64 {
+    64 << 20
+}
+
+impl FailOpenConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.after < Duration::from_secs(1) || self.after > Duration::from_secs(3600) {
+            p.push(format!(
+                "fail_open.after = {} must be between 1s and 1h (default 10s): shorter would grant without a majority on a passing \
+                 leader election",
+                humantime::format_duration(self.after)
+            ));
+        }
+        if self.spool_max_bytes < 4096 {
+            p.push(format!(
+                "fail_open.spool_max_bytes = {} is under 4096, too small for one record; leave it out for the default (64 MiB) or set 4096 or more",
+                self.spool_max_bytes
+            ));
+        }
+        p
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -495,6 +550,7 @@ impl ArbiterConfig {
             waiters: WaitersConfig::default(),
             grants: GrantsConfig::default(),
             limits: LimitsConfig::default(),
+            fail_open: FailOpenConfig::default(),
             mutation: MutationConfig::default(),
             drain_timeout: default_drain(),
             tracing: TracingConfig::default(),
@@ -571,6 +627,7 @@ impl ArbiterConfig {
         }
         p.extend(self.tracing.problems());
         p.extend(self.limits.problems());
+        p.extend(self.fail_open.problems());
         p
     }
 }
@@ -733,6 +790,24 @@ mod tests {
         let parsed: LimitsConfig = toml::from_str("requests_per_second = 5\n[namespaces.pay]\nmax_holds = 7\n").unwrap();
         assert_eq!((parsed.requests_per_second, parsed.request_burst, parsed.max_holds_in("pay")), (5, 4000, 7));
         assert!(toml::from_str::<LimitsConfig>("max_holds = 1").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn fail_open_bounds_are_checked_and_the_example_sets_the_defaults() {
+        let ok = FailOpenConfig::default();
+        assert!(ok.problems().is_empty());
+        assert_eq!((ok.after, ok.spool_max_bytes), (Duration::from_secs(10), 64 << 20));
+        let short = FailOpenConfig { after: Duration::from_millis(500), ..FailOpenConfig::default() };
+        let p = short.problems();
+        assert!(p.len() == 1 && p[0].starts_with("fail_open.after = 500ms must be between 1s and 1h"), "{p:?}");
+        let small = FailOpenConfig { spool_max_bytes: 100, ..FailOpenConfig::default() };
+        let p = small.problems();
+        assert!(p.len() == 1 && p[0].starts_with("fail_open.spool_max_bytes = 100 is under 4096"), "{p:?}");
+        let parsed: FailOpenConfig = toml::from_str("after = \"3s\"").unwrap();
+        assert_eq!((parsed.after, parsed.spool_max_bytes), (Duration::from_secs(3), 64 << 20));
+        assert!(toml::from_str::<FailOpenConfig>("bound = \"3s\"").is_err(), "unknown keys are refused");
+        let example: ArbiterConfig = toml::from_str(include_str!("../../../config/arbiter.toml")).unwrap();
+        assert_eq!((example.fail_open.after, example.fail_open.spool_max_bytes), (ok.after, ok.spool_max_bytes));
     }
 
     #[test]

@@ -37,8 +37,10 @@ pub mod served;
 pub mod server;
 pub mod service;
 pub mod session;
+pub mod spool;
 pub mod telemetry;
 pub mod tls;
+pub mod unprotected;
 pub mod validate;
 pub mod waiting;
 
@@ -68,7 +70,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(code: Code, reason: ErrorReason, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: Code, reason: ErrorReason, message: impl Into<String>) -> Self {
         Refusal { code, reason, field: "", message: message.into(), pauses_granting: false }
     }
 

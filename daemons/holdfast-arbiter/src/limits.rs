@@ -81,6 +81,11 @@ impl Limits {
     }
 
     /// One request of `who`, if its bucket has a permit.
+    /// `limits.max_sessions_per_identity`.
+    pub fn max_sessions_per_identity(&self) -> u64 {
+        self.config.max_sessions_per_identity
+    }
+
     pub fn admit(&self, who: &str) -> Result<(), Refusal> {
         match self.rate.check_key(&who.to_string()) {
             Ok(()) => Ok(()),

@@ -72,6 +72,9 @@ pub struct Metrics {
     pub keepalive_streams_stalled: Counters,
     pub auth_race_resends: Counters,
     pub expiries_without_release: Counters,
+    pub unprotected_granted: ClassCounters,
+    pub fail_open: Family<Labels, Gauge>,
+    pub spool_bytes: Family<Labels, Gauge>,
     pub waiters: Family<Labels, Gauge>,
     pub key_watches: Family<Labels, Gauge>,
     pub sealed: Family<Labels, Gauge>,
@@ -117,6 +120,9 @@ impl Metrics {
             keepalive_streams_stalled: Default::default(),
             auth_race_resends: Default::default(),
             expiries_without_release: Default::default(),
+            unprotected_granted: Default::default(),
+            fail_open: Default::default(),
+            spool_bytes: Default::default(),
             waiters: Default::default(),
             key_watches: Default::default(),
             sealed: Default::default(),
@@ -189,6 +195,21 @@ impl Metrics {
             "etcd_auth_race_resends",
             "etcd requests sent again because etcd refused them while its users or roles changed (nothing of them was applied)",
             m.auth_race_resends.clone(),
+        );
+        registry.register(
+            "unprotected_grants",
+            "Grants of on_quorum_loss = \"open\" classes made from memory with token 0 while etcd was out of reach, per class",
+            m.unprotected_granted.clone(),
+        );
+        registry.register(
+            "fail_open",
+            "1 while this arbiter grants open classes from memory: a cluster has been out of reach longer than fail_open.after",
+            m.fail_open.clone(),
+        );
+        registry.register(
+            "unprotected_spool_bytes",
+            "Bytes in the spool of unprotected grants not yet shipped to the audit store",
+            m.spool_bytes.clone(),
         );
         registry.register(
             "expiries_without_release",
@@ -268,6 +289,8 @@ impl Metrics {
             let _ = c.get_or_create(&m.labels);
         }
         m.sealed.get_or_create(&m.labels).set(1);
+        let _ = m.fail_open.get_or_create(&m.labels);
+        let _ = m.spool_bytes.get_or_create(&m.labels);
         let _ = m.waiters.get_or_create(&m.labels);
         let _ = m.key_watches.get_or_create(&m.labels);
         registry.register("holds", "Holds in the class's namespace in the cluster, as this arbiter's watch sees them", m.holds.clone());

@@ -52,6 +52,9 @@ pub struct Guard {
     highest: Mutex<(u32, i64)>,
     etcd_version: RwLock<String>,
     checked_once: AtomicBool,
+    /// When the state last became [`Serve::Unverified`] (None in any other
+    /// state): how long etcd has been out of reach, for fail-open classes.
+    unverified_since: Mutex<Option<Instant>>,
     recheck: Notify,
     /// The epochs this arbiter served, on its own disk: a record at or
     /// below one of them is served only if it is that very record.
@@ -65,6 +68,7 @@ impl Guard {
             highest: Mutex::new((0, 0)),
             etcd_version: RwLock::new(String::new()),
             checked_once: AtomicBool::new(false),
+            unverified_since: Mutex::new(Some(Instant::now())),
             recheck: Notify::new(),
             served,
         }
@@ -86,7 +90,29 @@ impl Guard {
                 _ => {}
             }
         }
+        self.note_unverified(matches!(next, Serve::Unverified(_)));
         *state = next;
+    }
+
+    /// Keeps [`Self::unverified_since`] in step with a new state.
+    fn note_unverified(&self, unverified: bool) {
+        let mut since = self.unverified_since.lock().unwrap_or_else(|e| e.into_inner());
+        match (unverified, *since) {
+            (true, None) => *since = Some(Instant::now()),
+            (false, _) => *since = None,
+            (true, Some(_)) => {}
+        }
+    }
+
+    /// How long this cluster has been unverified without a break (etcd
+    /// unanswered, fewer than a majority of its members answering, or a
+    /// check not yet passed); None while serving or sealed.
+    pub fn unverified_for(&self) -> Option<Duration> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        if !matches!(&*state, Serve::Unverified(_)) {
+            return None;
+        }
+        self.unverified_since.lock().unwrap_or_else(|e| e.into_inner()).map(|t| t.elapsed())
     }
 
     pub fn etcd_version(&self) -> String {
@@ -103,6 +129,7 @@ impl Guard {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         if let Serve::Serving(_) = &*state {
             tracing::warn!(cluster = %self.served.cluster(), reason = why, "etcd call failed; granting paused until the cluster is re-checked");
+            self.note_unverified(true);
             *state = Serve::Unverified(format!("re-checking etcd after an error: {why}"));
         }
         drop(state);

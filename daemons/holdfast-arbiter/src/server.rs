@@ -121,7 +121,23 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     tokio::spawn(crate::limits::export(limits.clone(), policy.clone()));
 
     let entity_guard = clusters.entity.guard.clone();
-    let service = LockService { clusters, stopping, policy, limits, trust_domain: config.tls.trust_domain.as_str().into() };
+    let (spool, unshipped) =
+        crate::spool::Spool::open(&config.state_dir, config.fail_open.spool_max_bytes).map_err(|e| anyhow::anyhow!("fail_open: {e}"))?;
+    if !unshipped.is_empty() {
+        tracing::warn!(records = unshipped.len(), spool = %spool.path().display(), "the fail-open spool holds unprotected grants not yet shipped");
+    }
+    let unprotected = Arc::new(crate::unprotected::Unprotected::new(config.fail_open.after, spool));
+    {
+        let (unprotected, clusters) = (unprotected.clone(), clusters.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::unprotected::SWEEP);
+            loop {
+                tick.tick().await;
+                unprotected.sweep(&clusters).await;
+            }
+        });
+    }
+    let service = LockService { clusters, stopping, policy, limits, trust_domain: config.tls.trust_domain.as_str().into(), unprotected };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     crate::tls::watch(tls.clone()).context("SIGHUP handler")?;
     let admission = Arc::new(crate::tls::Admission::new(&config.limits));

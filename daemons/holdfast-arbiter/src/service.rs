@@ -35,6 +35,9 @@ pub struct LockService {
     pub limits: Arc<crate::limits::Limits>,
     /// The SPIFFE trust domain callers must belong to (`tls.trust_domain`).
     pub trust_domain: Arc<str>,
+    /// Sessions and holds of open classes granted from memory while etcd
+    /// is out of reach.
+    pub unprotected: Arc<crate::unprotected::Unprotected>,
 }
 
 impl LockService {
@@ -151,6 +154,16 @@ impl holdfast_proto::Lock for LockService {
                         ),
                     ));
                 }
+                if self.unprotected.applies(self.clusters.of(class.tier), &class) {
+                    let id = self.unprotected.open(&who, &class, self.limits.max_sessions_per_identity())?;
+                    record_session(&span, (id & !cluster::COORD_SESSION) as i64);
+                    return Ok(OpenSessionResponse {
+                        session_id: id,
+                        ttl_millis: class.ttl.as_millis() as u64,
+                        tier: cluster::tier_name(class.tier).into(),
+                        unprotected: true,
+                    });
+                }
                 (class.ttl, class.tier)
             };
             let c = self.clusters.of(tier);
@@ -163,6 +176,7 @@ impl holdfast_proto::Lock for LockService {
                 session_id: cluster::session_id(tier, lease),
                 ttl_millis: granted as u64 * 1000,
                 tier: cluster::tier_name(tier).into(),
+                unprotected: false,
             })
         }
         .instrument(span.clone())
@@ -219,7 +233,11 @@ impl holdfast_proto::Lock for LockService {
         let span = rpc_span!("CloseSession");
         let r = async {
             let who = self.admit(&req)?;
-            let (c, session) = self.owned(cluster::parse_session(req.get_ref().session_id)?, &who).await?;
+            let id = req.get_ref().session_id;
+            if self.unprotected.is_local(id) {
+                return self.unprotected.close(&self.clusters, id, &who).await.map(|()| CloseSessionResponse {});
+            }
+            let (c, session) = self.owned(cluster::parse_session(id)?, &who).await?;
             record_session(&span, session.lease);
             c.seen(c.sessions.close(&c.etcd, session.lease).await)?;
             Ok(CloseSessionResponse {})
@@ -244,6 +262,17 @@ impl holdfast_proto::Lock for LockService {
             let r = req.get_ref();
             let key = lock_key(&r.namespace, &r.key)?;
             record_key(&span, &key);
+            if self.unprotected.is_local(r.session_id) {
+                if r.token != 0 {
+                    return Err(Refusal::invalid("token", "an unprotected hold's token is 0"));
+                }
+                let (tier, _) = cluster::parse_session(r.session_id)?;
+                return self
+                    .unprotected
+                    .release(self.clusters.of(tier), r.session_id, &who, &key)
+                    .await
+                    .map(|released| ReleaseResponse { released });
+            }
             let id = cluster::parse_session(r.session_id)?;
             let token = Token::from_wire(r.token).map_err(|_| Refusal::invalid("token", "is not a token any arbiter minted"))?;
             // The hold lives where its session lives.
@@ -380,6 +409,18 @@ impl LockService {
             crate::metrics::inc(|m| &m.denied);
             return Err(crate::policy::class_tier(&key, &class, tier));
         }
+        if self.unprotected.is_local(r.session_id) {
+            record_session(span, lease);
+            let deadline = tokio::time::Instant::now() + wait;
+            let c = self.clusters.of(tier);
+            let granted = tokio::select! {
+                r = self.unprotected.acquire(c, r.session_id, &who, &key, &class, deadline) => r,
+                _ = self.until_stopping() => return Err(Refusal::not_serving("this arbiter is shutting down; retry on another")),
+            };
+            count_outcome(&granted, &class);
+            granted?;
+            return Ok(AcquireResponse { token: 0, epoch: 0, revision: 0, unprotected: true });
+        }
         self.limits.hold_quota(&who, &key).await?;
         let (c, session) = self.owned((tier, lease), &who).await?;
         record_session(span, lease);
@@ -408,7 +449,7 @@ impl LockService {
         };
         c.expiries.granted(&holdfast_model::layout::hold_key(&key), token);
         self.limits.wrote(c.ledger, token.revision() as i64);
-        Ok(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision() })
+        Ok(AcquireResponse { token: token.expose(), epoch: token.epoch(), revision: token.revision(), unprotected: false })
     }
 }
 
@@ -455,6 +496,11 @@ impl LockService {
     /// Renews one session through the arbiter's shared etcd keepalive stream
     /// ([`crate::renewal`]).
     async fn renew(&self, who: &str, id: u64, known: &mut Known, span: &Span) -> Result<KeepAliveResponse, Refusal> {
+        if let Some(ttl) = self.unprotected.renew(id, who)? {
+            record_session(span, (id & !cluster::COORD_SESSION) as i64);
+            // Answered by this arbiter, the only place the session exists.
+            return Ok(KeepAliveResponse { session_id: id, ttl_millis: ttl.as_millis() as u64, confirmed: !ttl.is_zero() });
+        }
         let (tier, lease) = cluster::parse_session(id)?;
         let c = self.clusters.of(tier);
         if !known.contains(&id) {

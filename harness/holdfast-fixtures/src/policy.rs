@@ -37,11 +37,20 @@ pub struct FixtureClass {
     pub tier: &'static str,
     /// The class's `fairness`: "best-effort" (the default) or "durable".
     pub fairness: &'static str,
+    /// The class's `on_quorum_loss`: "closed" (the default) or "open".
+    pub on_quorum_loss: &'static str,
 }
 
 impl FixtureClass {
     pub fn new(namespace: &str, ttl: Duration) -> Self {
-        FixtureClass { namespace: namespace.to_string(), ttl, tier: "entity", fairness: "best-effort" }
+        FixtureClass { namespace: namespace.to_string(), ttl, tier: "entity", fairness: "best-effort", on_quorum_loss: "closed" }
+    }
+
+    /// The same class failing open on quorum loss (it must be unfenced:
+    /// a TTL of 30 s or more here).
+    pub fn open(mut self) -> Self {
+        self.on_quorum_loss = "open";
+        self
     }
 
     /// The same class with durable fairness (waiters recorded under `/q/`).
@@ -77,8 +86,8 @@ pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], ex
             "purpose = \"efficiency\"\nenforcement = \"advisory\"\nrisk_owner = \"holdfast-lab\"\nwaiver_expires = 2099-12-31".to_string()
         };
         text.push_str(&format!(
-            "\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"{}\"\nfairness = \"{}\"\n",
-            c.tier, c.fairness
+            "\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"{}\"\nfairness = \"{}\"\non_quorum_loss = \"{}\"\n",
+            c.tier, c.fairness, c.on_quorum_loss
         ));
     }
     let prefixes: Vec<String> = classes.iter().map(|c| format!("\"{}/\"", c.namespace)).collect();

@@ -1,0 +1,194 @@
+//! Fail-open (`on_quorum_loss = "open"`): once etcd has been out of reach
+//! for `fail_open.after`, an open class's keys are granted from the
+//! arbiter's memory with token 0, one holder per key, each grant and end
+//! spooled; every other class is refused throughout; when etcd is back the
+//! unprotected sessions end and grants are protected again.
+
+use holdfast_model::spool::{Event, read_records};
+use holdfast_proto::v1::*;
+use holdfast_tests::*;
+use std::time::Duration;
+use tonic::Code;
+
+/// An open class (efficiency, advisory, 30 s) and a fenced correctness class.
+const CLASSES: &[(&str, u64)] = &[("open-cache", 30), ("ledger", 10)];
+
+fn open_req(namespace: &str) -> OpenSessionRequest {
+    OpenSessionRequest { ttl_millis: 0, namespace: namespace.into() }
+}
+
+fn acquire_req(session_id: u64, namespace: &str, key: &str, wait: Duration) -> AcquireRequest {
+    AcquireRequest { session_id, namespace: namespace.into(), key: key.into(), wait_millis: wait.as_millis() as u64 }
+}
+
+/// One keepalive on a fresh stream: its answer.
+async fn keepalive(rpc: &mut holdfast_proto::LockClient<tonic::transport::Channel>, id: u64) -> KeepAliveResponse {
+    let mut answers =
+        rpc.keep_alive(tokio_stream::iter([KeepAliveRequest { session_id: id }])).await.expect("keepalive stream").into_inner();
+    answers.message().await.expect("keepalive answer").expect("one answer")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_protected_again_after() {
+    let after = Duration::from_secs(3);
+    let mut a = Appliance::start_policy("fail-open", 1, &|c| c.fail_open.after = after, CLASSES, "").await;
+    let client = a.client("workload/cache").await;
+    let mut rpc = client.rpc();
+    let spool = a.dir.path.join("arbiter.state").join("unprotected.spool");
+
+    // Before the outage: protected, a real token, nothing spooled.
+    let s = rpc.open_session(open_req("open-cache")).await.expect("open").into_inner();
+    assert!(!s.unprotected);
+    let g = rpc.acquire(acquire_req(s.session_id, "open-cache", "before", Duration::ZERO)).await.expect("grant").into_inner();
+    assert!(!g.unprotected && g.token != 0 && g.epoch > 0, "{g:?}");
+    assert_eq!(std::fs::metadata(&spool).expect("the spool exists from the start").len(), 0);
+
+    // The outage: etcd's only member dies. Until the bound has passed the
+    // open class is refused like any other.
+    let stopped = std::time::Instant::now();
+    sigkill(a.etcd.pid(0).expect("etcd's pid"));
+    let e = rpc.open_session(open_req("open-cache")).await.expect_err("refused inside the bound");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(stopped.elapsed() < after, "the refusal came inside the bound ({:?})", stopped.elapsed());
+
+    // Past the bound: an unprotected session, with the class's TTL.
+    let u = loop {
+        match rpc.open_session(open_req("open-cache")).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if e.code() == Code::Unavailable && stopped.elapsed() < after + Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("no unprotected session {:?} after etcd stopped: {e:?}", stopped.elapsed()),
+        }
+    };
+    assert!(u.unprotected && u.ttl_millis == 30_000 && u.tier == "entity", "{u:?}");
+
+    // The correctness class is refused throughout, sessions and grants alike.
+    let e = rpc.open_session(open_req("ledger")).await.expect_err("a correctness class never fails open");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    let e = rpc.acquire(acquire_req(u.session_id, "ledger", "x", Duration::ZERO)).await.expect_err("not on an unprotected session");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+
+    // Token 0, one holder per key within the arbiter.
+    let g = rpc.acquire(acquire_req(u.session_id, "open-cache", "k1", Duration::ZERO)).await.expect("unprotected grant").into_inner();
+    assert!(g.unprotected && g.token == 0 && g.epoch == 0 && g.revision == 0, "{g:?}");
+    let other = a.client("workload/other").await;
+    let mut rpc2 = other.rpc();
+    let u2 = rpc2.open_session(open_req("open-cache")).await.expect("second unprotected session").into_inner();
+    assert!(u2.unprotected);
+    let e = rpc2.acquire(acquire_req(u2.session_id, "open-cache", "k1", Duration::ZERO)).await.expect_err("held");
+    assert_eq!(e.code(), Code::Aborted, "{e:?}");
+    // Another identity cannot use (or renew) the first session.
+    let e = rpc2.acquire(acquire_req(u.session_id, "open-cache", "k2", Duration::ZERO)).await.expect_err("not its session");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // A waiter is granted when the holder releases.
+    let waiter = {
+        let mut rpc2 = rpc2.clone();
+        let id = u2.session_id;
+        tokio::spawn(async move { rpc2.acquire(acquire_req(id, "open-cache", "k1", Duration::from_secs(10))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e = rpc
+        .release(ReleaseRequest { session_id: u.session_id, namespace: "open-cache".into(), key: "k1".into(), token: 7 })
+        .await
+        .expect_err("an unprotected hold's token is 0");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let r = rpc
+        .release(ReleaseRequest { session_id: u.session_id, namespace: "open-cache".into(), key: "k1".into(), token: 0 })
+        .await
+        .expect("release")
+        .into_inner();
+    assert!(r.released);
+    let g2 = waiter.await.expect("waiter task").expect("granted after the release").into_inner();
+    assert!(g2.unprotected && g2.token == 0);
+
+    // Renewed by the arbiter alone, and confirmed: it is the only place the session exists.
+    let k = keepalive(&mut rpc, u.session_id).await;
+    assert!(k.ttl_millis == 30_000 && k.confirmed, "{k:?}");
+
+    // A session not renewed within its TTL ends, and its hold with it
+    // ("expired"); the renewed one lives on.
+    let lapsed = rpc.open_session(open_req("open-cache")).await.expect("third unprotected session").into_inner();
+    rpc.acquire(acquire_req(lapsed.session_id, "open-cache", "k3", Duration::ZERO)).await.expect("k3");
+    let opened = std::time::Instant::now();
+    while opened.elapsed() < Duration::from_secs(31) {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(keepalive(&mut rpc2, u2.session_id).await.ttl_millis > 0, "a renewed unprotected session ended");
+    }
+    let mut ended = keepalive(&mut rpc, lapsed.session_id).await;
+    while ended.ttl_millis > 0 && opened.elapsed() < Duration::from_secs(33) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        ended = keepalive(&mut rpc, lapsed.session_id).await;
+    }
+    assert_eq!(ended.ttl_millis, 0, "an unrenewed unprotected session outlived its TTL");
+    let g3 = rpc2.acquire(acquire_req(u2.session_id, "open-cache", "k3", Duration::ZERO)).await.expect("k3 is free again").into_inner();
+    assert!(g3.unprotected);
+    let r = rpc2
+        .release(ReleaseRequest { session_id: u2.session_id, namespace: "open-cache".into(), key: "k3".into(), token: 0 })
+        .await
+        .expect("release k3")
+        .into_inner();
+    assert!(r.released);
+
+    let m = scrape(a.arbiter.metrics_port).await;
+    assert_eq!(sample(&m, "holdfast_arbiter_fail_open{cluster=\"test\"}"), 1.0);
+    assert_eq!(
+        sample(
+            &m,
+            "holdfast_arbiter_unprotected_grants_total{namespace=\"open-cache\",class=\"open-cache\",tier=\"entity\",cluster=\"test\"}"
+        ),
+        4.0
+    );
+
+    // Every grant and release is on disk, in order, before it was answered.
+    let (records, _) = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool");
+    let seen: Vec<(Event, &str, u64, &str)> = records.iter().map(|r| (r.event, r.key.as_str(), r.session, r.why.as_str())).collect();
+    assert_eq!(
+        seen,
+        [
+            (Event::Grant, "k1", u.session_id, ""),
+            (Event::Release, "k1", u.session_id, ""),
+            (Event::Grant, "k1", u2.session_id, ""),
+            (Event::Grant, "k3", lapsed.session_id, ""),
+            (Event::End, "k3", lapsed.session_id, "expired"),
+            (Event::Grant, "k3", u2.session_id, ""),
+            (Event::Release, "k3", u2.session_id, ""),
+        ]
+    );
+    assert!(records.windows(2).all(|w| w[1].seq == w[0].seq + 1 && w[1].spool == w[0].spool), "one spool, numbered in order");
+    assert!(records.iter().all(|r| r.class == "open-cache" && r.cluster == "test" && r.namespace == "open-cache"));
+    assert_eq!(records[2].identity, "spiffe://holdfast.dev/workload/other");
+
+    // etcd is back: the unprotected sessions end (the open hold with
+    // "quorum_back"), their keepalives answer TTL 0, and new sessions and
+    // grants are protected again.
+    a.etcd.restart_member(0).await;
+    let back = std::time::Instant::now();
+    loop {
+        let k = keepalive(&mut rpc2, u2.session_id).await;
+        if k.ttl_millis == 0 {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(20), "the unprotected session outlived the outage");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (records, _) = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool");
+    let ends: Vec<_> = records.iter().filter(|r| r.event == Event::End).map(|r| (r.key.as_str(), r.session, r.why.as_str())).collect();
+    assert_eq!(ends, [("k3", lapsed.session_id, "expired"), ("k1", u2.session_id, "quorum_back")], "{records:?}");
+    let s = loop {
+        match rpc.open_session(open_req("open-cache")).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if back.elapsed() < Duration::from_secs(30) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("no protected session after etcd came back: {e:?}"),
+        }
+    };
+    assert!(!s.unprotected);
+    let g = rpc.acquire(acquire_req(s.session_id, "open-cache", "k1", Duration::ZERO)).await.expect("protected grant").into_inner();
+    assert!(!g.unprotected && g.token != 0, "{g:?}");
+    let m = scrape(a.arbiter.metrics_port).await;
+    assert_eq!(sample(&m, "holdfast_arbiter_fail_open{cluster=\"test\"}"), 0.0);
+}
