@@ -87,7 +87,7 @@ pub const NAME: &str = "clickhouse";
 
 /// The table's columns, in order, with their ClickHouse types: one per
 /// [`Event`] field.
-pub const COLUMNS: [(&str, &str); 21] = [
+pub const COLUMNS: [(&str, &str); 22] = [
     ("cluster_id", "String"),
     ("revision", "Int64"),
     ("index", "UInt32"),
@@ -109,7 +109,13 @@ pub const COLUMNS: [(&str, &str); 21] = [
     ("fenced", "Nullable(UInt8)"),
     ("gap_from", "Nullable(Int64)"),
     ("gap_to", "Nullable(Int64)"),
+    ("unprotected", "Nullable(UInt8)"),
 ];
+
+/// Columns added after the first release: a table that lacks one gets it
+/// (`ALTER TABLE … ADD COLUMN`, every existing row NULL) when the sink
+/// connects, instead of being refused.
+const ADDED_COLUMNS: [&str; 1] = ["unprotected"];
 
 /// The sorting key, which is also the identity of an event.
 const SORTING_KEY: [&str; 3] = ["cluster_id", "revision", "index"];
@@ -139,6 +145,7 @@ struct Row<'a> {
     fenced: Option<u8>,
     gap_from: Option<i64>,
     gap_to: Option<i64>,
+    unprotected: Option<u8>,
 }
 
 fn time_source_str(t: TimeSource) -> &'static str {
@@ -186,6 +193,7 @@ impl<'a> Row<'a> {
             fenced: e.fenced.map(u8::from),
             gap_from: e.gap_from,
             gap_to: e.gap_to,
+            unprotected: e.unprotected.map(u8::from),
         })
     }
 }
@@ -214,6 +222,8 @@ struct StoredRow {
     fenced: Option<u8>,
     gap_from: Option<i64>,
     gap_to: Option<i64>,
+    #[serde(default)]
+    unprotected: Option<u8>,
 }
 
 impl StoredRow {
@@ -242,6 +252,7 @@ impl StoredRow {
             fenced: self.fenced.map(|f| f != 0),
             gap_from: self.gap_from,
             gap_to: self.gap_to,
+            unprotected: self.unprotected.map(|u| u != 0),
         })
     }
 }
@@ -334,7 +345,41 @@ impl ClickHouse {
             key.join(", ")
         );
         self.call(Request::Query(&create), what)?;
-        self.check_table()
+        self.add_new_columns()?;
+        self.check_table()?;
+        // The reconciliation list: every record of a grant made without
+        // etcd, and of its end, deduplicated.
+        let view = format!(
+            "CREATE VIEW IF NOT EXISTS {} AS SELECT * FROM {} FINAL WHERE `unprotected` = 1",
+            self.unprotected_view(),
+            self.qualified()
+        );
+        self.call(Request::Query(&view), "creating the view of unprotected grants")?;
+        Ok(())
+    }
+
+    /// `` `database`.`<table>_unprotected` ``: the view of events with
+    /// `unprotected = 1` (grants made without etcd, and their ends).
+    pub fn unprotected_view(&self) -> String {
+        format!("`{}`.`{}_unprotected`", self.database, self.table)
+    }
+
+    /// Adds each of [`ADDED_COLUMNS`] an existing table lacks.
+    fn add_new_columns(&self) -> Result<(), SinkError> {
+        #[derive(Deserialize)]
+        struct Column {
+            name: String,
+        }
+        let (db, t) = (&self.database, &self.table);
+        let what = "adding new columns";
+        let found: Vec<Column> =
+            self.select(&format!("SELECT name FROM system.columns WHERE database = '{db}' AND table = '{t}' FORMAT JSONEachRow"), what)?;
+        for (name, ty) in COLUMNS.iter().filter(|(n, _)| ADDED_COLUMNS.contains(n)) {
+            if !found.iter().any(|c| c.name == *name) {
+                self.call(Request::Query(&format!("ALTER TABLE {} ADD COLUMN `{name}` {ty}", self.qualified())), what)?;
+            }
+        }
+        Ok(())
     }
 
     /// An existing table may predate this version or be made by hand:
@@ -427,17 +472,23 @@ impl ClickHouse {
             .map_err(|e| SinkError::new(NAME, format!("{what}: ClickHouse at {} answered {:?}, not a count ({e})", self.url, text.trim())))
     }
 
+    /// The events of [`Self::unprotected_view`], in order: the
+    /// reconciliation list of grants made without etcd.
+    pub fn unprotected_events(&self) -> Result<Vec<Event>, SinkError> {
+        self.events_from(&self.unprotected_view())
+    }
+
     /// Every stored event once, in `(cluster_id, revision, index)` order
     /// (read with `FINAL`).
     pub fn events(&self) -> Result<Vec<Event>, SinkError> {
+        self.events_from(&format!("{} FINAL", self.qualified()))
+    }
+
+    fn events_from(&self, from: &str) -> Result<Vec<Event>, SinkError> {
         let names: Vec<String> = COLUMNS.iter().map(|(name, _)| format!("`{name}`")).collect();
         let what = "reading events";
         let rows: Vec<StoredRow> = self.select(
-            &format!(
-                "SELECT {} FROM {} FINAL ORDER BY `cluster_id`, `revision`, `index` FORMAT JSONEachRow",
-                names.join(", "),
-                self.qualified()
-            ),
+            &format!("SELECT {} FROM {from} ORDER BY `cluster_id`, `revision`, `index` FORMAT JSONEachRow", names.join(", "),),
             what,
         )?;
         rows.into_iter()

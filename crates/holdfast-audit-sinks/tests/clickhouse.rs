@@ -263,3 +263,43 @@ fn an_event_without_a_revision_is_refused_and_nothing_of_its_batch_is_stored() {
     assert!(err.to_string().contains("no revision"), "{err}");
     assert_eq!(sink.count().unwrap(), 0);
 }
+
+#[test]
+fn a_table_from_before_unprotected_gets_the_column_and_the_view_lists_only_unprotected_events() {
+    use holdfast_audit_sinks::clickhouse::COLUMNS;
+    let fx = Fixture::start();
+    // The table as the previous release made it: every column but `unprotected`.
+    let old: Vec<String> = COLUMNS.iter().filter(|(n, _)| *n != "unprotected").map(|(n, t)| format!("`{n}` {t}")).collect();
+    fx.server.query("CREATE DATABASE holdfast").unwrap();
+    fx.server
+        .query(&format!(
+            "CREATE TABLE holdfast.audit_events ({}) ENGINE = ReplacingMergeTree ORDER BY (`cluster_id`, `revision`, `index`)",
+            old.join(", ")
+        ))
+        .unwrap();
+    fx.server
+        .query(&format!(
+            "INSERT INTO holdfast.audit_events (`cluster_id`, `revision`, `index`, `kind`, `time_unix_ms`, `time_source`, `etcd_key`) \
+             VALUES ('{}', 1, 0, 'grant', 1, 'record', '/l/payments/key-1')",
+            cluster_hex(CLUSTER)
+        ))
+        .unwrap();
+    let mut sink = fx.connect();
+    let column =
+        fx.server.query("SELECT type FROM system.columns WHERE database = 'holdfast' AND table = 'audit_events' AND name = 'unprotected'");
+    assert_eq!(column.unwrap().trim(), "Nullable(UInt8)", "the column was added on connect");
+    let mut grant = Event::new(CLUSTER, 5, 0, Kind::UnprotectedGrant, "/sys/unprotected/00000000000000aa/00000000000000000001", 7);
+    grant.unprotected = Some(true);
+    grant.key = Some("cache/warm".into());
+    let mut end = Event::new(CLUSTER, 5, 1, Kind::UnprotectedEnd, "/sys/unprotected/00000000000000aa/00000000000000000002", 8);
+    end.unprotected = Some(true);
+    end.reason = Some("quorum_back".into());
+    let protected = events(6..=6);
+    sink.append(&[grant.clone(), end.clone()]).unwrap_or_else(|e| panic!("{e}"));
+    sink.append(&protected).unwrap_or_else(|e| panic!("{e}"));
+    // Sent twice, still listed once (the view reads with FINAL).
+    sink.append(&[grant.clone()]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sink.unprotected_events().unwrap(), vec![grant, end]);
+    assert_eq!(sink.count().unwrap(), 1 + 2 + protected.len() as u64, "the old row is kept, with unprotected NULL");
+    assert!(sink.events().unwrap().iter().filter(|e| e.kind == Kind::Grant).all(|e| e.unprotected.is_none()));
+}

@@ -187,6 +187,11 @@ impl Classifier {
                 if c.put {
                     e.reason = layout::decode::<SealRecord>(&c.key, &c.value).ok().map(|r| r.reason);
                 }
+            } else if c.key.starts_with(layout::UNPROTECTED_PREFIX) && c.put {
+                if let Ok(r) = layout::decode::<holdfast_model::spool::Entry>(&c.key, &c.value) {
+                    let tier = self.classes.get(&r.namespace).map(|c| c.tier.clone());
+                    unprotected(&mut e, r, tier);
+                }
             } else if c.key == layout::POLICY_KEY && c.put {
                 e.kind = Kind::ClassSet;
                 if let Ok(p) = layout::decode::<PublishedPolicy>(&c.key, &c.value) {
@@ -276,6 +281,29 @@ impl Classifier {
             Kind::Release
         };
     }
+}
+
+/// The audit event of a shipped fail-open spool record: its kind, the key
+/// and class it names, the holder, the unprotected session, when, why it
+/// ended, and `unprotected = true`. No epoch: its token was 0.
+fn unprotected(e: &mut Event, r: holdfast_model::spool::Entry, tier: Option<String>) {
+    use holdfast_model::spool::Event as Spooled;
+    e.kind = match r.event {
+        Spooled::Grant => Kind::UnprotectedGrant,
+        Spooled::Release => Kind::UnprotectedRelease,
+        Spooled::End => Kind::UnprotectedEnd,
+    };
+    e.key = Some(format!("{}/{}", r.namespace, r.key));
+    e.namespace = Some(r.namespace);
+    e.class = Some(r.class);
+    e.tier = tier;
+    e.identity = Some(r.identity);
+    e.session = Some(format!("{:016x}", r.session));
+    e.epoch = None;
+    e.time_unix_ms = r.at_unix_ms;
+    e.time_source = TimeSource::Record;
+    e.reason = (!r.why.is_empty()).then_some(r.why);
+    e.unprotected = Some(true);
 }
 
 #[cfg(test)]

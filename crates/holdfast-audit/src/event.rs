@@ -51,13 +51,22 @@ pub enum Kind {
     ClassSet,
     /// Revisions the tailer could not read (etcd compacted them first).
     Gap,
+    /// An arbiter granted a key of an `on_quorum_loss = "open"` class from
+    /// memory, token 0, while etcd was out of its reach (a shipped spool
+    /// record, `/sys/unprotected/`; `unprotected = true`).
+    UnprotectedGrant,
+    /// The holder of an unprotected grant released it (or closed its session).
+    UnprotectedRelease,
+    /// An unprotected hold ended otherwise: its session was not renewed,
+    /// etcd came back, or the arbiter restarted (`reason` says which).
+    UnprotectedEnd,
     /// Any other holdfast record: markers, nonces, the force record itself,
     /// the watermark, election keys, the controller's status.
     Record,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 22] = [
         Kind::Grant,
         Kind::Release,
         Kind::Expiry,
@@ -76,6 +85,9 @@ impl Kind {
         Kind::Unseal,
         Kind::ClassSet,
         Kind::Gap,
+        Kind::UnprotectedGrant,
+        Kind::UnprotectedRelease,
+        Kind::UnprotectedEnd,
         Kind::Record,
     ];
 
@@ -99,11 +111,15 @@ impl Kind {
             Kind::Unseal => "unseal",
             Kind::ClassSet => "class-set",
             Kind::Gap => "gap",
+            Kind::UnprotectedGrant => "unprotected-grant",
+            Kind::UnprotectedRelease => "unprotected-release",
+            Kind::UnprotectedEnd => "unprotected-end",
             Kind::Record => "record",
         }
     }
 
-    /// Whether this kind ends a hold.
+    /// Whether this kind ends a hold (a protected one: an unprotected hold
+    /// has no revision or token of its own).
     pub fn ends_hold(self) -> bool {
         matches!(self, Kind::Release | Kind::Expiry | Kind::Close | Kind::Withdrawal | Kind::ForceRelease | Kind::Advance)
     }
@@ -177,6 +193,10 @@ pub struct Event {
     pub gap_from: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_to: Option<i64>,
+    /// `true` for the record of a grant made without etcd (token 0) and
+    /// of its end: the reconciliation list is the events with it set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unprotected: Option<bool>,
 }
 
 impl Event {
@@ -204,6 +224,7 @@ impl Event {
             fenced: None,
             gap_from: None,
             gap_to: None,
+            unprotected: None,
         }
     }
 

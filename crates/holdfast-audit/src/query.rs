@@ -32,6 +32,9 @@ pub struct Filter {
     pub since_unix_ms: Option<u64>,
     /// `time_unix_ms` before this.
     pub until_unix_ms: Option<u64>,
+    /// Only the records of grants made without etcd and their ends
+    /// (`unprotected = true`): the reconciliation list.
+    pub unprotected: bool,
 }
 
 impl Filter {
@@ -46,6 +49,7 @@ impl Filter {
             && (self.kinds.is_empty() || self.kinds.contains(&e.kind))
             && self.since_unix_ms.is_none_or(|t| e.time_unix_ms >= t)
             && self.until_unix_ms.is_none_or(|t| e.time_unix_ms < t)
+            && (!self.unprotected || e.unprotected == Some(true))
     }
 }
 

@@ -23,6 +23,11 @@ combine (all must match). Kinds:
   advance        an epoch advance ended it
   session-open, session-close, session-lapse, session-end (by an advance)
   wait, wait-end, epoch, seal, unseal, class-set, gap
+  unprotected-grant, unprotected-release, unprotected-end
+                 a grant of an on_quorum_loss = \"open\" class made from an
+                 arbiter's memory, token 0, while etcd was out of its reach,
+                 and its end (shipped from the arbiter's spool once etcd was
+                 back); --unprotected lists exactly these
   record         any other holdfast key (markers, nonces, the watermark,
                  election keys): shown only with --all or --kind record
 
@@ -44,6 +49,7 @@ Examples:
   holdfastctl audit --namespace payments --kind expiry --since 24h
   holdfastctl audit --identity spiffe://corp/ns/pay/sa/ledger --json
   holdfastctl audit --report expiries --since 7d
+  holdfastctl audit --unprotected --since 24h      # what to reconcile after an outage
   holdfastctl audit --kind force-release --csv > force-releases.csv
   holdfastctl audit export --since 365d --out grants-2026.parquet
 
@@ -85,6 +91,10 @@ pub struct AuditArgs {
     /// keys…): every change etcd committed.
     #[arg(long)]
     all: bool,
+    /// Only grants made without etcd (token 0, on_quorum_loss = "open"
+    /// classes during an outage) and their ends: the reconciliation list.
+    #[arg(long)]
+    unprotected: bool,
     /// Print a JSON array of events (or of report rows).
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -185,6 +195,7 @@ fn filter(args: &AuditArgs) -> Result<Filter, String> {
         kinds,
         since_unix_ms: args.since.as_deref().map(|t| query::parse_time("--since", t)).transpose()?,
         until_unix_ms: args.until.as_deref().map(|t| query::parse_time("--until", t)).transpose()?,
+        unprotected: args.unprotected,
     })
 }
 
@@ -271,6 +282,9 @@ fn event_row(e: &Event) -> Vec<String> {
     }
     if let Some(r) = &e.reason {
         detail.push(r.clone());
+    }
+    if e.unprotected == Some(true) {
+        detail.push("unprotected: token 0, granted without etcd".into());
     }
     if e.kind == Kind::Record {
         detail.push(e.etcd_key.clone());

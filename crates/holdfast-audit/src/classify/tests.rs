@@ -151,3 +151,39 @@ fn a_seeded_classifier_classifies_as_one_that_saw_everything() {
     live.seed([(session_key(7).as_str(), s.as_slice())]);
     assert_eq!(kinds(&live.revision(13, &revoke, 9)), [Kind::Release]);
 }
+
+#[test]
+fn a_shipped_spool_record_is_an_unprotected_event_with_no_epoch_and_its_recorded_time() {
+    use holdfast_model::spool::{Entry, Event as Spooled};
+    let mut c = Classifier::new(1);
+    let record = |event, seq, why: &str| Entry {
+        spool: "00000000000000aa".into(),
+        seq,
+        event,
+        at_unix_ms: 1_700_000_000_000 + seq,
+        cluster: "test".into(),
+        namespace: "cache".into(),
+        key: "warm/1".into(),
+        class: "cache-warm".into(),
+        identity: ALICE.into(),
+        session: 0x2a,
+        why: why.into(),
+    };
+    let put = |e: &Entry, rev| Change::put(&layout::unprotected_key(&e.spool, e.seq), serde_json::to_vec(e).unwrap(), rev);
+    let (g, x) = (record(Spooled::Grant, 1, ""), record(Spooled::End, 2, "quorum_back"));
+    let events = c.revision(20, &[put(&g, 20), put(&x, 20)], 9);
+    assert_eq!(kinds(&events), [Kind::UnprotectedGrant, Kind::UnprotectedEnd]);
+    for (e, r) in events.iter().zip([&g, &x]) {
+        assert_eq!(e.unprotected, Some(true));
+        assert_eq!(
+            (e.key.as_deref(), e.namespace.as_deref(), e.class.as_deref()),
+            (Some("cache/warm/1"), Some("cache"), Some("cache-warm"))
+        );
+        assert_eq!((e.identity.as_deref(), e.session.as_deref(), e.epoch), (Some(ALICE), Some("000000000000002a"), None));
+        assert_eq!((e.time_unix_ms, e.time_source), (r.at_unix_ms, TimeSource::Record));
+        assert!(!e.kind.ends_hold(), "an unprotected end never ends a protected hold's withholding");
+    }
+    assert_eq!(events[1].reason.as_deref(), Some("quorum_back"));
+    // Protected events never carry the flag.
+    granted(&mut c, 7, "pay/a");
+}
