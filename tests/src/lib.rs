@@ -367,7 +367,7 @@ pub type Configure<'a> = &'a dyn Fn(&mut ArbiterConfig);
 pub fn defaults(_: &mut ArbiterConfig) {}
 
 /// The arbiter's HOLDFAST_LOG in the tests unless one asks for another.
-const DEFAULT_LOG_FILTER: &str = "info,holdfast_arbiter=debug";
+pub const DEFAULT_LOG_FILTER: &str = "info,holdfast_arbiter=debug";
 
 /// A running holdfast-arbiter, started like systemd starts it (through the
 /// devkit's one launcher).

@@ -173,9 +173,25 @@ async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_p
         assert!(back.elapsed() < Duration::from_secs(20), "the unprotected session outlived the outage");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (records, _) = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool");
-    let ends: Vec<_> = records.iter().filter(|r| r.event == Event::End).map(|r| (r.key.as_str(), r.session, r.why.as_str())).collect();
-    assert_eq!(ends, [("k3", lapsed.session_id, "expired"), ("k1", u2.session_id, "quorum_back")], "{records:?}");
+    // The spool is shipped to /sys/unprotected/ (for the audit trail) and
+    // emptied: what was spooled, then the end of the hold etcd's return cut.
+    while std::fs::metadata(&spool).expect("spool").len() > 0 {
+        assert!(back.elapsed() < Duration::from_secs(30), "the spool was not shipped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let shipped = a
+        .etcd
+        .client()
+        .await
+        .get(holdfast_model::layout::UNPROTECTED_PREFIX, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("read /sys/unprotected/");
+    let shipped: Vec<holdfast_model::spool::Entry> =
+        shipped.kvs().iter().map(|kv| serde_json::from_slice(kv.value()).expect("a spool record")).collect();
+    assert_eq!(shipped[..records.len()], records[..], "shipped as spooled, in order");
+    let ends: Vec<_> = shipped.iter().filter(|r| r.event == Event::End).map(|r| (r.key.as_str(), r.session, r.why.as_str())).collect();
+    assert_eq!(ends, [("k3", lapsed.session_id, "expired"), ("k1", u2.session_id, "quorum_back")], "{shipped:?}");
+    assert_eq!(shipped.len(), records.len() + 1);
     let s = loop {
         match rpc.open_session(open_req("open-cache")).await {
             Ok(r) => break r.into_inner(),
@@ -191,4 +207,141 @@ async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_p
     assert!(!g.unprotected && g.token != 0, "{g:?}");
     let m = scrape(a.arbiter.metrics_port).await;
     assert_eq!(sample(&m, "holdfast_arbiter_fail_open{cluster=\"test\"}"), 0.0);
+}
+
+/// The arbiter's spool shipped after an outage, with the arbiter killed
+/// mid-outage and again between shipping and emptying its spool: every
+/// record reaches the audit store once, with `unprotected = true`, and
+/// `holdfastctl audit --unprotected` lists exactly them.
+#[tokio::test(flavor = "multi_thread")]
+async fn unprotected_grants_reach_the_audit_store_exactly_once_across_arbiter_crashes() {
+    use holdfast_config::EtcdConfig;
+    use holdfast_store::roles::{ARBITER, TAILER};
+    let dir = TestDir::new("fail-open-audit");
+    let mut etcd = Etcd::start_secure(&dir.path, 1).await;
+    etcd.enable_auth().await;
+    etcd.init_epoch().await;
+    let _controller = etcd.publish_policy(&dir.path, CLASSES, "").await;
+    let pki = Pki::new(&dir.path);
+    let arbiter_etcd = EtcdConfig { request_timeout: Duration::from_secs(2), ..etcd.config_as(ARBITER.name) };
+    let configure = move |c: &mut holdfast_config::arbiter::ArbiterConfig| {
+        c.etcd = arbiter_etcd.clone();
+        c.fail_open.after = Duration::from_secs(2);
+    };
+    let mut arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &configure);
+    let store = dir.path.join("audit");
+    let _tailer = start_tailer(&dir.path, "tailer", etcd.config_as(TAILER.name), &store, holdfast_devkit::ports::free_port());
+    let spool = dir.path.join("arbiter.state").join("unprotected.spool");
+
+    // The outage: two unprotected grants, one released.
+    let stopped = std::time::Instant::now();
+    sigkill(etcd.pid(0).expect("etcd's pid"));
+    let client = arbiter.client(&pki, &pki.workload("workload-cache", "workload/cache")).await;
+    let mut rpc = client.rpc();
+    let u = loop {
+        match rpc.open_session(open_req("open-cache")).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if stopped.elapsed() < Duration::from_secs(15) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("no unprotected session: {e:?}"),
+        }
+    };
+    assert!(u.unprotected);
+    for k in ["a", "b"] {
+        let g = rpc.acquire(acquire_req(u.session_id, "open-cache", k, Duration::ZERO)).await.expect("grant").into_inner();
+        assert!(g.unprotected && g.token == 0);
+    }
+    let released = rpc
+        .release(ReleaseRequest { session_id: u.session_id, namespace: "open-cache".into(), key: "b".into(), token: 0 })
+        .await
+        .expect("release")
+        .into_inner();
+    assert!(released.released);
+
+    // kill -9 mid-outage, "a" still held: only the spool knows of it.
+    sigkill(arbiter.process.pid().expect("arbiter's pid"));
+    drop(client);
+    etcd.restart_member(0).await;
+    let before = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool").0;
+    assert_eq!(
+        before.iter().map(|r| (r.event, r.key.as_str())).collect::<Vec<_>>(),
+        [(Event::Grant, "a"), (Event::Grant, "b"), (Event::Release, "b")]
+    );
+
+    // Started again with the test-build fault: it ends "a" in the spool
+    // (arbiter_restart), ships every record, and exits before emptying it.
+    arbiter = Arbiter::spawn_env(
+        &dir.path,
+        "arbiter",
+        &etcd.endpoints(),
+        &pki,
+        &configure,
+        DEFAULT_LOG_FILTER,
+        &[("HOLDFAST_FAULT_EXIT_AFTER_SHIP", "1")],
+    );
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = arbiter.process.exited() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the arbiter did not ship its spool within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(86), "exited by the fault, after shipping");
+    let shipped = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool").0;
+    assert_eq!(shipped.len(), 4, "kept: the arbiter died before emptying it");
+    assert_eq!((shipped[3].event, shipped[3].key.as_str(), shipped[3].why.as_str()), (Event::End, "a", "arbiter_restart"));
+
+    // Started once more: ships the same records again (none stored twice)
+    // and empties the spool.
+    arbiter = Arbiter::start_with(&dir.path, "arbiter", &etcd.endpoints(), &pki, &configure);
+    let t = std::time::Instant::now();
+    while std::fs::metadata(&spool).expect("spool").len() > 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the spool was not emptied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut etcd_client = etcd.client().await;
+    let stored = etcd_client
+        .get(holdfast_model::layout::UNPROTECTED_PREFIX, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("read /sys/unprotected/");
+    assert_eq!(stored.kvs().len(), 4);
+    assert!(stored.kvs().iter().all(|kv| kv.version() == 1), "each record was put once");
+
+    // The audit store: each record once, unprotected, in spool order.
+    tailer_caught_up(&etcd, &store).await;
+    let events = holdfast_audit::store::read_events(&store).expect("the audit store");
+    let unprotected: Vec<_> = events.iter().filter(|e| e.unprotected == Some(true)).collect();
+    let listed: Vec<(String, String, String, u64)> = unprotected
+        .iter()
+        .map(|e| (e.kind.to_string(), e.key.clone().unwrap_or_default(), e.reason.clone().unwrap_or_default(), e.time_unix_ms))
+        .collect();
+    let spooled: Vec<(String, String, String, u64)> = shipped
+        .iter()
+        .map(|r| {
+            let kind = match r.event {
+                Event::Grant => "unprotected-grant",
+                Event::Release => "unprotected-release",
+                Event::End => "unprotected-end",
+            };
+            (kind.to_string(), format!("{}/{}", r.namespace, r.key), r.why.clone(), r.at_unix_ms)
+        })
+        .collect();
+    assert_eq!(listed, spooled, "the audit store holds the spool, once");
+    assert!(unprotected.iter().all(|e| e.identity.as_deref() == Some("spiffe://holdfast.dev/workload/cache") && e.epoch.is_none()));
+    assert!(events.iter().filter(|e| e.unprotected.is_none()).all(|e| !e.kind.to_string().starts_with("unprotected")));
+
+    // The reconciliation list, as an operator reads it.
+    let out = std::process::Command::new(bin("holdfastctl"))
+        .args(["audit", "--unprotected", "--since", "1h", "--json", "--store"])
+        .arg(&store)
+        .output()
+        .expect("run holdfastctl audit");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: Vec<holdfast_audit::Event> = serde_json::from_slice(&out.stdout).expect("a JSON array of events");
+    assert_eq!(listed.len(), 4);
+    assert_eq!(listed.iter().map(|e| e.time_unix_ms).collect::<Vec<_>>(), shipped.iter().map(|r| r.at_unix_ms).collect::<Vec<_>>());
+    drop(arbiter);
 }

@@ -33,6 +33,19 @@ pub const PAUSETEST_VALIDITY: std::time::Duration = std::time::Duration::from_se
 /// nor the end of a session.
 pub const WITHDRAWN_PREFIX: &str = "/sys/withdrawn/";
 
+/// Shipped fail-open spool records: `/sys/unprotected/<spool>/<seq>` (see
+/// [`unprotected_key`]), each one [`crate::spool::Entry`] as JSON, put by
+/// the arbiter that spooled it once etcd is back, compared absent so a
+/// record shipped twice (a crash between shipping and emptying the spool)
+/// is stored once. The tailer turns each into an audit event with
+/// `unprotected = true`.
+pub const UNPROTECTED_PREFIX: &str = "/sys/unprotected/";
+
+/// The key of record `seq` of spool `spool` (its ID, 16 hex digits).
+pub fn unprotected_key(spool: &str, seq: u64) -> String {
+    format!("{UNPROTECTED_PREFIX}{spool}/{seq:020}")
+}
+
 /// Used approval nonces (`/sys/nonce/<nonce>`): written by the transaction
 /// that performs a two-person operation, compared absent by it, so a
 /// request runs at most once.

@@ -73,7 +73,7 @@ const LOCK_SPACE: Range = Range::Between(layout::HOLD_PREFIX, "/s0");
 
 pub const ARBITER: Role = Role {
     name: "holdfast-arbiter",
-    used_by: "holdfast-arbiter: grants, releases, sessions, waiters, withdrawal and close markers, the seal and the restore floor",
+    used_by: "holdfast-arbiter: grants, releases, sessions, waiters, withdrawal and close markers, the seal and the restore floor, shipped fail-open spools",
     read: &[LOCK_SPACE, Range::Key(layout::EPOCH_KEY), Range::Key(layout::POLICY_KEY)],
     read_write: &[
         Range::Prefix(layout::HOLD_PREFIX),
@@ -81,6 +81,7 @@ pub const ARBITER: Role = Role {
         Range::Prefix(layout::SESSION_PREFIX),
         Range::Prefix(layout::WITHDRAWN_PREFIX),
         Range::Prefix(layout::CLOSED_PREFIX),
+        Range::Prefix(layout::UNPROTECTED_PREFIX),
         Range::Key(layout::SEAL_KEY),
         Range::Key(layout::WATERMARK_KEY),
     ],

@@ -126,7 +126,8 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     if !unshipped.is_empty() {
         tracing::warn!(records = unshipped.len(), spool = %spool.path().display(), "the fail-open spool holds unprotected grants not yet shipped");
     }
-    let unprotected = Arc::new(crate::unprotected::Unprotected::new(config.fail_open.after, spool));
+    let unprotected =
+        Arc::new(crate::unprotected::Unprotected::new(config.fail_open.after, spool).map_err(|e| anyhow::anyhow!("fail_open: {e}"))?);
     {
         let (unprotected, clusters) = (unprotected.clone(), clusters.clone());
         tokio::spawn(async move {

@@ -149,6 +149,25 @@ impl Spool {
         Ok(entry)
     }
 
+    /// Every record in the spool now, and the length they end at.
+    pub fn records(&self) -> Result<(Vec<Entry>, u64), String> {
+        use std::os::unix::fs::FileExt;
+        let shown = self.path.display().to_string();
+        let mut bytes = vec![0; self.len as usize];
+        self.file.read_exact_at(&mut bytes, 0).map_err(|e| format!("reading the fail-open spool {shown}: {e}"))?;
+        let (entries, _) = read_records(&bytes).map_err(|e| format!("the fail-open spool {shown} is damaged: {e}"))?;
+        Ok((entries, self.len))
+    }
+
+    /// Empties the spool if it still ends at `len` (nothing was appended
+    /// since its records were shipped): true if it did.
+    pub fn shipped_up_to(&mut self, len: u64) -> Result<bool, String> {
+        if self.len != len {
+            return Ok(false);
+        }
+        self.shipped().map(|()| true)
+    }
+
     /// Empties the spool once every record has been shipped, and starts a
     /// new one (a new ID) for the next outage.
     pub fn shipped(&mut self) -> Result<(), String> {
@@ -160,6 +179,19 @@ impl Spool {
         self.next_seq = 1;
         Ok(())
     }
+}
+
+/// The grants in `entries` that no later record of the same spool ends:
+/// holds still open when the spool was last written.
+pub fn open_grants(entries: &[Entry]) -> Vec<Entry> {
+    let mut open: Vec<Entry> = Vec::new();
+    for e in entries {
+        match e.event {
+            Event::Grant => open.push(e.clone()),
+            Event::Release | Event::End => open.retain(|g| !(g.session == e.session && g.namespace == e.namespace && g.key == e.key)),
+        }
+    }
+    open
 }
 
 fn new_id() -> String {

@@ -64,12 +64,30 @@ pub struct Unprotected {
     spool: Arc<Mutex<Spool>>,
     state: Mutex<State>,
     freed: Notify,
+    /// No shipping attempt before this (after one failed).
+    ship_after: Mutex<Option<Instant>>,
 }
 
+/// After a failed attempt to ship the spool, the next waits this long.
+const SHIP_BACKOFF: Duration = Duration::from_secs(2);
+
 impl Unprotected {
-    pub fn new(after: Duration, spool: Spool) -> Self {
+    /// Takes over the spool found at start: a hold it shows granted and not
+    /// ended was open when this arbiter last stopped, and lived only in its
+    /// memory, so it is ended now (`why = "arbiter_restart"`).
+    pub fn new(after: Duration, mut spool: Spool) -> Result<Self, String> {
+        let (entries, _) = spool.records()?;
+        for g in crate::spool::open_grants(&entries) {
+            spool.end(Entry { event: Event::End, why: "arbiter_restart".into(), ..g }).map_err(|e| e.to_string())?;
+        }
         crate::metrics::METRICS.spool_bytes.get_or_create(crate::metrics::METRICS.labels()).set(spool.len() as i64);
-        Unprotected { after, spool: Arc::new(Mutex::new(spool)), state: Mutex::new(State::default()), freed: Notify::new() }
+        Ok(Unprotected {
+            after,
+            spool: Arc::new(Mutex::new(spool)),
+            state: Mutex::new(State::default()),
+            freed: Notify::new(),
+            ship_after: Mutex::new(None),
+        })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -252,6 +270,72 @@ impl Unprotected {
         let open = clusters.all().into_iter().any(|c| self.outage(c));
         let m = &*crate::metrics::METRICS;
         m.fail_open.get_or_create(m.labels()).set(i64::from(open));
+        if !open {
+            self.ship(clusters).await;
+        }
+    }
+
+    /// Ships the spool once no unprotected session is left and every
+    /// cluster its records name serves again: each record is put at
+    /// `/sys/unprotected/<spool>/<seq>` on its cluster, compared absent (a
+    /// record shipped before a crash is not stored twice), then the spool
+    /// is emptied if nothing was appended meanwhile. A failure leaves the
+    /// spool as it is, for another try after [`SHIP_BACKOFF`].
+    async fn ship(&self, clusters: &Clusters) {
+        if !self.state().sessions.is_empty() {
+            return;
+        }
+        if self.ship_after.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        let records = {
+            let spool = self.spool.lock().unwrap_or_else(|e| e.into_inner());
+            if spool.is_empty() {
+                return;
+            }
+            spool.records()
+        };
+        let (entries, len) = match records {
+            Ok(r) => r,
+            Err(e) => return self.ship_failed(&e),
+        };
+        let target = |e: &Entry| clusters.all().into_iter().find(|c| c.name() == e.cluster).unwrap_or(&clusters.entity).clone();
+        if entries.iter().any(|e| !matches!(target(e).guard.state(), crate::seal::Serve::Serving(_))) {
+            return;
+        }
+        let mut stored = 0;
+        for e in &entries {
+            let key = holdfast_model::layout::unprotected_key(&e.spool, e.seq);
+            let value = serde_json::to_vec(e).unwrap_or_default();
+            let txn = etcd_client::Txn::new()
+                .when([etcd_client::Compare::version(key.as_str(), etcd_client::CompareOp::Equal, 0)])
+                .and_then([etcd_client::TxnOp::put(key.as_str(), value, None)]);
+            match target(e).etcd.txn(txn).await {
+                Ok(r) => stored += usize::from(r.succeeded()),
+                Err(err) => return self.ship_failed(&format!("etcd refused {key}: {err}")),
+            }
+        }
+        #[cfg(feature = "mutations")]
+        fault::exit_after_ship();
+        let emptied = self.spool.lock().unwrap_or_else(|e| e.into_inner()).shipped_up_to(len);
+        match emptied {
+            Ok(emptied) => {
+                tracing::warn!(
+                    records = entries.len(),
+                    stored,
+                    emptied,
+                    "fail-open spool shipped to /sys/unprotected/ for the audit trail (records already there were not stored again)"
+                );
+                let m = &*crate::metrics::METRICS;
+                m.spool_bytes.get_or_create(m.labels()).set(if emptied { 0 } else { len as i64 });
+            }
+            Err(e) => self.ship_failed(&e),
+        }
+    }
+
+    fn ship_failed(&self, why: &str) {
+        tracing::error!(error = why, "could not ship the fail-open spool; it is kept and tried again");
+        *self.ship_after.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + SHIP_BACKOFF);
     }
 
     /// Ends session `id`: taken out of memory with its holds at once (so a
@@ -340,5 +424,20 @@ fn spool_refusal(e: SpoolError) -> Refusal {
     match e {
         SpoolError::Full { .. } => Refusal::quota(e.to_string()),
         SpoolError::Io { .. } => Refusal::not_serving(&e.to_string()),
+    }
+}
+
+/// Test builds only (the `mutations` feature): with
+/// `HOLDFAST_FAULT_EXIT_AFTER_SHIP=1` in its environment the arbiter exits
+/// (status 86, as a crash would leave it) right after shipping its spool and
+/// before emptying it, so a test can prove the next start ships nothing
+/// twice. A build without the feature has none of this code.
+#[cfg(feature = "mutations")]
+mod fault {
+    pub fn exit_after_ship() {
+        if std::env::var("HOLDFAST_FAULT_EXIT_AFTER_SHIP").is_ok_and(|v| v == "1") {
+            eprintln!("HOLDFAST_FAULT_EXIT_AFTER_SHIP: exiting after shipping the spool, before emptying it");
+            std::process::exit(86);
+        }
     }
 }
