@@ -67,7 +67,7 @@ async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_p
     let e = rpc.open_session(open_req("ledger")).await.expect_err("a correctness class never fails open");
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     let e = rpc.acquire(acquire_req(u.session_id, "ledger", "x", Duration::ZERO)).await.expect_err("not on an unprotected session");
-    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 
     // Token 0, one holder per key within the arbiter.
     let g = rpc.acquire(acquire_req(u.session_id, "open-cache", "k1", Duration::ZERO)).await.expect("unprotected grant").into_inner();
@@ -344,4 +344,117 @@ async fn unprotected_grants_reach_the_audit_store_exactly_once_across_arbiter_cr
     assert_eq!(listed.len(), 4);
     assert_eq!(listed.iter().map(|e| e.time_unix_ms).collect::<Vec<_>>(), shipped.iter().map(|r| r.at_unix_ms).collect::<Vec<_>>());
     drop(arbiter);
+}
+
+/// The Rust client and `holdfastctl lock exec` say when a grant is
+/// unprotected, and a protected one never is.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_client_and_lock_exec_surface_an_unprotected_grant() {
+    let mut a = Appliance::start_policy("fail-open-client", 1, &|c| c.fail_open.after = Duration::from_secs(2), CLASSES, "").await;
+    let exec = |key: &str, parent_says: &str| {
+        let out = std::process::Command::new(bin("holdfastctl"))
+            .envs(a.ctl_env("workload/exec"))
+            .env("HOLDFAST_UNPROTECTED", parent_says)
+            .args(["lock", "exec", key, "--wait", "0", "--", "sh", "-c", "echo \"[$HOLDFAST_UNPROTECTED] $HOLDFAST_TOKEN\""])
+            .output()
+            .expect("run holdfastctl lock exec");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    // Protected: a real token, and HOLDFAST_UNPROTECTED is not passed on
+    // even when the caller's environment has it.
+    let (out, err) = exec("open-cache/protected", "1");
+    let token: u64 = out.strip_prefix("[] ").unwrap_or_else(|| panic!("{out:?}")).parse().expect("a token");
+    assert!(token > 0 && !err.contains("WITHOUT etcd"), "{out:?} {err}");
+    let fenced = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = fenced.clone();
+    let locker = a.locker("workload/client", &[&a.arbiter], move |f| seen.lock().unwrap().push(f.keys));
+    let key = holdfast_model::LockKey::parse("open-cache/x").unwrap();
+
+    sigkill(a.etcd.pid(0).expect("etcd's pid"));
+    let t = std::time::Instant::now();
+    let guard = loop {
+        match locker.acquire(&key, holdfast_client::AcquireOptions::default()).await {
+            Ok(g) => break g,
+            Err(e) if t.elapsed() < Duration::from_secs(20) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("no unprotected grant: {e}"),
+        }
+    };
+    assert!(guard.unprotected() && guard.token().is_unprotected() && guard.token().expose() == 0);
+    let (out, err) = exec("open-cache/y", "");
+    assert_eq!(out, "[1] 0");
+    assert!(err.contains("open-cache/y was granted WITHOUT etcd (unprotected, token 0)"), "{err}");
+
+    // etcd back: the unprotected hold is fenced like any lost one.
+    a.etcd.restart_member(0).await;
+    let t = std::time::Instant::now();
+    while fenced.lock().unwrap().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(40), "the unprotected hold was never fenced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(fenced.lock().unwrap()[0], vec![key.clone()]);
+    drop(guard);
+    let t = std::time::Instant::now();
+    let again = loop {
+        match locker.acquire(&key, holdfast_client::AcquireOptions::default()).await {
+            Ok(g) => break g,
+            Err(e) if t.elapsed() < Duration::from_secs(20) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("no protected grant after etcd came back: {e}"),
+        }
+    };
+    assert!(!again.unprotected() && again.token().expose() > 0);
+}
+
+/// A full spool refuses new unprotected grants with a clear error, keeps
+/// everything it holds, and still records the end of every open hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_spool_refuses_new_open_grants_and_loses_nothing() {
+    let configure = |c: &mut holdfast_config::arbiter::ArbiterConfig| {
+        c.fail_open.after = Duration::from_secs(1);
+        c.fail_open.spool_max_bytes = 4096;
+    };
+    let a = Appliance::start_policy("fail-open-full", 1, &configure, CLASSES, "").await;
+    let client = a.client("workload/cache").await;
+    let mut rpc = client.rpc();
+    let spool = a.dir.path.join("arbiter.state").join("unprotected.spool");
+    sigkill(a.etcd.pid(0).expect("etcd's pid"));
+    let t = std::time::Instant::now();
+    let u = loop {
+        match rpc.open_session(open_req("open-cache")).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if t.elapsed() < Duration::from_secs(15) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("no unprotected session: {e:?}"),
+        }
+    };
+    let mut granted = Vec::new();
+    let refused = loop {
+        let key = format!("k{}", granted.len());
+        match rpc.acquire(acquire_req(u.session_id, "open-cache", &key, Duration::ZERO)).await {
+            Ok(_) => granted.push(key),
+            Err(e) => break e,
+        }
+        assert!(granted.len() < 100, "4096 bytes never filled");
+    };
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("unprotected.spool is full") && refused.message().contains("fail_open.spool_max_bytes"),
+        "{refused:?}"
+    );
+    assert!(granted.len() >= 3, "only {} grants fit", granted.len());
+    let (records, _) = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool");
+    assert_eq!(records.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), granted, "every grant answered is spooled");
+    // Every open hold can still end: closing the session spools each end.
+    rpc.close_session(CloseSessionRequest { session_id: u.session_id }).await.expect("close");
+    let (records, len) = read_records(&std::fs::read(&spool).expect("spool")).expect("a sound spool");
+    assert_eq!(records.iter().filter(|r| r.event == Event::Release).count(), granted.len());
+    assert!(len <= 4096, "the bound held: {len} bytes");
 }

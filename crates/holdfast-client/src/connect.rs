@@ -143,6 +143,7 @@ impl Client {
         let mut session = Session::start(clients, resp.session_id, Duration::from_millis(resp.ttl_millis), opened_at, observer);
         // An arbiter of before tiers says none: its sessions are the entity tier's.
         session.tier = if resp.tier.is_empty() { "entity".into() } else { resp.tier };
+        session.unprotected = resp.unprotected;
         Ok(session)
     }
 

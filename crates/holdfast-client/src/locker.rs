@@ -74,6 +74,9 @@ struct Entry {
 
 struct Slot {
     session: Session,
+    /// The arbiter (index into the endpoints) the session was opened on:
+    /// the only one that knows an unprotected session.
+    home: usize,
     holds: Mutex<HashMap<LockKey, Entry>>,
     key_locks: Mutex<HashMap<LockKey, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -194,7 +197,7 @@ impl Locker {
                         let _ = session.close().await;
                         return Ok(s.clone());
                     }
-                    let slot = Arc::new(Slot { session, holds: Default::default(), key_locks: Default::default() });
+                    let slot = Arc::new(Slot { session, home: *i, holds: Default::default(), key_locks: Default::default() });
                     slots.insert(k.clone(), slot.clone());
                     tokio::spawn(fence_when_lost(self.inner.clone(), k, slot.clone()));
                     return Ok(slot);
@@ -231,7 +234,9 @@ impl Locker {
             return Ok(LockGuard { slot: slot.clone(), inner: self.inner.clone(), key: key.clone(), token: e.token });
         }
         let mut last = None;
-        for i in ranked(&key.to_string(), &self.inner.endpoints) {
+        // An unprotected session exists only on the arbiter that opened it.
+        let order = if slot.session.unprotected() { vec![slot.home] } else { ranked(&key.to_string(), &self.inner.endpoints) };
+        for i in order {
             match slot.session.acquire_on(&self.inner.clients[i], key, opts.wait).await {
                 Ok(hold) => {
                     let token = hold.token();
@@ -265,8 +270,18 @@ async fn fence_when_lost(inner: Arc<Inner>, k: SlotKey, slot: Arc<Slot>) {
 
 impl LockGuard {
     /// The fencing token: pass it to the resource with every write.
+    /// [`Token::unprotected`] (0) for an unprotected grant, which a fenced
+    /// resource refuses.
     pub fn token(&self) -> Token {
         self.token
+    }
+
+    /// True for a grant made from an arbiter's memory while etcd was out of
+    /// its reach (an `on_quorum_loss = "open"` class): token 0, another
+    /// arbiter may grant the key at the same time, and it is recorded for
+    /// reconciliation. The hold is lost (fenced) once etcd is back.
+    pub fn unprotected(&self) -> bool {
+        self.token.is_unprotected()
     }
 
     pub fn key(&self) -> &LockKey {

@@ -63,6 +63,8 @@ pub struct Session {
     ttl: Duration,
     /// The tier the session lives on ("entity" or "coord").
     pub(crate) tier: String,
+    /// Opened without etcd (see [`Session::unprotected`]).
+    pub(crate) unprotected: bool,
     health: watch::Receiver<Health>,
     clock: Arc<Mutex<Clock>>,
     task: tokio::task::JoinHandle<()>,
@@ -91,7 +93,7 @@ impl Session {
         let clock = Arc::new(Mutex::new(Clock { deadline }));
         let client = clients[0].clone();
         let task = tokio::spawn(keepalive_loop(clients, id, ttl, tx, clock.clone(), observer));
-        Session { client, id, ttl, tier: "entity".into(), health: rx, clock, task }
+        Session { client, id, ttl, tier: "entity".into(), unprotected: false, health: rx, clock, task }
     }
 
     pub fn id(&self) -> u64 {
@@ -106,6 +108,14 @@ impl Session {
     /// class it was opened for): it can hold keys of that tier's classes.
     pub fn tier(&self) -> &str {
         &self.tier
+    }
+
+    /// True for an **unprotected** session: the arbiter opened it from
+    /// memory because etcd was out of its reach and the class has
+    /// `on_quorum_loss = "open"`. Its grants carry token 0 and exclude
+    /// other holders only on that arbiter; it is lost once etcd is back.
+    pub fn unprotected(&self) -> bool {
+        self.unprotected
     }
 
     /// Watch this to learn when the session degrades or is lost.
@@ -141,7 +151,11 @@ impl Session {
             wait_millis: wait.as_millis() as u64,
         };
         let resp = client.rpc.clone().acquire(req).await?.into_inner();
-        let token = Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?;
+        let token = if resp.unprotected {
+            Token::unprotected()
+        } else {
+            Token::from_wire(resp.token).map_err(|e| Error::Config(format!("the arbiter returned a malformed token ({e})")))?
+        };
         let hold = Hold { client: client.clone(), session_id: self.id, key: key.clone(), token };
         if let Err(e) = self.ensure_alive() {
             // Lost while the grant was in flight: the hold cannot be trusted.
@@ -193,8 +207,15 @@ impl std::fmt::Debug for Client {
 }
 
 impl Hold {
+    /// The fencing token ([`Token::unprotected`] for an unprotected grant).
     pub fn token(&self) -> Token {
         self.token
+    }
+
+    /// True for a grant made without etcd: token 0, one holder per key on
+    /// the granting arbiter only (see [`Session::unprotected`]).
+    pub fn unprotected(&self) -> bool {
+        self.token.is_unprotected()
     }
 
     pub fn key(&self) -> &LockKey {

@@ -41,6 +41,20 @@ impl Token {
         Ok(Token((u64::from(epoch) << REVISION_BITS) | revision))
     }
 
+    /// The token of an **unprotected** grant: 0, below every token an
+    /// arbiter mints, so a fenced resource refuses it. Only an `open`
+    /// class's grant made from an arbiter's memory while etcd was out of
+    /// reach carries it (the grant says `unprotected = true`);
+    /// [`Token::from_wire`] never reads it.
+    pub const fn unprotected() -> Self {
+        Token(0)
+    }
+
+    /// True for [`Token::unprotected`].
+    pub const fn is_unprotected(self) -> bool {
+        self.0 == 0
+    }
+
     /// Reads a token received on the wire. Rejects values that no arbiter
     /// could have minted.
     pub fn from_wire(value: u64) -> Result<Self, TokenError> {
@@ -112,6 +126,15 @@ mod tests {
         assert_eq!(Token::from_wire(wire), Token::new(3, 301));
         let top = Token::from_wire((u64::from(MAX_EPOCH) << 48) | MAX_REVISION).unwrap();
         assert_eq!((top.epoch(), top.revision()), (MAX_EPOCH, MAX_REVISION));
+    }
+
+    #[test]
+    fn the_unprotected_token_is_0_and_below_every_minted_one() {
+        let u = Token::unprotected();
+        assert!(u.is_unprotected() && u.expose() == 0);
+        assert!(u < Token::new(1, 1).unwrap());
+        assert!(!Token::new(1, 1).unwrap().is_unprotected());
+        assert!(Token::from_wire(0).is_err(), "never read from the wire: only an unprotected grant says it");
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub const SWEEP: Duration = Duration::from_millis(250);
 struct Local {
     identity: String,
     tier: Tier,
+    /// The class it was opened for (its holds may be of any open class of
+    /// the same TTL and tier).
     class: String,
     ttl: Duration,
     /// The session ends when this passes without a keepalive.
@@ -49,8 +51,9 @@ struct Local {
 #[derive(Default)]
 struct State {
     sessions: HashMap<u64, Local>,
-    /// Held keys (`namespace/key`) and the session holding each.
-    holds: HashMap<String, (u64, LockKey)>,
+    /// Held keys (`namespace/key`): the session holding each, the key and
+    /// its class.
+    holds: HashMap<String, (u64, LockKey, String)>,
     /// Sessions that ended lately: a keepalive for one answers TTL 0 (not
     /// an error, which would end the client's whole keepalive stream).
     ended: std::collections::HashSet<u64>,
@@ -179,27 +182,37 @@ impl Unprotected {
     fn claim(&self, c: &Cluster, id: u64, who: &str, key: &LockKey, name: &str, class: &Class) -> Result<bool, Refusal> {
         let mut state = self.state();
         let Some(s) = state.sessions.get(&id).filter(|s| s.identity == who) else { return Err(not_found(id)) };
-        if s.tier != class.tier || s.class != class.name {
-            return Err(Refusal::invalid(
-                "session_id",
-                format!(
-                    "is an unprotected session of class {}; key {key} is of class {}: open a session for its namespace",
-                    s.class, class.name
-                ),
-            ));
-        }
         if !self.applies(c, class) {
+            if class.on_quorum_loss != OnQuorumLoss::Open {
+                return Err(Refusal::not_serving(&format!(
+                    "class {} has on_quorum_loss = \"closed\" and etcd is out of reach; only open classes are granted without it",
+                    class.name
+                )));
+            }
             return Err(Refusal::new(
                 tonic::Code::NotFound,
                 holdfast_proto::ErrorReason::SessionNotFound,
                 "etcd is back within reach: unprotected sessions have ended; open a new session (it will be protected)",
             ));
         }
+        // Like a protected session: any class of its TTL and tier (here,
+        // any open one).
+        if s.tier != class.tier || s.ttl != class.ttl {
+            return Err(Refusal::invalid(
+                "session_id",
+                format!(
+                    "is an unprotected session of TTL {}s; key {key} is of class {} (TTL {}s): open a session for its namespace",
+                    s.ttl.as_secs(),
+                    class.name,
+                    class.ttl.as_secs()
+                ),
+            ));
+        }
         match state.holds.get(name) {
-            Some((holder, _)) if *holder == id => Err(Refusal::invalid("key", format!("{key} is already held by this session"))),
+            Some((holder, ..)) if *holder == id => Err(Refusal::invalid("key", format!("{key} is already held by this session"))),
             Some(_) => Ok(false),
             None => {
-                state.holds.insert(name.to_string(), (id, key.clone()));
+                state.holds.insert(name.to_string(), (id, key.clone(), class.name.clone()));
                 Ok(true)
             }
         }
@@ -224,13 +237,17 @@ impl Unprotected {
     pub async fn release(&self, c: &Cluster, id: u64, who: &str, key: &LockKey) -> Result<bool, Refusal> {
         let class = {
             let mut state = self.state();
-            let Some(s) = state.sessions.get(&id).filter(|s| s.identity == who) else { return Err(not_found(id)) };
-            let class = s.class.clone();
-            if state.holds.get(&key.to_string()).is_none_or(|(holder, _)| *holder != id) {
-                return Ok(false);
+            if state.sessions.get(&id).is_none_or(|s| s.identity != who) {
+                return Err(not_found(id));
             }
-            state.holds.remove(&key.to_string());
-            class
+            match state.holds.remove(&key.to_string()) {
+                Some((holder, _, class)) if holder == id => class,
+                Some(other) => {
+                    state.holds.insert(key.to_string(), other);
+                    return Ok(false);
+                }
+                None => return Ok(false),
+            }
         };
         self.end(c, id, who, key, &class, Event::Release, "").await?;
         Ok(true)
@@ -346,16 +363,16 @@ impl Unprotected {
         let (session, mut keys) = {
             let mut state = self.state();
             let Some(s) = state.sessions.remove(&id) else { return Ok(()) };
-            let keys: Vec<String> = state.holds.iter().filter(|(_, (h, _))| *h == id).map(|(n, _)| n.clone()).collect();
-            let keys: Vec<(String, (u64, LockKey))> = keys.into_iter().filter_map(|n| state.holds.remove_entry(&n)).collect();
+            let keys: Vec<String> = state.holds.iter().filter(|(_, (h, ..))| *h == id).map(|(n, _)| n.clone()).collect();
+            let keys: Vec<(String, (u64, LockKey, String))> = keys.into_iter().filter_map(|n| state.holds.remove_entry(&n)).collect();
             (s, keys)
         };
         let (who, class) = (session.identity.clone(), session.class.clone());
         let c = clusters.of(session.tier);
-        while let Some((name, (_, key))) = keys.pop() {
-            if let Err(e) = self.end(c, id, &who, &key, &class, event, why).await {
+        while let Some((name, (_, key, held_class))) = keys.pop() {
+            if let Err(e) = self.end(c, id, &who, &key, &held_class, event, why).await {
                 let mut state = self.state();
-                state.holds.insert(name, (id, key));
+                state.holds.insert(name, (id, key, held_class));
                 state.holds.extend(keys);
                 state.sessions.insert(id, session);
                 return Err(e);

@@ -22,7 +22,10 @@ enum LockAction {
     /// CMD gets the fencing token in HOLDFAST_TOKEN (decimal) and the key in
     /// HOLDFAST_LOCK_KEY. Pass the token to the resource with every write; a
     /// fenced resource rejects writes carrying a token lower than one it has
-    /// seen. If the session is lost while CMD runs, CMD gets SIGTERM, then
+    /// seen. An unprotected grant (etcd out of reach, a class with
+    /// on_quorum_loss = "open") runs CMD with HOLDFAST_UNPROTECTED=1 and
+    /// HOLDFAST_TOKEN=0, and says so on stderr: another arbiter may grant
+    /// the key at the same time. If the session is lost while CMD runs, CMD gets SIGTERM, then
     /// SIGKILL after --kill-after.
     ///
     /// Exit status: CMD's own status (128+N if killed by signal N); 75 if the
@@ -114,12 +117,19 @@ async fn exec(conn: &ConnArgs, key: &str, wait: Option<Duration>, ttl: Option<Du
         }
     };
 
-    let mut child = match tokio::process::Command::new(&command[0])
-        .args(&command[1..])
-        .env("HOLDFAST_TOKEN", hold.token().expose().to_string())
-        .env("HOLDFAST_LOCK_KEY", key.to_string())
-        .spawn()
-    {
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).env("HOLDFAST_TOKEN", hold.token().expose().to_string()).env("HOLDFAST_LOCK_KEY", key.to_string());
+    if hold.unprotected() {
+        eprintln!(
+            "holdfastctl: {key} was granted WITHOUT etcd (unprotected, token 0): etcd is out of the arbiter's reach and the class fails open; \
+             another arbiter may grant it at the same time. Running {:?} with HOLDFAST_UNPROTECTED=1",
+            command[0]
+        );
+        cmd.env("HOLDFAST_UNPROTECTED", "1");
+    } else {
+        cmd.env_remove("HOLDFAST_UNPROTECTED");
+    }
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("holdfastctl: cannot run {:?}: {e}", command[0]);
