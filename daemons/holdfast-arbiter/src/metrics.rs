@@ -203,7 +203,7 @@ impl Metrics {
         );
         registry.register(
             "fail_open",
-            "1 while this arbiter grants open classes from memory: a cluster has been out of reach longer than fail_open.after",
+            "1 while this arbiter grants open classes from memory: a cluster holding an on_quorum_loss = \"open\" class has been out of reach longer than fail_open.after",
             m.fail_open.clone(),
         );
         registry.register(

@@ -129,12 +129,12 @@ pub async fn run(config: ArbiterConfig) -> anyhow::Result<()> {
     let unprotected =
         Arc::new(crate::unprotected::Unprotected::new(config.fail_open.after, spool).map_err(|e| anyhow::anyhow!("fail_open: {e}"))?);
     {
-        let (unprotected, clusters) = (unprotected.clone(), clusters.clone());
+        let (unprotected, clusters, policy) = (unprotected.clone(), clusters.clone(), policy.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(crate::unprotected::SWEEP);
             loop {
                 tick.tick().await;
-                unprotected.sweep(&clusters).await;
+                unprotected.sweep(&clusters, &policy.classes()).await;
             }
         });
     }
