@@ -28,6 +28,26 @@ async fn keepalive(rpc: &mut holdfast_proto::LockClient<tonic::transport::Channe
     answers.message().await.expect("keepalive answer").expect("one answer")
 }
 
+/// Calls `f` every 200 ms until it succeeds; panics with `what` and the
+/// last error after `within`.
+async fn until_ok<T, E: std::fmt::Debug, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let t = std::time::Instant::now();
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if t.elapsed() < within => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("{what} within {within:?}: {e:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_protected_again_after() {
     let after = Duration::from_secs(3);
@@ -192,16 +212,12 @@ async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_p
     let ends: Vec<_> = shipped.iter().filter(|r| r.event == Event::End).map(|r| (r.key.as_str(), r.session, r.why.as_str())).collect();
     assert_eq!(ends, [("k3", lapsed.session_id, "expired"), ("k1", u2.session_id, "quorum_back")], "{shipped:?}");
     assert_eq!(shipped.len(), records.len() + 1);
-    let s = loop {
-        match rpc.open_session(open_req("open-cache")).await {
-            Ok(r) => break r.into_inner(),
-            Err(e) if back.elapsed() < Duration::from_secs(30) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("no protected session after etcd came back: {e:?}"),
-        }
-    };
+    let s = until_ok("a protected session after etcd came back", Duration::from_secs(30), || {
+        let mut rpc = rpc.clone();
+        async move { rpc.open_session(open_req("open-cache")).await }
+    })
+    .await
+    .into_inner();
     assert!(!s.unprotected);
     let g = rpc.acquire(acquire_req(s.session_id, "open-cache", "k1", Duration::ZERO)).await.expect("protected grant").into_inner();
     assert!(!g.unprotected && g.token != 0, "{g:?}");
@@ -234,20 +250,15 @@ async fn unprotected_grants_reach_the_audit_store_exactly_once_across_arbiter_cr
     let spool = dir.path.join("arbiter.state").join("unprotected.spool");
 
     // The outage: two unprotected grants, one released.
-    let stopped = std::time::Instant::now();
     sigkill(etcd.pid(0).expect("etcd's pid"));
     let client = arbiter.client(&pki, &pki.workload("workload-cache", "workload/cache")).await;
     let mut rpc = client.rpc();
-    let u = loop {
-        match rpc.open_session(open_req("open-cache")).await {
-            Ok(r) => break r.into_inner(),
-            Err(e) if stopped.elapsed() < Duration::from_secs(15) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("no unprotected session: {e:?}"),
-        }
-    };
+    let u = until_ok("an unprotected session", Duration::from_secs(15), || {
+        let mut rpc = rpc.clone();
+        async move { rpc.open_session(open_req("open-cache")).await }
+    })
+    .await
+    .into_inner();
     assert!(u.unprotected);
     for k in ["a", "b"] {
         let g = rpc.acquire(acquire_req(u.session_id, "open-cache", k, Duration::ZERO)).await.expect("grant").into_inner();
@@ -372,17 +383,7 @@ async fn the_rust_client_and_lock_exec_surface_an_unprotected_grant() {
     let key = holdfast_model::LockKey::parse("open-cache/x").unwrap();
 
     sigkill(a.etcd.pid(0).expect("etcd's pid"));
-    let t = std::time::Instant::now();
-    let guard = loop {
-        match locker.acquire(&key, holdfast_client::AcquireOptions::default()).await {
-            Ok(g) => break g,
-            Err(e) if t.elapsed() < Duration::from_secs(20) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("no unprotected grant: {e}"),
-        }
-    };
+    let guard = until_ok("an unprotected grant", Duration::from_secs(20), || locker.acquire(&key, Default::default())).await;
     assert!(guard.unprotected() && guard.token().is_unprotected() && guard.token().expose() == 0);
     let (out, err) = exec("open-cache/y", "");
     assert_eq!(out, "[1] 0");
@@ -397,17 +398,8 @@ async fn the_rust_client_and_lock_exec_surface_an_unprotected_grant() {
     }
     assert_eq!(fenced.lock().unwrap()[0], vec![key.clone()]);
     drop(guard);
-    let t = std::time::Instant::now();
-    let again = loop {
-        match locker.acquire(&key, holdfast_client::AcquireOptions::default()).await {
-            Ok(g) => break g,
-            Err(e) if t.elapsed() < Duration::from_secs(20) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("no protected grant after etcd came back: {e}"),
-        }
-    };
+    let again =
+        until_ok("a protected grant after etcd came back", Duration::from_secs(20), || locker.acquire(&key, Default::default())).await;
     assert!(!again.unprotected() && again.token().expose() > 0);
 }
 
@@ -424,17 +416,12 @@ async fn a_full_spool_refuses_new_open_grants_and_loses_nothing() {
     let mut rpc = client.rpc();
     let spool = a.dir.path.join("arbiter.state").join("unprotected.spool");
     sigkill(a.etcd.pid(0).expect("etcd's pid"));
-    let t = std::time::Instant::now();
-    let u = loop {
-        match rpc.open_session(open_req("open-cache")).await {
-            Ok(r) => break r.into_inner(),
-            Err(e) if t.elapsed() < Duration::from_secs(15) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("no unprotected session: {e:?}"),
-        }
-    };
+    let u = until_ok("an unprotected session", Duration::from_secs(15), || {
+        let mut rpc = rpc.clone();
+        async move { rpc.open_session(open_req("open-cache")).await }
+    })
+    .await
+    .into_inner();
     let mut granted = Vec::new();
     let refused = loop {
         let key = format!("k{}", granted.len());
