@@ -46,13 +46,13 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
     assert_eq!(s["violations"], 0);
     assert_eq!(s["etcd_version"].as_str().unwrap(), etcd_binary().version_string(), "the gate says which etcd it ran against");
     let faults = s["faults"].as_object().unwrap();
-    // 18 kinds; before etcd 3.6 the default set leaves out
+    // 19 kinds; before etcd 3.6 the default set leaves out
     // leader-disk-stall (etcd itself breaks leases under it) and says so.
     let left_out = s["faults_left_out"].as_array().map_or(0, Vec::len);
     assert_eq!(left_out, usize::from(etcd_binary().version < (3, 6, 0)), "left out: {}", s["faults_left_out"]);
     assert_eq!(
         faults.len(),
-        18 - left_out,
+        19 - left_out,
         "every fault kind struck and was confirmed: {faults:?}; unconfirmed: {}",
         s["faults_unconfirmed"]
     );
@@ -168,6 +168,16 @@ fn an_arbiter_forgetting_the_epochs_it_served_fails_the_gate_after_an_older_rest
     mutation_gate("forget_served_epochs");
 }
 
+/// An arbiter that fails open for every class, not only the open ones:
+/// the quorum-loss fault's own check sees a session of the correctness
+/// class opened without a majority, a violation of the run.
+#[test]
+fn an_arbiter_failing_open_for_a_correctness_class_fails_the_gate() {
+    let run = mutation_gate("fail_open_any_class");
+    assert!(run.summary["violations_by_rule"]["fault/quorum-loss"].as_u64().unwrap_or(0) >= 1, "{}", run.summary["violations_by_rule"]);
+    assert!(run.output.contains("opened a session of the correctness class gate without a majority"), "{}", run.output);
+}
+
 /// The same older-snapshot restore, advanced by one from the restored
 /// epoch record (the procedure's bug, not an arbiter's): the arbiters
 /// remember serving that epoch under another mint and refuse it, so they
@@ -259,7 +269,7 @@ fn the_gate_passes_with_group_commit_on() {
 
 #[test]
 fn the_audit_tailers_store_equals_etcds_log_under_faults() {
-    let run = gate(&["--faults", "client-pause,member-kill,arbiter-kill", "--audit"]);
+    let run = gate(&["--faults", "client-pause,member-kill,arbiter-kill,quorum-loss", "--audit"]);
     assert_eq!(run.code, 0, "the gate failed:\n{}", run.output);
     let audit = &run.summary["audit"];
     eprintln!("audit against etcd {}: {audit}", run.summary["etcd_version"]);
@@ -270,4 +280,8 @@ fn the_audit_tailers_store_equals_etcds_log_under_faults() {
         assert_eq!(audit[field], serde_json::json!([]), "{field}: {audit}");
     }
     assert!(run.summary["expiries"].as_u64().unwrap() > 0, "the run had expiries to classify: {}", run.summary);
+    // quorum-loss: six grants made without etcd and their six ends, shipped
+    // from the arbiters' spools (one across a kill -9) and each stored once
+    // with unprotected = true.
+    assert_eq!(audit["unprotected"], 12, "{audit}");
 }

@@ -217,7 +217,7 @@ pub struct WaitersConfig {
 }
 
 /// The names `[mutation]` takes (one per field of [`MutationConfig`]).
-pub const MUTATION_NAMES: [&str; 8] = [
+pub const MUTATION_NAMES: [&str; 9] = [
     "release_unguarded",
     "no_epoch_compare",
     "no_session_compare",
@@ -226,6 +226,7 @@ pub const MUTATION_NAMES: [&str; 8] = [
     "no_seal_check",
     "no_keepalive_confirmation",
     "forget_served_epochs",
+    "fail_open_any_class",
 ];
 
 /// Test-build-only mutations of the arbiter (see `[mutation]`).
@@ -267,6 +268,11 @@ pub struct MutationConfig {
     /// back, or an epoch minted again, is served as if new.
     #[serde(default)]
     pub forget_served_epochs: bool,
+    /// Fail-open grants every class from memory once etcd is out of reach,
+    /// not only those with `on_quorum_loss = "open"`: a correctness class
+    /// gets token-0 grants without a majority.
+    #[serde(default)]
+    pub fail_open_any_class: bool,
 }
 
 impl MutationConfig {
@@ -286,6 +292,7 @@ impl MutationConfig {
             "no_seal_check" => &mut self.no_seal_check,
             "no_keepalive_confirmation" => &mut self.no_keepalive_confirmation,
             "forget_served_epochs" => &mut self.forget_served_epochs,
+            "fail_open_any_class" => &mut self.fail_open_any_class,
             _ => return Err(format!("no mutation {name:?}; the mutations are {}", MUTATION_NAMES.join(", "))),
         };
         *flag = true;
@@ -303,6 +310,7 @@ impl MutationConfig {
             (self.no_seal_check, "no_seal_check"),
             (self.no_keepalive_confirmation, "no_keepalive_confirmation"),
             (self.forget_served_epochs, "forget_served_epochs"),
+            (self.fail_open_any_class, "fail_open_any_class"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

@@ -21,6 +21,8 @@ pub static NO_KEEPALIVE_CONFIRMATION: AtomicBool = AtomicBool::new(false);
 pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
 /// The arbiter ignores the record of the epochs it served.
 pub static FORGET_SERVED_EPOCHS: AtomicBool = AtomicBool::new(false);
+/// Fail-open grants every class, not only `on_quorum_loss = "open"` ones.
+pub static FAIL_OPEN_ANY_CLASS: AtomicBool = AtomicBool::new(false);
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 pub fn on(flag: &AtomicBool) -> bool {
@@ -38,6 +40,7 @@ pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
         (config.no_seal_check, &NO_SEAL_CHECK),
         (config.no_keepalive_confirmation, &NO_KEEPALIVE_CONFIRMATION),
         (config.forget_served_epochs, &FORGET_SERVED_EPOCHS),
+        (config.fail_open_any_class, &FAIL_OPEN_ANY_CLASS),
     ] {
         flag.store(on, Ordering::Relaxed);
     }

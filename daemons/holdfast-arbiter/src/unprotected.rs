@@ -104,6 +104,10 @@ impl Unprotected {
 
     /// True when `class` is granted from memory now, on cluster `c`.
     pub fn applies(&self, c: &Cluster, class: &Class) -> bool {
+        #[cfg(feature = "mutations")]
+        if holdfast_store::mutation::on(&holdfast_store::mutation::FAIL_OPEN_ANY_CLASS) {
+            return self.outage(c);
+        }
         class.on_quorum_loss == OnQuorumLoss::Open && self.outage(c)
     }
 

@@ -50,6 +50,9 @@ pub struct AuditReport {
     /// Revisions of holds live after the store was read that the store
     /// holds anyway: a live token readable by the audit group (first 20).
     pub live_stored: Vec<i64>,
+    /// Stored records of grants made without etcd (`/sys/unprotected/`),
+    /// each `unprotected = true` (one that is not is misclassified).
+    pub unprotected: usize,
 }
 
 impl AuditReport {

@@ -95,7 +95,17 @@ impl Audit {
             log.events.iter().filter(|e| e.kind == EtcdEventKind::Delete).map(|e| ((e.revision, e.key.clone()), e.expired)).collect();
         let gaps = events.iter().filter(|e| e.kind == Kind::Gap).count();
         anyhow::ensure!(gaps == 0, "the audit store has {gaps} gap event(s): etcd compacted history the tailer had not read");
-        Ok(compare(&Recorded { stored, withheld, live }, &etcd, &ends, &recorded))
+        let mut report = compare(&Recorded { stored, withheld, live }, &etcd, &ends, &recorded);
+        // Shipped fail-open records: each one an unprotected event (their
+        // positions are compared above like any other).
+        for e in events.iter().filter(|e| e.etcd_key.starts_with(holdfast_model::layout::UNPROTECTED_PREFIX)) {
+            report.unprotected += 1;
+            let kind_ok = matches!(e.kind, Kind::UnprotectedGrant | Kind::UnprotectedRelease | Kind::UnprotectedEnd);
+            if (e.unprotected != Some(true) || !kind_ok) && report.misclassified.len() < 20 {
+                report.misclassified.push(format!("{} at {:?}: {} without unprotected = true", e.etcd_key, e.position(), e.kind));
+            }
+        }
+        Ok(report)
     }
 }
 

@@ -116,6 +116,13 @@ pub const MUTATIONS: &[Mutation] = &[
                asserts that)",
     },
     Mutation {
+        name: "fail_open_any_class",
+        breaks: "fail-open grants every class from memory with token 0, not only `on_quorum_loss = \"open\"` ones",
+        plan: Plan::Gate(&["quorum-loss"]),
+        rules: &[],
+        note: "the quorum-loss fault's check: a session of the correctness class opened without a majority",
+    },
+    Mutation {
         name: "fence_from_receive_time",
         breaks: "client library: the session's deadline counts from the keepalive's answer, not its send",
         plan: Plan::Gate(&["client-link", "client-link", "client-link", "client-link", "client-link"]),
@@ -175,6 +182,11 @@ impl FaultKind {
                  is advanced with the advance transaction (entity, then coord's own). In a plan with `epoch-advance` the snapshot comes first, so the restore is \
                  older than an advance"
             }
+            FaultKind::QuorumLoss => {
+                "SIGSTOP a majority of the entity cluster past the arbiters' `fail_open.after` (2 s) under load; an \
+                 open efficiency class (`gateopen`, TTL 30 s) is locked on both arbiters meanwhile, kill -9 arbiter 0 \
+                 mid-outage, restart it once the members resume"
+            }
         }
     }
 
@@ -197,6 +209,11 @@ impl FaultKind {
             FaultKind::Restore => {
                 "both arbiters answer ServerStatus sealed on both clusters, then both serve both new epochs; C1 \
                  (`TokenNotAboveRestore`) proves every token after the restore above every token of its tier before it"
+            }
+            FaultKind::QuorumLoss => {
+                "both arbiters grant the open class with token 0 and refuse the correctness class; every unprotected \
+                 grant is in `/sys/unprotected/` once with one end (`--audit`: in the audit store once); a protected \
+                 grant (token > 0) before and after"
             }
         }
     }

@@ -80,6 +80,13 @@ pub struct Cluster {
 pub const GATE_NAMESPACE: &str = "gate";
 /// The namespace of the coord-tier keys (its class has `tier = "coord"`).
 pub const COORD_NAMESPACE: &str = "gatecoord";
+/// The namespace of the `quorum-loss` fault's keys: an efficiency class
+/// that fails open (`on_quorum_loss = "open"`, advisory, TTL
+/// [`OPEN_CLASS_TTL`]); the clients never lock it.
+pub const OPEN_NAMESPACE: &str = "gateopen";
+pub const OPEN_CLASS_TTL: Duration = Duration::from_secs(30);
+/// The arbiters' `fail_open.after`.
+pub const FAIL_OPEN_AFTER: Duration = Duration::from_secs(2);
 /// The arbiters' names for the two clusters (`cluster_name`,
 /// `coord_cluster_name`).
 pub const ENTITY_CLUSTER: &str = "gate";
@@ -176,6 +183,7 @@ impl Cluster {
         let classes = [
             holdfast_fixtures::policy::FixtureClass::new(GATE_NAMESPACE, crate::CLIENT_TTL),
             holdfast_fixtures::policy::FixtureClass::new(COORD_NAMESPACE, crate::CLIENT_TTL).on_coord(),
+            holdfast_fixtures::policy::FixtureClass::new(OPEN_NAMESPACE, OPEN_CLASS_TTL).open(),
         ];
         let (controller, _) = holdfast_fixtures::policy::publish(
             holdfast_devkit::controller::locate()?,
@@ -190,8 +198,10 @@ impl Cluster {
         .context("publishing the gate's class set; see controller.log")?;
         cluster.controller = Some(controller);
         say(&format!(
-            "class set published on coord: classes {GATE_NAMESPACE} (entity tier) and {COORD_NAMESPACE} (coord tier), TTL {}s, fenced",
-            crate::CLIENT_TTL.as_secs()
+            "class set published on coord: classes {GATE_NAMESPACE} (entity tier) and {COORD_NAMESPACE} (coord tier), TTL {}s, fenced; \
+             {OPEN_NAMESPACE} (entity tier, TTL {}s, advisory, on_quorum_loss = \"open\", for the quorum-loss fault)",
+            crate::CLIENT_TTL.as_secs(),
+            OPEN_CLASS_TTL.as_secs()
         ));
 
         // Proxies for arbiter 1: gateway:23790+i -> member i.
@@ -224,6 +234,7 @@ impl Cluster {
             config.drain_timeout = Duration::from_secs(2);
             config.seal.check_interval = Duration::from_millis(500);
             config.seal.watermark_interval = Duration::from_secs(2);
+            config.fail_open.after = FAIL_OPEN_AFTER;
             config.grants.group_commit = options.group_commit;
             // Every gate client is one identity; the gate checks grants
             // under faults, not the rate limit.
@@ -421,6 +432,22 @@ impl Cluster {
         let process = ArbiterProcess::start(&self.arbiters[a].launch, Duration::from_secs(60)).with_context(|| format!("arbiter {a}"))?;
         self.arbiters[a].process = Some(process);
         Ok(())
+    }
+
+    /// Arbiter `a`'s fail-open spool.
+    pub fn arbiter_spool(&self, a: usize) -> PathBuf {
+        self.arbiters[a].launch.config.state_dir.join("unprotected.spool")
+    }
+
+    /// A lock.v1 client of arbiter `a` with the gate's own certificate.
+    pub async fn arbiter_client(&self, a: usize) -> anyhow::Result<holdfast_client::Client> {
+        let config = holdfast_client::ClientConfig {
+            endpoint: self.arbiter_endpoints()[a].clone(),
+            ca: self.ca.ca_path(),
+            cert: self.client_cert.cert.clone(),
+            key: self.client_cert.key.clone(),
+        };
+        Ok(holdfast_client::Client::connect(&config).await?)
     }
 
     pub fn arbiter_pid(&self, a: usize) -> Option<u32> {

@@ -185,8 +185,15 @@ async fn strike(
         t0: setup.t0,
         pending_restore: &mut setup.restore,
         leader_pause_max: setup.args.leader_pause_max,
+        violations: Vec::new(),
     };
-    match faults::inject(&mut ctx, kind, fault_seed, &mut f_rng, hold).await {
+    let injected = faults::inject(&mut ctx, kind, fault_seed, &mut f_rng, hold).await;
+    let found = std::mem::take(&mut ctx.violations);
+    for v in &found {
+        say(&format!("{} VIOLATION: {v}", kind.name()));
+    }
+    summary.count_fault_violations(&kind.name(), found);
+    match injected {
         Ok(r) => {
             say(&format!("[{:>7.1}s] {}: {} — {}", r.at_ms as f64 / 1000.0, kind.name(), r.what, r.confirmed));
             // The restore fault counts once its restore phase confirms it.

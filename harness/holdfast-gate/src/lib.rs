@@ -127,7 +127,7 @@ pub struct GateArgs {
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare, no_session_compare, no_seal_check,
-    /// no_withdrawal_marker, forget_served_epochs), or the clients
+    /// no_withdrawal_marker, forget_served_epochs, fail_open_any_class), or the clients
     /// (`holdfast_client::mutations`: fence_from_receive_time), or the
     /// gate's own restore procedure (advance_from_restored_record), to show
     /// that the gate catches it.
@@ -307,11 +307,21 @@ async fn gate(args: GateArgs) -> anyhow::Result<bool> {
         }
     }
     monitor.abort();
+    if !summary.fault_violations.is_empty() {
+        passed = false;
+    }
     if let Some(audit) = &audit {
         let report = audit.check(&cluster).await?;
         say(&format!(
-            "audit store: {} changes compared ({} withheld: their hold was live), {} hold ends cross-checked; missing {:?}, extra {:?}, misclassified {:?}, live holds' revisions stored {:?}",
-            report.compared, report.withheld, report.ends_compared, report.missing, report.extra, report.misclassified, report.live_stored
+            "audit store: {} changes compared ({} withheld: their hold was live), {} hold ends cross-checked, {} unprotected records; missing {:?}, extra {:?}, misclassified {:?}, live holds' revisions stored {:?}",
+            report.compared,
+            report.withheld,
+            report.ends_compared,
+            report.unprotected,
+            report.missing,
+            report.extra,
+            report.misclassified,
+            report.live_stored
         ));
         if !report.passed() {
             passed = false;

@@ -42,6 +42,10 @@ pub struct Summary {
     pub violations_by_rule: BTreeMap<String, usize>,
     /// The first 20 violations, with their keys.
     pub violation_rules: Vec<String>,
+    /// Violations a fault's own checks found (`quorum-loss`: what
+    /// fail-open promises), each counted in `violations` as `fault/<kind>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fault_violations: Vec<String>,
     pub inconclusive: usize,
     pub liveness_max_ms: u64,
     /// Clock rates set with libfaketime, by process ("client0", "arbiter1").
@@ -76,6 +80,18 @@ impl Summary {
         self.expiries += stats.expiries;
         self.stale_rejected += stats.stale_rejected;
         self.accepted_writes += stats.accepted_writes;
+    }
+
+    /// Adds the violations a fault's own checks found.
+    pub fn count_fault_violations(&mut self, kind: &str, found: Vec<String>) {
+        for v in found {
+            self.violations += 1;
+            *self.violations_by_rule.entry(format!("fault/{kind}")).or_default() += 1;
+            if self.violation_rules.len() < 20 {
+                self.violation_rules.push(format!("fault/{kind}: {v}"));
+            }
+            self.fault_violations.push(format!("{kind}: {v}"));
+        }
     }
 
     /// Adds the checkers' verdicts on an episode: violations by rule, the

@@ -10,7 +10,8 @@
 //! the arbiters), `disk` (fsync delay by strace),
 //! `clock` (libfaketime jumps), `epoch` (an epoch advance under load) and
 //! `restore` (the snapshot half of the restore fault; the restore itself
-//! runs after the episode's workload, in `crate::restore`).
+//! runs after the episode's workload, in `crate::restore`) and `quorum`
+//! (a majority stopped past the arbiters' fail-open bound).
 //! This file holds what they share and [`inject`], which dispatches.
 
 mod clock;
@@ -19,6 +20,7 @@ mod epoch;
 mod network;
 mod process;
 mod proxy;
+mod quorum;
 mod restore;
 
 pub use restore::Pending as PendingRestore;
@@ -87,6 +89,11 @@ pub enum FaultKind {
     /// epoch is advanced with the advance transaction, and every token
     /// granted afterwards must be above every token granted before.
     Restore,
+    /// Stop a majority of the entity cluster past the arbiters'
+    /// `fail_open.after`: the open class is granted from memory with token
+    /// 0 and every such grant reaches `/sys/unprotected/` once, across a
+    /// kill -9 of an arbiter mid-outage; the correctness class is refused.
+    QuorumLoss,
 }
 
 /// The fault kinds a run without `--faults` injects against etcd
@@ -152,6 +159,9 @@ pub struct FaultCtx<'a> {
     /// `--leader-pause-max`: the longest leader stop (default:
     /// [`process::safe_leader_stop`] of the clients' TTL).
     pub leader_pause_max: Option<Duration>,
+    /// What a fault's own checks found broken (the fault itself took
+    /// effect): each is a violation of the run.
+    pub violations: Vec<String>,
 }
 
 /// What a family's injector did, and how it saw the fault take effect.
@@ -181,6 +191,7 @@ pub async fn inject(ctx: &mut FaultCtx<'_>, kind: FaultKind, seed: u64, rng: &mu
         FaultKind::ClockJump => clock::jump(ctx, rng, hold).await?,
         FaultKind::EpochAdvance => epoch::advance(ctx, rng).await?,
         FaultKind::Restore => restore::snapshot(ctx, rng).await?,
+        FaultKind::QuorumLoss => quorum::quorum_loss(ctx, rng).await?,
     };
     // Healed: etcd has a leader again and both arbiters run.
     let healed = Instant::now();
