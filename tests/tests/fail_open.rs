@@ -92,6 +92,9 @@ async fn an_open_class_is_granted_token_0_from_memory_in_an_outage_spooled_and_p
     // Token 0, one holder per key within the arbiter.
     let g = rpc.acquire(acquire_req(u.session_id, "open-cache", "k1", Duration::ZERO)).await.expect("unprotected grant").into_inner();
     assert!(g.unprotected && g.token == 0 && g.epoch == 0 && g.revision == 0, "{g:?}");
+    // Inspect reads etcd: it does not show unprotected holds.
+    let e = rpc.inspect(InspectRequest { namespace: "open-cache".into(), key: "k1".into() }).await.expect_err("inspect needs etcd");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     let other = a.client("workload/other").await;
     let mut rpc2 = other.rpc();
     let u2 = rpc2.open_session(open_req("open-cache")).await.expect("second unprotected session").into_inner();
@@ -410,6 +413,7 @@ async fn a_full_spool_refuses_new_open_grants_and_loses_nothing() {
     let configure = |c: &mut holdfast_config::arbiter::ArbiterConfig| {
         c.fail_open.after = Duration::from_secs(1);
         c.fail_open.spool_max_bytes = 4096;
+        c.limits.max_sessions_per_identity = 2;
     };
     let a = Appliance::start_policy("fail-open-full", 1, &configure, CLASSES, "").await;
     let client = a.client("workload/cache").await;
@@ -422,6 +426,12 @@ async fn a_full_spool_refuses_new_open_grants_and_loses_nothing() {
     })
     .await
     .into_inner();
+    // Unprotected sessions are capped per identity too.
+    let second = rpc.open_session(open_req("open-cache")).await.expect("a second unprotected session").into_inner();
+    assert!(second.unprotected);
+    let e = rpc.open_session(open_req("open-cache")).await.expect_err("over limits.max_sessions_per_identity");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("2 unprotected sessions open, limits.max_sessions_per_identity = 2"), "{e:?}");
     let mut granted = Vec::new();
     let refused = loop {
         let key = format!("k{}", granted.len());
