@@ -380,13 +380,7 @@ impl Cluster {
 
     /// Arbiter `a`'s ServerStatus, if it answers within 2 s.
     pub async fn arbiter_status(&self, a: usize) -> Option<holdfast_proto::v1::ServerStatusResponse> {
-        let config = holdfast_client::ClientConfig {
-            endpoint: self.arbiter_endpoints()[a].clone(),
-            ca: self.ca.ca_path(),
-            cert: self.client_cert.cert.clone(),
-            key: self.client_cert.key.clone(),
-        };
-        let status = async { holdfast_client::Client::connect(&config).await.ok()?.server_status().await.ok() };
+        let status = async { self.arbiter_client(a).await.ok()?.server_status().await.ok() };
         tokio::time::timeout(Duration::from_secs(2), status).await.ok().flatten()
     }
 
