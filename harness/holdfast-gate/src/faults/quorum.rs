@@ -200,17 +200,26 @@ fn check_shipped(granted: &[Granted], shipped: &[(Entry, i64)], violations: &mut
     checked
 }
 
-/// A protected grant of `key` (retried while etcd is not yet back within
-/// `within`): its token, above 0; a token-0 grant is a violation.
+/// A protected grant of `key` (opening and acquiring retried while etcd is
+/// not yet back, or answers a call late, within `within`): its token,
+/// above 0; a token-0 grant is a violation. A hold whose release fails is
+/// ended by closing its session (retried), else by its session's lease.
 async fn protected(client: &Client, key: &LockKey, within: Duration, violations: &mut Vec<String>) -> anyhow::Result<u64> {
-    let session = retry(within, || client.open_session_for(OPEN_NAMESPACE, None)).await?;
-    let hold = session.acquire(key, Duration::ZERO).await?;
+    let (session, hold) = retry(within, || async {
+        let session = client.open_session_for(OPEN_NAMESPACE, None).await?;
+        let hold = session.acquire(key, Duration::ZERO).await?;
+        Ok((session, hold))
+    })
+    .await
+    .with_context(|| format!("a protected grant of {key}"))?;
     let token = hold.token().expose();
     if session.unprotected() || hold.unprotected() || token == 0 {
         violations.push(format!("a grant of {key} carries token 0 while etcd has a majority"));
     }
-    hold.release().await?;
-    session.close().await?;
+    if hold.release().await.is_err() {
+        // Closing the session ends the hold with it.
+        let _ = retry(Duration::from_secs(10), || session.close()).await;
+    }
     Ok(token)
 }
 
