@@ -86,7 +86,7 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
 /// fail the whole gate, not just a hand-made scenario, against every etcd
 /// target.
 ///
-/// Each runs under the faults the gate's catalog lists for it (the README's
+/// Each runs under the faults the gate's catalog lists for it (docs/correctness-gate.md's
 /// mutation table is `holdfast-gate --list-mutations`), and must be caught
 /// by one of the rules listed there.
 fn mutation_gate(mutation: &str) -> GateRun {

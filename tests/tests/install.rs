@@ -3,8 +3,8 @@
 //! (docs/install-test.md).
 //!
 //! One test, one container, steps in order (each prints its time): the
-//! operator quick start followed literally (README.md's, or while README.md
-//! has none, the draft in docs/install-test.md) up to a granted lock; the
+//! operator quick start followed literally (the book's, docs/install.md)
+//! up to a granted lock; the
 //! watchdog killing a hung (SIGSTOPped) arbiter; a reload with a bad
 //! config keeping the old one; a restart of the socket-activated arbiter
 //! while a client loops, with no call refused; an upgrade keeping an
@@ -76,42 +76,42 @@ fn show(c: &Container, unit: &str, prop: &str) -> String {
     must(c, &format!("systemctl show {unit} -p {prop}"), &format!("systemctl show -p {prop} --value {unit}")).stdout.trim().to_string()
 }
 
-/// The operator quick start: README.md's `sh` blocks between
-/// `<!-- quick-start -->` and `<!-- /quick-start -->`, or the draft in
-/// docs/install-test.md while README.md has none. Returns where it came
-/// from and the blocks.
+/// The operator quick start: the `sh` blocks between `<!-- quick-start -->`
+/// and `<!-- /quick-start -->` in the operator's book (`QUICK_START`, the
+/// chapter the README links to). Returns where it came from and the blocks.
 fn quick_start() -> (String, Vec<String>) {
-    for file in ["README.md", "docs/install-test.md"] {
-        let text = std::fs::read_to_string(workspace().join(file)).unwrap_or_else(|e| panic!("reading {file}: {e}"));
-        // The markers on lines of their own (prose may name them).
-        let lines: Vec<&str> = text.lines().collect();
-        let Some(start) = lines.iter().position(|l| l.trim() == "<!-- quick-start -->") else { continue };
-        let end = lines[start..]
-            .iter()
-            .position(|l| l.trim() == "<!-- /quick-start -->")
-            .map(|e| start + e)
-            .unwrap_or_else(|| panic!("{file}: <!-- quick-start --> without <!-- /quick-start -->"));
-        let mut blocks = Vec::new();
-        let mut current: Option<String> = None;
-        for line in &lines[start..end] {
-            match (&mut current, line.trim_end()) {
-                (None, "```sh") => current = Some(String::new()),
-                (Some(_), "```") => blocks.push(current.take().unwrap_or_default()),
-                (Some(b), l) => {
-                    b.push_str(l);
-                    b.push('\n');
-                }
-                (None, _) => {}
+    let file = QUICK_START;
+    let text = std::fs::read_to_string(workspace().join(file)).unwrap_or_else(|e| panic!("reading {file}: {e}"));
+    // The markers on lines of their own (prose may name them).
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == "<!-- quick-start -->")
+        .unwrap_or_else(|| panic!("{file} has no <!-- quick-start --> line: the test runs the quick start between its markers"));
+    let end = lines[start..]
+        .iter()
+        .position(|l| l.trim() == "<!-- /quick-start -->")
+        .map(|e| start + e)
+        .unwrap_or_else(|| panic!("{file}: <!-- quick-start --> without <!-- /quick-start -->"));
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in &lines[start..end] {
+        match (&mut current, line.trim_end()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(_), "```") => blocks.push(current.take().unwrap_or_default()),
+            (Some(b), l) => {
+                b.push_str(l);
+                b.push('\n');
             }
+            (None, _) => {}
         }
-        assert!(!blocks.is_empty(), "{file}: no ```sh blocks in the quick start");
-        if file != "README.md" {
-            eprintln!("!! README.md has no <!-- quick-start --> section: running the draft in {file}");
-        }
-        return (file.to_string(), blocks);
     }
-    panic!("no operator quick start: neither README.md nor docs/install-test.md has a <!-- quick-start --> section");
+    assert!(!blocks.is_empty(), "{file}: no ```sh blocks in the quick start");
+    (file.to_string(), blocks)
 }
+
+/// Where the operator quick start is written: the book's install chapter.
+const QUICK_START: &str = "docs/install.md";
 
 /// Repacks `deb` as version `version` (same files, same conffiles) and
 /// signs it with the throwaway key like packaging/build does. Returns the

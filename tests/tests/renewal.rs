@@ -201,7 +201,7 @@ async fn a_keepalive_answer_handled_after_its_deadline_ends_the_session() {
 /// up to one TTL longer (liveness), and no lease ends early (safety; the
 /// holder's own deadline is its confirmed keepalive's, not etcd's). If an
 /// etcd release carries the remaining TTL across, this test fails: then
-/// README ("etcd versions") and the class docs change with it.
+/// docs/etcd-versions.md and the class docs change with it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_change_restarts_a_short_leases_full_ttl_and_never_shortens_it() {
     const TTL: i64 = 60;
@@ -245,6 +245,6 @@ async fn a_leader_change_restarts_a_short_leases_full_ttl_and_never_shortens_it(
     assert!(left_after >= should_have_left - 1, "a leader change shortened the lease: {left_after} s left, {should_have_left} s expected");
     assert!(
         left_after >= TTL - 2,
-        "the new leader carried the remaining TTL ({left_after} s of {TTL}); etcd now checkpoints short leases: update README and this test"
+        "the new leader carried the remaining TTL ({left_after} s of {TTL}); etcd now checkpoints short leases: update docs/etcd-versions.md and this test"
     );
 }

@@ -1,5 +1,5 @@
 //! etcd users and roles: one per tool, each limited to the key ranges it
-//! needs (README, "etcd roles"). etcd runs with `--client-cert-auth` and
+//! needs (docs/security.md, "etcd roles"). etcd runs with `--client-cert-auth` and
 //! `auth enable`; a client's etcd user is the common name (CN) of its
 //! client certificate, so no tool holds a password. [`ROLES`] is the one
 //! table of who may touch what; [`ensure`] makes a cluster match it
@@ -61,7 +61,7 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 #[derive(Debug, Clone, Copy)]
 pub struct Role {
     pub name: &'static str,
-    /// Who uses it, for the README and `holdfastctl etcd roles`.
+    /// Who uses it, for the book (docs/security.md) and `holdfastctl etcd roles`.
     pub used_by: &'static str,
     pub read: &'static [Range],
     pub read_write: &'static [Range],

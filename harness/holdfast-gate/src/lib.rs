@@ -134,12 +134,12 @@ pub struct GateArgs {
     #[arg(long, hide = true)]
     mutation: Option<String>,
     /// Print every fault kind (how it strikes, what confirms it) as a
-    /// Markdown table, and exit: the README's table is this output.
+    /// Markdown table, and exit: docs/correctness-gate.md's table is this output.
     #[arg(long)]
     list_faults: bool,
     /// Print every mutation (what it breaks, the faults its test runs, what
-    /// catches it) as a Markdown table, and exit: the README's table is this
-    /// output.
+    /// catches it) as a Markdown table, and exit: docs/correctness-gate.md's
+    /// table is this output.
     #[arg(long)]
     list_mutations: bool,
 }

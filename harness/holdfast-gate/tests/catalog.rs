@@ -1,4 +1,4 @@
-//! The README's fault and mutation tables are exactly what
+//! The book's fault and mutation tables (docs/correctness-gate.md) are exactly what
 //! `holdfast-gate --list-faults` and `--list-mutations` print (the
 //! catalog the mutation tests run from), so the docs cannot drift from the
 //! tests.
@@ -13,14 +13,14 @@ fn list(flag: &str) -> String {
 }
 
 /// The lines between `<!-- holdfast-gate FLAG -->` and
-/// `<!-- end of holdfast-gate FLAG -->` in the README.
+/// `<!-- end of holdfast-gate FLAG -->` in docs/correctness-gate.md.
 fn readme_block(flag: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/correctness-gate.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let start = format!("<!-- holdfast-gate {flag} -->\n");
     let end = format!("<!-- end of holdfast-gate {flag} -->");
-    let from = readme.find(&start).unwrap_or_else(|| panic!("README.md has no line {start:?}")) + start.len();
-    let to = readme[from..].find(&end).unwrap_or_else(|| panic!("README.md has no line {end:?}")) + from;
+    let from = readme.find(&start).unwrap_or_else(|| panic!("docs/correctness-gate.md has no line {start:?}")) + start.len();
+    let to = readme[from..].find(&end).unwrap_or_else(|| panic!("docs/correctness-gate.md has no line {end:?}")) + from;
     readme[from..to].to_string()
 }
 
@@ -30,18 +30,18 @@ fn assert_same(flag: &str) {
     assert_eq!(
         readme_block(flag),
         printed,
-        "README.md's table differs from `holdfast-gate {flag}`: replace the lines between its markers with \
+        "docs/correctness-gate.md's table differs from `holdfast-gate {flag}`: replace the lines between its markers with \
          the output of `cargo run -p holdfast-gate -- {flag}`"
     );
 }
 
 #[test]
-fn the_readme_fault_table_is_the_gates_list() {
+fn the_books_fault_table_is_the_gates_list() {
     assert_same("--list-faults");
 }
 
 #[test]
-fn the_readme_mutation_table_is_the_gates_list() {
+fn the_books_mutation_table_is_the_gates_list() {
     assert_same("--list-mutations");
 }
 

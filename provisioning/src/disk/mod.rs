@@ -7,8 +7,8 @@
 //! bind` on stdin). Clevis adds its own keyslot and token (an `sss` policy over
 //! the Tang servers). The agent then proves the Clevis slot opens through
 //! Tang, and destroys every keyslot no Clevis token references. A recovery
-//! key, if wanted, is added by the operator and escrowed offline (see the
-//! README): never kept on the host.
+//! key, if wanted, is added by the operator and escrowed offline (see
+//! docs/provisioning.md): never kept on the host.
 //!
 //! Unlock: `clevis luks pass` recovers the slot's key from Tang; libcryptsetup
 //! checks it (`crypt_activate_by_passphrase` with no name, the library form
