@@ -139,7 +139,7 @@ last probe verdict and whether the tuning drop-in is current.")]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::GenerateDocs { out } = &cli.cmd {
-        return ExitCode::from(holdfast_cli::docs::run(<Cli as clap::CommandFactory>::command(), out));
+        return ExitCode::from(holdfast_cli::docs::run_daemon(<Cli as clap::CommandFactory>::command(), out, &[]));
     }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,

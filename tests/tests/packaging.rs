@@ -40,6 +40,22 @@ const PACKAGES: &[&str] = &[
 const BINARIES: &[&str] =
     &["holdfast-arbiter", "holdfast-controller", "holdfast-tailer", "holdfastctl", "holdfast-pausetest", "holdfast-provision"];
 
+/// The man section of each binary's pages: daemons and system agents in 8,
+/// tools in 1.
+fn man_section(name: &str) -> &'static str {
+    match name {
+        "holdfast-arbiter" | "holdfast-controller" | "holdfast-tailer" | "holdfast-provision" => "8",
+        _ => "1",
+    }
+}
+
+/// The config files with a section 5 page, and the package shipping it.
+const CONFIG_PAGES: &[(&str, &str)] = &[
+    ("holdfast-arbiter", "holdfast-arbiter.toml"),
+    ("holdfast-controller", "holdfast-controller.toml"),
+    ("holdfast-tailer", "holdfast-tailer.toml"),
+];
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
@@ -449,9 +465,11 @@ fn man_pages_and_completions_are_packaged() {
     for name in BINARIES {
         let deb = deb_files(&b.deb(name));
         let rpm = rpm_files(&b.rpm(name));
+        let n = man_section(name);
+        let man = format!("/usr/share/man/man{n}/{name}.{n}.gz");
         for (what, files, man, zsh) in [
-            ("deb", &deb, format!("/usr/share/man/man1/{name}.1.gz"), format!("/usr/share/zsh/vendor-completions/_{name}")),
-            ("rpm", &rpm, format!("/usr/share/man/man1/{name}.1.gz"), format!("/usr/share/zsh/site-functions/_{name}")),
+            ("deb", &deb, man.clone(), format!("/usr/share/zsh/vendor-completions/_{name}")),
+            ("rpm", &rpm, man, format!("/usr/share/zsh/site-functions/_{name}")),
         ] {
             for f in [
                 man,
@@ -462,7 +480,29 @@ fn man_pages_and_completions_are_packaged() {
                 assert!(files.contains(&f), "{name}.{what} lacks {f}:\n{files:#?}");
             }
             assert!(!files.iter().any(|f| f.contains("generate-docs")), "{name}.{what}: the hidden generate-docs has a page");
+            let other = if n == "8" { "/usr/share/man/man1/" } else { "/usr/share/man/man8/" };
+            assert!(!files.iter().any(|f| f.starts_with(other) && f.ends_with(".gz")), "{name}.{what}: pages outside section {n}");
         }
+    }
+    // Each daemon's config file has a section 5 page: the book's
+    // configuration reference for that file, every key on it.
+    for (package, file) in CONFIG_PAGES {
+        for files in [deb_files(&b.deb(package)), rpm_files(&b.rpm(package))] {
+            assert!(files.contains(&format!("/usr/share/man/man5/{file}.5.gz")), "{package} lacks {file}(5):\n{files:#?}");
+        }
+    }
+    let arbiter_tree = b.scratch("arbiter-tree");
+    must(Command::new("dpkg-deb").arg("-x").arg(b.deb("holdfast-arbiter")).arg(&arbiter_tree));
+    let page = must(
+        Command::new("sh")
+            .arg("-c")
+            .arg("gzip -dc \"$1\"")
+            .arg("sh")
+            .arg(arbiter_tree.join("usr/share/man/man5/holdfast-arbiter.toml.5.gz")),
+    )
+    .stdout;
+    for key in ["tls.cert_file", "fail_open.after", "limits.max_connection_age", "etcd.request_timeout"] {
+        assert!(page.contains(&format!("\\fB{key}")), "holdfast-arbiter.toml(5) lacks {key}:\n{page}");
     }
     // One page per subcommand: holdfastctl's `lock` has its own page.
     let ctl = deb_files(&b.deb("holdfastctl"));

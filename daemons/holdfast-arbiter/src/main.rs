@@ -49,7 +49,11 @@ enum LogFormat {
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(Command::GenerateDocs { out }) = &args.command {
-        return ExitCode::from(holdfast_cli::docs::run(<Args as clap::CommandFactory>::command(), out));
+        return ExitCode::from(holdfast_cli::docs::run_daemon(
+            <Args as clap::CommandFactory>::command(),
+            out,
+            &[holdfast_cli::docs::ConfigPage { file: "holdfast-arbiter.toml", heading: "## arbiter.toml" }],
+        ));
     }
     let config = match ArbiterConfig::load(&args.config) {
         Ok(c) => c,

@@ -57,7 +57,11 @@ enum LogFormat {
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(Command::GenerateDocs { out }) = &args.command {
-        return ExitCode::from(holdfast_cli::docs::run(<Args as clap::CommandFactory>::command(), out));
+        return ExitCode::from(holdfast_cli::docs::run_daemon(
+            <Args as clap::CommandFactory>::command(),
+            out,
+            &[holdfast_cli::docs::ConfigPage { file: "holdfast-controller.toml", heading: "## controller.toml" }],
+        ));
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,

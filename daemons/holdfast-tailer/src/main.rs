@@ -73,7 +73,11 @@ fn main() -> ExitCode {
             return ExitCode::from(export(&args.config, store, &out, since.as_deref(), until.as_deref()));
         }
         Some(Command::GenerateDocs { out }) => {
-            return ExitCode::from(holdfast_cli::docs::run(<Args as clap::CommandFactory>::command(), &out));
+            return ExitCode::from(holdfast_cli::docs::run_daemon(
+                <Args as clap::CommandFactory>::command(),
+                &out,
+                &[holdfast_cli::docs::ConfigPage { file: "holdfast-tailer.toml", heading: "## tailer.toml" }],
+            ));
         }
         Some(Command::Run) | None => {}
     }
