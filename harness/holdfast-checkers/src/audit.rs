@@ -143,4 +143,37 @@ mod tests {
         assert_eq!(r.live_stored, [2]);
         assert!(!r.passed());
     }
+
+    #[test]
+    fn a_stored_position_etcd_never_had_is_extra_and_fails() {
+        let etcd: BTreeSet<_> = [(1, 0), (3, 0)].into();
+        let stored: BTreeSet<_> = [(1, 0), (2, 0), (3, 0)].into();
+        let r = compare(&Recorded { stored, ..Recorded::default() }, &etcd, &[], &BTreeMap::new());
+        assert_eq!(r.extra, [(2, 0)]);
+        assert!(r.missing.is_empty() && !r.passed(), "{r:?}");
+    }
+
+    #[test]
+    fn withheld_counts_only_positions_within_the_range_and_not_stored_too() {
+        let etcd: BTreeSet<_> = [(1, 0), (2, 0), (3, 0)].into();
+        // (2, 0) withheld and not stored: counted. (3, 0) withheld and since
+        // stored (its hold ended): not counted. (5, 0) past the compared
+        // range: not counted.
+        let r = Recorded { stored: [(1, 0), (3, 0)].into(), withheld: [(2, 0), (3, 0), (5, 0)].into(), live: BTreeSet::new() };
+        let report = compare(&r, &etcd, &[], &BTreeMap::new());
+        assert_eq!(report.withheld, 1, "{report:?}");
+        assert!(report.passed(), "{report:?}");
+    }
+
+    #[test]
+    fn at_most_twenty_misclassified_ends_are_named_but_all_are_compared() {
+        let etcd: BTreeSet<_> = [(1, 0)].into();
+        let ends: Vec<StoredEnd> = (0..25)
+            .map(|i| StoredEnd { revision: 100 + i, key: format!("/l/k{i}"), with_session: false, kind: "release".into() })
+            .collect();
+        let recorded: BTreeMap<_, _> = ends.iter().map(|e| ((e.revision, e.key.clone()), Some(true))).collect();
+        let r = compare(&Recorded { stored: etcd.clone(), ..Recorded::default() }, &etcd, &ends, &recorded);
+        assert_eq!((r.misclassified.len(), r.ends_compared), (20, 25));
+        assert!(!r.passed());
+    }
 }

@@ -159,13 +159,14 @@ fn check_deadlines(history: &History, grants: &[Grant<'_>], report: &mut Report)
         return;
     }
     // Ok grants by token revision, with the earliest completion at or after
-    // each (a suffix minimum).
+    // each (a suffix minimum; of grants completing at the same moment, the
+    // one at the lowest revision is the evidence cited).
     let mut by_revision: Vec<(u64, u64, usize)> = grants.iter().map(|g| (token_revision(g.token), g.complete_ns, g.index)).collect();
     by_revision.sort_unstable();
     let mut earliest: Vec<(u64, usize)> = vec![(u64::MAX, usize::MAX); by_revision.len()];
     let mut best = (u64::MAX, usize::MAX);
     for (i, &(_, complete, index)) in by_revision.iter().enumerate().rev() {
-        if complete < best.0 {
+        if complete <= best.0 {
             best = (complete, index);
         }
         earliest[i] = best;

@@ -534,9 +534,13 @@ fn stats_count_lock_ops_expiries_and_rejected_writes() {
     b.acq("ns/a", 3, 100, 0, Outcome::Unknown, None);
     b.write("ns/a", "r", 2, 7, 120, Outcome::Ok, Some(true));
     b.write("ns/a", "r", 1, 5, 130, Outcome::Fail, Some(false));
+    // Deadlines a client recorded are counted apart, never as operations.
+    b.deadline(2, 140, 150);
+    b.deadline(2, 160, 170);
     let s = b.h.stats();
     assert_eq!((s.ops, s.lock_ops, s.ok_grants, s.unknown_ops), (6, 4, 2, 1));
     assert_eq!((s.expiries, s.accepted_writes, s.stale_rejected), (1, 1, 1));
+    assert_eq!(s.deadlines, 2);
 }
 
 #[test]

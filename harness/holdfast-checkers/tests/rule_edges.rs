@@ -511,3 +511,32 @@ fn c1_places_a_session_end_only_by_grants_at_or_after_its_revision() {
     assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
     assert_eq!(r.violations[0].ops[1], client(&b.h, 3));
 }
+
+#[test]
+fn c1_counts_a_grant_at_the_session_ends_own_revision_as_having_seen_it() {
+    // The rule is "at or after": a grant committed in the very revision
+    // that deleted the record (completing at 300) places the end no later
+    // than 300, before the later grant at 11 (completing at 500).
+    let mut b = deadline_around_an_end(450, false);
+    b.ok_acq("ns/b", 3, 200, 300, 10);
+    b.put("ns/b", 10, 3);
+    b.h.etcd.events.sort_by_key(|e| e.revision);
+    let r = etcd_log::check(&b.h);
+    assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
+    assert_eq!(r.violations[0].ops[1], client(&b.h, 2));
+}
+
+#[test]
+fn c1_cites_the_lowest_revision_of_grants_completing_at_the_same_moment() {
+    // Two grants after the end complete at the same nanosecond: the one at
+    // the lower revision (12, not 13) is the first to have seen the end.
+    let mut b = deadline_around_an_end(450, false);
+    b.ok_acq("ns/b", 3, 200, 420, 13);
+    b.put("ns/b", 13, 3);
+    b.ok_acq("ns/c", 4, 200, 420, 12);
+    b.put("ns/c", 12, 4);
+    b.h.etcd.events.sort_by_key(|e| e.revision);
+    let r = etcd_log::check(&b.h);
+    assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
+    assert_eq!(r.violations[0].ops[1], client(&b.h, 3));
+}
