@@ -123,6 +123,24 @@ async fn health_follows_the_seal_and_reflection_lists_the_services() {
     let waited = waiting.join().unwrap();
     assert!(waited.code == 0 && waited.stdout.trim() == "SERVING", "{waited}");
 
+    // A typed refusal reaches a client no one here wrote (grpcurl is
+    // grpc-go) with its code, message and typed detail: grpc-go turns a
+    // status whose details disagree with them into `Internal`. (No class
+    // set is published here, so the acquire is refused before its session
+    // is looked up.)
+    let refused = grpcurl(&pki, &endpoint, &["-d", r#"{"session_id": 12345, "namespace": "ops", "key": "x"}"#], &["lock.v1.Lock/Acquire"]);
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(refused.code != 0, "{refused}");
+    assert!(
+        said.contains("Code: FailedPrecondition") && said.contains("no class set is published yet"),
+        "not the typed refusal: {refused}"
+    );
+    assert!(
+        said.contains("type.googleapis.com/lock.v1.ErrorDetail") && said.contains("ERROR_REASON_NO_POLICY"),
+        "grpcurl did not read the typed detail: {refused}"
+    );
+    assert!(!said.contains("Internal") && !said.contains("mismatch"), "grpc-go did not believe the status: {refused}");
+
     // etcd frozen: the arbiter cannot verify it, so it does not serve; and
     // serves again once etcd answers.
     let member = etcd.pid(0).expect("the etcd member's pid");

@@ -15,18 +15,106 @@ pub use v1::{ErrorDetail, ErrorReason};
 
 use prost::Message;
 
-/// A refusal with a stable, typed reason attached as the status details.
+/// The type URL of [`ErrorDetail`] inside a `google.rpc.Status`'s details.
+pub const ERROR_DETAIL_TYPE_URL: &str = "type.googleapis.com/lock.v1.ErrorDetail";
+
+/// `google.rpc.Status` on the wire (its three fields, by number). Declared
+/// here rather than taken from tonic-types and prost-types: those two
+/// crates would put the shipped `holdfastctl` over its 150-crate limit,
+/// for two messages of three and two fields.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+    #[prost(message, repeated, tag = "3")]
+    pub details: Vec<RpcAny>,
+}
+
+/// `google.protobuf.Any` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcAny {
+    #[prost(string, tag = "1")]
+    pub type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
+/// A refusal with a stable, typed reason attached as the status details,
+/// in gRPC's rich error model: the `grpc-status-details-bin` trailer is a
+/// `google.rpc.Status` with the same code and message as the status, whose
+/// details hold one `lock.v1.ErrorDetail` (as an `Any`). grpc-go turns a
+/// status whose details disagree with its code or message into `Internal`;
+/// grpcio (`grpc_status.rpc_status`) and grpc-java (`StatusProto`) read the
+/// detail the same way.
 pub fn refusal(code: tonic::Code, reason: ErrorReason, field: &str, message: impl Into<String>) -> tonic::Status {
+    let message = message.into();
     let detail = ErrorDetail { reason: reason as i32, field: field.to_string() };
-    tonic::Status::with_details(code, message, detail.encode_to_vec().into())
+    let status = RpcStatus {
+        code: code as i32,
+        message: message.clone(),
+        details: vec![RpcAny { type_url: ERROR_DETAIL_TYPE_URL.into(), value: detail.encode_to_vec() }],
+    };
+    tonic::Status::with_details(code, message, status.encode_to_vec().into())
 }
 
 /// The typed reason of a refusal, if the status carries one.
 pub fn reason_of(status: &tonic::Status) -> Option<(ErrorReason, String)> {
-    let detail = ErrorDetail::decode(status.details()).ok()?;
+    let detail = detail_of(status.details())?;
     let reason = ErrorReason::try_from(detail.reason).ok()?;
     if reason == ErrorReason::Unspecified {
         return None;
     }
     Some((reason, detail.field))
+}
+
+/// The [`ErrorDetail`] in a status's details: inside a `google.rpc.Status`
+/// (what arbiters send), or the bare message an arbiter from before
+/// 2026-12-07 sent (a `google.rpc.Status` with details always has one, so
+/// the two are never confused).
+fn detail_of(bytes: &[u8]) -> Option<ErrorDetail> {
+    if let Ok(status) = RpcStatus::decode(bytes)
+        && !status.details.is_empty()
+    {
+        let any = status.details.iter().find(|a| a.type_url == ERROR_DETAIL_TYPE_URL)?;
+        return ErrorDetail::decode(any.value.as_slice()).ok();
+    }
+    ErrorDetail::decode(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_a_google_rpc_status_agreeing_with_its_code_and_message() {
+        let s = refusal(tonic::Code::NotFound, ErrorReason::SessionNotFound, "session_id", "session 3039 does not exist");
+        // What grpc-go checks before it believes the status.
+        let rpc = RpcStatus::decode(s.details()).unwrap();
+        assert_eq!(rpc.code, tonic::Code::NotFound as i32);
+        assert_eq!(rpc.message, "session 3039 does not exist");
+        assert_eq!(rpc.details.len(), 1);
+        assert_eq!(rpc.details[0].type_url, ERROR_DETAIL_TYPE_URL);
+        assert_eq!(reason_of(&s), Some((ErrorReason::SessionNotFound, "session_id".to_string())));
+    }
+
+    #[test]
+    fn the_bare_detail_of_an_older_arbiter_is_still_read() {
+        let detail = ErrorDetail { reason: ErrorReason::Contention as i32, field: String::new() };
+        let s = tonic::Status::with_details(tonic::Code::Aborted, "held", detail.encode_to_vec().into());
+        assert_eq!(reason_of(&s), Some((ErrorReason::Contention, String::new())));
+    }
+
+    #[test]
+    fn a_status_without_our_detail_has_no_reason() {
+        assert_eq!(reason_of(&tonic::Status::internal("boom")), None);
+        let other = RpcStatus {
+            code: 5,
+            message: "x".into(),
+            details: vec![RpcAny { type_url: "type.googleapis.com/google.rpc.DebugInfo".into(), value: vec![] }],
+        };
+        let s = tonic::Status::with_details(tonic::Code::NotFound, "x", other.encode_to_vec().into());
+        assert_eq!(reason_of(&s), None);
+    }
 }
