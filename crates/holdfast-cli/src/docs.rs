@@ -33,8 +33,7 @@ pub struct ConfigPage<'a> {
 
 /// [`write`] for a daemon or system agent: its pages in section 8
 /// (`man/NAME.8`, `man/NAME-SUB.8`), and one section 5 page per config file
-/// (`man/FILE.5`) rendered from the configuration reference, followed by
-/// the reference's `[etcd]` section every file shares.
+/// (`man/FILE.5`) rendered from the configuration reference.
 pub fn write_daemon(cmd: Command, out: &Path, configs: &[ConfigPage<'_>]) -> io::Result<()> {
     write_in(cmd, out, "8")?;
     let man = out.join("man");
@@ -74,9 +73,6 @@ fn pages(cmd: &Command, section: &str, dir: &Path) -> io::Result<()> {
 
 /// The configuration reference, as the book has it.
 pub const REFERENCE: &str = include_str!("../../../docs/configuration.md");
-
-/// The heading of the reference's section every config file shares.
-const ETCD_HEADING: &str = "## The `[etcd]` table, in every file";
 
 /// The text of the reference's section `heading`, up to the next `## `.
 fn section_of(heading: &str) -> io::Result<&'static str> {
@@ -126,7 +122,7 @@ fn text_line(line: &str) -> String {
 fn roff_section(md: &str, out: &mut String) {
     for line in md.lines() {
         let line = line.trim_end();
-        if line.starts_with("| key") || line.starts_with("|---") {
+        if line.starts_with("| key") || line.starts_with("|---") || line.starts_with("<!--") {
             continue;
         }
         if let Some(row) = line.strip_prefix('|') {
@@ -160,8 +156,6 @@ fn config_page(page: &ConfigPage<'_>) -> io::Result<String> {
         page.file
     );
     roff_section(section_of(page.heading)?, &mut out);
-    out.push_str(".SH THE [etcd] TABLE\n");
-    roff_section(section_of(ETCD_HEADING)?, &mut out);
     out.push_str(".SH SEE ALSO\nThe operator's book, chapter \"Configuration reference\" (docs/configuration.md).\n");
     Ok(out)
 }
@@ -220,13 +214,13 @@ mod tests {
         assert!(!dir.path().join("man/holdfast-arbiter.1").exists());
         let page = std::fs::read_to_string(dir.path().join("man/holdfast-arbiter.toml.5")).unwrap();
         assert!(page.starts_with(".TH \"HOLDFAST-ARBITER.TOML\" 5"), "{page}");
-        // Every key row of the book's section is on the page, and the shared
-        // [etcd] keys too; no Markdown left.
+        // Every key row of the book's section is on the page; no Markdown
+        // left (nor the table's generation markers).
         for key in ["listen", "tls.cert_file", "fail_open.after", "limits.max_connection_age", "etcd.request_timeout"] {
             assert!(page.contains(&format!("\\fB{key}")), "{key} is not on the page:\n{page}");
         }
-        assert!(!page.contains('`') && !page.contains("]("), "Markdown left on the page:\n{page}");
-        assert!(page.contains("[tls], [etcd]"), "a table name is not a link:\n{page}");
+        assert!(!page.contains('`') && !page.contains("](") && !page.contains("<!--"), "Markdown left on the page:\n{page}");
+        assert!(page.contains("\\fB[tls]\\fR"), "a table name is not kept as written:\n{page}");
         assert_eq!(inline("see `[coord]` and [the book](docs/x.md) \\ ok"), "see [coord] and the book \\e ok");
         // The text reads as text: no line is a roff request by accident.
         for line in page.lines().filter(|l| l.starts_with('.')) {

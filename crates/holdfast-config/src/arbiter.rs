@@ -163,6 +163,7 @@ pub struct FailOpenConfig {
     /// state: etcd unanswered, or fewer than a majority of members answering)
     /// before keys of its `open` classes are granted from memory with token
     /// 0. Every other class is refused throughout, as before the bound.
+    /// From 1s to 1h (docs/policy.md, "Fail-open").
     #[serde(default = "default_fail_open_after", with = "humantime_serde")]
     pub after: Duration,
     /// The most the spool of unprotected grants and releases
@@ -364,12 +365,16 @@ pub struct LimitsConfig {
     /// answering one would cost the handshake being limited.
     #[serde(default = "default_connections")]
     pub max_connections: u32,
+    /// Open client connections from one source address (see
+    /// `max_connections`).
     #[serde(default = "default_connections_per_address")]
     pub max_connections_per_address: u32,
     /// TLS handshakes started per second, in total and per source address
     /// (token buckets with a burst of one second's worth).
     #[serde(default = "default_handshakes_per_second")]
     pub handshakes_per_second: u32,
+    /// TLS handshakes started per second from one source address (see
+    /// `handshakes_per_second`).
     #[serde(default = "default_handshakes_per_second_per_address")]
     pub handshakes_per_second_per_address: u32,
     /// After this long a connection is asked to go away (HTTP/2 GOAWAY; its
