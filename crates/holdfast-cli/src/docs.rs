@@ -72,7 +72,7 @@ fn pages(cmd: &Command, section: &str, dir: &Path) -> io::Result<()> {
 }
 
 /// The configuration reference, as the book has it.
-pub const REFERENCE: &str = include_str!("../../../docs/configuration.md");
+const REFERENCE: &str = include_str!("../../../docs/configuration.md");
 
 /// The text of the reference's section `heading`, up to the next `## `.
 fn section_of(heading: &str) -> io::Result<&'static str> {

@@ -473,6 +473,14 @@ fn deadline_around_an_end(until: u64, at_advance: bool) -> B {
     b
 }
 
+/// Adds session `s`'s ok grant of `key` at revision `rev`, completing at
+/// `complete`, with its put, keeping etcd's log in revision order.
+fn grant_at(b: &mut B, key: &str, s: i64, complete: u64, rev: u64) {
+    b.ok_acq(key, s, 200, complete, rev);
+    b.put(key, rev, s);
+    b.h.etcd.events.sort_by_key(|e| e.revision);
+}
+
 #[test]
 fn c1_passes_a_deadline_no_later_than_the_first_grant_that_saw_the_session_end() {
     let r = etcd_log::check(&deadline_around_an_end(500, false).h);
@@ -498,15 +506,11 @@ fn c1_places_a_session_end_only_by_grants_at_or_after_its_revision() {
     // A grant at revision 9 (before the end) completing early proves
     // nothing about when revision 10 happened.
     let mut b = deadline_around_an_end(450, false);
-    b.ok_acq("ns/b", 3, 200, 300, 9);
-    b.put("ns/b", 9, 3);
-    b.h.etcd.events.sort_by_key(|e| e.revision);
+    grant_at(&mut b, "ns/b", 3, 300, 9);
     let r = etcd_log::check(&b.h);
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     // The earliest of several later grants is the one that counts.
-    b.ok_acq("ns/c", 4, 410, 420, 12);
-    b.put("ns/c", 12, 4);
-    b.h.etcd.events.sort_by_key(|e| e.revision);
+    grant_at(&mut b, "ns/c", 4, 420, 12);
     let r = etcd_log::check(&b.h);
     assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
     assert_eq!(r.violations[0].ops[1], client(&b.h, 3));
@@ -518,9 +522,7 @@ fn c1_counts_a_grant_at_the_session_ends_own_revision_as_having_seen_it() {
     // that deleted the record (completing at 300) places the end no later
     // than 300, before the later grant at 11 (completing at 500).
     let mut b = deadline_around_an_end(450, false);
-    b.ok_acq("ns/b", 3, 200, 300, 10);
-    b.put("ns/b", 10, 3);
-    b.h.etcd.events.sort_by_key(|e| e.revision);
+    grant_at(&mut b, "ns/b", 3, 300, 10);
     let r = etcd_log::check(&b.h);
     assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
     assert_eq!(r.violations[0].ops[1], client(&b.h, 2));
@@ -531,11 +533,8 @@ fn c1_cites_the_lowest_revision_of_grants_completing_at_the_same_moment() {
     // Two grants after the end complete at the same nanosecond: the one at
     // the lower revision (12, not 13) is the first to have seen the end.
     let mut b = deadline_around_an_end(450, false);
-    b.ok_acq("ns/b", 3, 200, 420, 13);
-    b.put("ns/b", 13, 3);
-    b.ok_acq("ns/c", 4, 200, 420, 12);
-    b.put("ns/c", 12, 4);
-    b.h.etcd.events.sort_by_key(|e| e.revision);
+    grant_at(&mut b, "ns/b", 3, 420, 13);
+    grant_at(&mut b, "ns/c", 4, 420, 12);
     let r = etcd_log::check(&b.h);
     assert_eq!(rules(&r), [Rule::DeadlinePastSessionEnd], "{:?}", r.violations);
     assert_eq!(r.violations[0].ops[1], client(&b.h, 3));

@@ -202,8 +202,9 @@ fn check_shipped(granted: &[Granted], shipped: &[(Entry, i64)], violations: &mut
 
 /// A protected grant of `key` (opening and acquiring retried while etcd is
 /// not yet back, or answers a call late, within `within`): its token,
-/// above 0; a token-0 grant is a violation. A hold whose release fails is
-/// ended by closing its session (retried), else by its session's lease.
+/// above 0; a token-0 grant is a violation. The hold is released and its
+/// session closed (retried: closing also ends a hold whose release failed;
+/// failing that, the session's lease does).
 async fn protected(client: &Client, key: &LockKey, within: Duration, violations: &mut Vec<String>) -> anyhow::Result<u64> {
     let (session, hold) = retry(within, || async {
         let session = client.open_session_for(OPEN_NAMESPACE, None).await?;
@@ -216,10 +217,8 @@ async fn protected(client: &Client, key: &LockKey, within: Duration, violations:
     if session.unprotected() || hold.unprotected() || token == 0 {
         violations.push(format!("a grant of {key} carries token 0 while etcd has a majority"));
     }
-    if hold.release().await.is_err() {
-        // Closing the session ends the hold with it.
-        let _ = retry(Duration::from_secs(10), || session.close()).await;
-    }
+    let _ = hold.release().await;
+    let _ = retry(Duration::from_secs(10), || session.close()).await;
     Ok(token)
 }
 
