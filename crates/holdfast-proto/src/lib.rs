@@ -45,9 +45,8 @@ pub struct RpcAny {
 /// in gRPC's rich error model: the `grpc-status-details-bin` trailer is a
 /// `google.rpc.Status` with the same code and message as the status, whose
 /// details hold one `lock.v1.ErrorDetail` (as an `Any`). grpc-go turns a
-/// status whose details disagree with its code or message into `Internal`;
-/// grpcio (`grpc_status.rpc_status`) and grpc-java (`StatusProto`) read the
-/// detail the same way.
+/// status whose details disagree with its code or message into `Internal`
+/// (checked with grpcurl in `tests/tests/systemd_notify.rs`).
 pub fn refusal(code: tonic::Code, reason: ErrorReason, field: &str, message: impl Into<String>) -> tonic::Status {
     let message = message.into();
     let detail = ErrorDetail { reason: reason as i32, field: field.to_string() };
