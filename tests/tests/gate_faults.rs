@@ -229,6 +229,17 @@ fn an_arbiter_trusting_unconfirmed_keepalives_fails_the_gate_where_etcd_answers_
     }
 }
 
+/// A stopped etcd leader wakes with the lease expiries it had and revokes
+/// leases the new leader renewed (docs/gate.md, "A deposed leader's
+/// revokes"). An arbiter that counts keepalives answered in the new term
+/// before every member answers in it tells clients their sessions live
+/// past the revoke. Leader stops up to two TTLs, on every etcd target (16
+/// violations in the first run on 3.6.17, 0 with the real arbiter).
+#[test]
+fn an_arbiter_counting_keepalives_while_a_deposed_leader_is_silent_fails_the_gate() {
+    mutation_gate("no_deposed_leader_check");
+}
+
 /// The same workload and client pauses (same seed) against an unfenced
 /// resource and against the reference PostgreSQL fence: the unfenced one
 /// loses updates and the gate reports it; the fence rejects the stale writes.

@@ -248,3 +248,128 @@ async fn a_leader_change_restarts_a_short_leases_full_ttl_and_never_shortens_it(
         "the new leader carried the remaining TTL ({left_after} s of {TTL}); etcd now checkpoints short leases: update docs/etcd-versions.md and this test"
     );
 }
+
+/// The member of `etcd` that leads now: its index and its member ID.
+async fn leader_of(etcd: &Etcd) -> (usize, u64) {
+    for _ in 0..100 {
+        for (i, url) in etcd.endpoints().iter().enumerate() {
+            let Ok(mut c) = etcd_client::Client::connect([url.as_str()], None).await else { continue };
+            if let Ok(s) = c.status().await
+                && s.leader() != 0
+                && s.leader() == s.header().unwrap().member_id()
+            {
+                return (i, s.leader());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no etcd member leads");
+}
+
+/// Waits until member `asked` names a leader other than `old` (30 s at most).
+async fn wait_new_leader(etcd: &Etcd, asked: usize, old: u64) {
+    let url = etcd.endpoints()[asked].clone();
+    let mut c = etcd_client::Client::connect([url.as_str()], None).await.unwrap();
+    for _ in 0..300 {
+        if let Ok(s) = c.status().await
+            && s.leader() != 0
+            && s.leader() != old
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no new leader within 30 s");
+}
+
+/// A stopped etcd leader wakes with the lease expiries it had: leases the
+/// new leader renewed meanwhile look expired to it, and its lessor revokes
+/// them before it learns it was deposed (`holdfast_arbiter::deposed`). So
+/// while it is silent, the arbiter counts no keepalive of a session granted
+/// before the new term: such a session ends at its deadline, while one
+/// granted in the new term (no earlier leader knew its lease) stays
+/// renewing throughout. Once every member answers in the new term, the
+/// arbiter's keepalives count again.
+#[tokio::test(flavor = "multi_thread")]
+async fn while_a_stopped_leader_may_wake_no_renewal_of_an_older_session_counts() {
+    const TTL: Duration = Duration::from_secs(5);
+    let app = Appliance::start("renewal-deposed-leader", 3).await;
+    let client = app.client("team/a").await;
+    let older = client.open_session(TTL).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(*older.health().borrow(), Health::Healthy);
+    let (l, id) = leader_of(&app.etcd).await;
+    let pid = app.etcd.pid(l).expect("the leader runs");
+    sigstop(pid);
+    let stopped = std::time::Instant::now();
+    wait_new_leader(&app.etcd, (l + 1) % 3, id).await;
+    // The arbiter's balanced client may still send the grant to the
+    // stopped member until its Status loop routes around it.
+    let mut newer = None;
+    for _ in 0..3 {
+        if let Ok(s) = client.open_session(TTL).await {
+            newer = Some(s);
+            break;
+        }
+    }
+    let newer = newer.expect("a session opened under the new leader");
+    // Two TTLs stopped, as the gate's leader-pause at most.
+    let lost = tokio::time::timeout(TTL * 2 - stopped.elapsed().min(TTL), async {
+        let mut h = older.health();
+        while *h.borrow_and_update() != Health::Lost {
+            h.changed().await.unwrap();
+        }
+    })
+    .await;
+    let lost_after = stopped.elapsed();
+    assert!(lost.is_ok(), "a session granted before the stop kept renewing while the deposed leader was stopped");
+    assert!(lost_after >= TTL / 3, "lost {lost_after:?} after the stop: before its last deadline could pass");
+    // Lost is for good; a keepalive whose quorum read went to the stopped
+    // member before the arbiter routed around it may degrade it briefly.
+    assert_ne!(*newer.health().borrow(), Health::Lost, "the session granted in the new term was lost");
+    tokio::time::sleep((TTL * 2).saturating_sub(stopped.elapsed())).await;
+    assert_eq!(*newer.health().borrow(), Health::Healthy, "the session granted in the new term stopped renewing");
+    let held =
+        sample(&scrape(app.arbiter.metrics_port).await, "holdfast_arbiter_keepalives_held_for_deposed_leader_total{cluster=\"test\"}");
+    assert!(held >= 1.0, "no keepalive counted as held back: {held}");
+    let log = std::fs::read_to_string(&app.arbiter.log).unwrap();
+    assert!(log.contains("do not answer in its term"), "the arbiter did not say why keepalives do not count:\n{log}");
+    sigcont(pid);
+    // Awake and deposed, the member answers in the new term: keepalives of
+    // sessions opened before the next election count again, and the newer
+    // session, opened before the wake, stays healthy across it.
+    tokio::time::sleep(TTL).await;
+    assert_eq!(*newer.health().borrow(), Health::Healthy, "the newer session stopped renewing after the old leader woke");
+    assert!(log_after(&app.arbiter.log, &log).contains("keepalives count again"), "the arbiter did not say keepalives count again");
+    newer.close().await.unwrap();
+}
+
+/// A leader that is killed, not stopped, has no lessor left to revoke
+/// with: its port refuses connections, and the sessions granted before the
+/// election keep renewing through it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_leader_ends_no_session() {
+    const TTL: Duration = Duration::from_secs(5);
+    let mut app = Appliance::start("renewal-killed-leader", 3).await;
+    let client = app.client("team/a").await;
+    let older = client.open_session(TTL).await.unwrap();
+    let mut health = older.health();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (l, id) = leader_of(&app.etcd).await;
+    app.etcd.members[l].take().unwrap().kill();
+    wait_new_leader(&app.etcd, (l + 1) % 3, id).await;
+    // Two TTLs with the old leader gone.
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(*health.borrow_and_update(), Health::Healthy, "a session ended because its leader was killed");
+    assert!(!health.has_changed().unwrap());
+    let held =
+        sample(&scrape(app.arbiter.metrics_port).await, "holdfast_arbiter_keepalives_held_for_deposed_leader_total{cluster=\"test\"}");
+    assert_eq!(held, 0.0, "a keepalive was held back for a killed leader");
+    app.etcd.restart_member(l).await;
+    older.close().await.unwrap();
+}
+
+/// What `path` has gained since it read `before`.
+fn log_after(path: &std::path::Path, before: &str) -> String {
+    std::fs::read_to_string(path).unwrap()[before.len()..].to_string()
+}

@@ -218,7 +218,7 @@ pub struct WaitersConfig {
 }
 
 /// The names `[mutation]` takes (one per field of [`MutationConfig`]).
-pub const MUTATION_NAMES: [&str; 9] = [
+pub const MUTATION_NAMES: [&str; 10] = [
     "release_unguarded",
     "no_epoch_compare",
     "no_session_compare",
@@ -226,6 +226,7 @@ pub const MUTATION_NAMES: [&str; 9] = [
     "no_withdrawal_marker",
     "no_seal_check",
     "no_keepalive_confirmation",
+    "no_deposed_leader_check",
     "forget_served_epochs",
     "fail_open_any_class",
 ];
@@ -264,6 +265,12 @@ pub struct MutationConfig {
     /// leader was elected and let them expire).
     #[serde(default)]
     pub no_keepalive_confirmation: bool,
+    /// A keepalive answered in a new Raft term counts at once, without
+    /// waiting until every etcd member answers in that term: a deposed
+    /// leader that stopped, and wakes with the lease expiries it had, can
+    /// revoke leases whose renewals the clients were told count.
+    #[serde(default)]
+    pub no_deposed_leader_check: bool,
     /// The arbiter ignores its record of the epochs it served
     /// (`STATE_DIR/served-epochs.json`): an epoch record a restore brought
     /// back, or an epoch minted again, is served as if new.
@@ -292,6 +299,7 @@ impl MutationConfig {
             "no_withdrawal_marker" => &mut self.no_withdrawal_marker,
             "no_seal_check" => &mut self.no_seal_check,
             "no_keepalive_confirmation" => &mut self.no_keepalive_confirmation,
+            "no_deposed_leader_check" => &mut self.no_deposed_leader_check,
             "forget_served_epochs" => &mut self.forget_served_epochs,
             "fail_open_any_class" => &mut self.fail_open_any_class,
             _ => return Err(format!("no mutation {name:?}; the mutations are {}", MUTATION_NAMES.join(", "))),
@@ -310,6 +318,7 @@ impl MutationConfig {
             (self.no_withdrawal_marker, "no_withdrawal_marker"),
             (self.no_seal_check, "no_seal_check"),
             (self.no_keepalive_confirmation, "no_keepalive_confirmation"),
+            (self.no_deposed_leader_check, "no_deposed_leader_check"),
             (self.forget_served_epochs, "forget_served_epochs"),
             (self.fail_open_any_class, "fail_open_any_class"),
         ]

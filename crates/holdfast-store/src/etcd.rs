@@ -199,15 +199,20 @@ impl Etcd {
     /// Asks every member for its Status, concurrently, each within the
     /// request timeout. Members that fail are reported as errors.
     pub async fn member_status(&self) -> Vec<Result<MemberStatus, String>> {
+        self.member_status_within(self.timeout).await
+    }
+
+    /// [`Etcd::member_status`], each answer waited for at most `timeout`.
+    /// An error keeps its whole cause chain (a refused connection says so).
+    pub async fn member_status_within(&self, timeout: Duration) -> Vec<Result<MemberStatus, String>> {
         let calls = self.members.iter().map(|(endpoint, client)| {
             let mut client = client.clone();
             let endpoint = endpoint.clone();
-            let timeout = self.timeout;
             async move {
                 let status = tokio::time::timeout(timeout, client.status())
                     .await
                     .map_err(|_| format!("{endpoint}: no answer within {timeout:?}"))?
-                    .map_err(|e| format!("{endpoint}: {e}"))?;
+                    .map_err(|e| format!("{endpoint}: {}", chain(&e)))?;
                 let header = status.header().ok_or_else(|| format!("{endpoint}: status without header"))?;
                 Ok(MemberStatus {
                     position: LogPosition { applied_index: status.raft_applied_index(), revision: header.revision() },
@@ -381,6 +386,21 @@ impl BalancedChannelBuilder for ReloadingTls {
         let service = tower::buffer::Buffer::new(tower::util::BoxService::new(balance), buffer_size);
         Ok((etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(service)), tx))
     }
+}
+
+/// An error and its causes, one after another.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 #[cfg(test)]

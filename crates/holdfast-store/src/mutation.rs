@@ -17,6 +17,8 @@ pub static NO_WITHDRAWAL_MARKER: AtomicBool = AtomicBool::new(false);
 pub static NO_SEAL_CHECK: AtomicBool = AtomicBool::new(false);
 /// Keepalives count without confirming the answering leader's term.
 pub static NO_KEEPALIVE_CONFIRMATION: AtomicBool = AtomicBool::new(false);
+/// Keepalives count while a member that may be a deposed leader is silent.
+pub static NO_DEPOSED_LEADER_CHECK: AtomicBool = AtomicBool::new(false);
 /// Tokens come from a local counter instead of the commit revision.
 pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
 /// The arbiter ignores the record of the epochs it served.
@@ -39,6 +41,7 @@ pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
         (config.no_withdrawal_marker, &NO_WITHDRAWAL_MARKER),
         (config.no_seal_check, &NO_SEAL_CHECK),
         (config.no_keepalive_confirmation, &NO_KEEPALIVE_CONFIRMATION),
+        (config.no_deposed_leader_check, &NO_DEPOSED_LEADER_CHECK),
         (config.forget_served_epochs, &FORGET_SERVED_EPOCHS),
         (config.fail_open_any_class, &FAIL_OPEN_ANY_CLASS),
     ] {

@@ -34,6 +34,8 @@ pub struct Cluster {
     pub waiters: Arc<Waiters>,
     /// Confirms the leader term of keepalive acknowledgements.
     pub confirmer: Confirmer,
+    /// Holds back keepalives while a deposed leader may revoke their lease.
+    pub deposed: Arc<crate::deposed::Deposed>,
     /// The shared etcd keepalive streams sessions are renewed through.
     pub renewer: Arc<Renewer>,
     /// Holds this arbiter granted here, for counting the ones that expire.

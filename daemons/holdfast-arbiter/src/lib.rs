@@ -3,6 +3,8 @@
 //! - [`grant`]: the grant and release transactions, token minting.
 //! - [`waiting`]: waiting for a held key: in-memory FIFO queues, durable waiters.
 //! - [`session`]: sessions (an etcd lease and its owner record).
+//! - [`confirm`], [`deposed`]: when a keepalive counts (its Raft term
+//!   confirmed by a quorum read; no deposed leader left to revoke its lease).
 //! - [`seal`]: whether the arbiter may grant; restore detection loop.
 //! - [`cluster`]: the etcd clusters (entity, coord) and which one a class's
 //!   tier picks; session IDs that name their tier.
@@ -24,6 +26,7 @@
 pub mod cluster;
 pub mod commit;
 pub mod confirm;
+pub mod deposed;
 pub mod expiry;
 pub mod grant;
 pub mod health;

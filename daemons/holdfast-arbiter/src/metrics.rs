@@ -69,6 +69,8 @@ pub struct Metrics {
     pub grant_attempts: Counters,
     pub renewal_failures: Counters,
     pub unconfirmed_keepalives: Counters,
+    pub keepalives_held_for_deposed_leader: Counters,
+    pub deposed_leader_waits: Counters,
     pub keepalive_streams_stalled: Counters,
     pub auth_race_resends: Counters,
     pub expiries_without_release: Counters,
@@ -117,6 +119,8 @@ impl Metrics {
             grant_attempts: Default::default(),
             renewal_failures: Default::default(),
             unconfirmed_keepalives: Default::default(),
+            keepalives_held_for_deposed_leader: Default::default(),
+            deposed_leader_waits: Default::default(),
             keepalive_streams_stalled: Default::default(),
             auth_race_resends: Default::default(),
             expiries_without_release: Default::default(),
@@ -185,6 +189,16 @@ impl Metrics {
             "unconfirmed_keepalives",
             "Keepalives acknowledged in a Raft term a quorum read did not confirm",
             m.unconfirmed_keepalives.clone(),
+        );
+        registry.register(
+            "keepalives_held_for_deposed_leader",
+            "Keepalives renewed by etcd but not counted: answered in a Raft term not every member answered in yet, for a session granted before it (a deposed leader may still revoke the lease)",
+            m.keepalives_held_for_deposed_leader.clone(),
+        );
+        registry.register(
+            "deposed_leader_waits",
+            "New etcd Raft terms in which a member did not answer in the new term for over a second (each may be a deposed leader that revokes leases when it wakes)",
+            m.deposed_leader_waits.clone(),
         );
         registry.register(
             "keepalive_streams_stalled",
@@ -282,6 +296,8 @@ impl Metrics {
             &m.grant_attempts,
             &m.renewal_failures,
             &m.unconfirmed_keepalives,
+            &m.keepalives_held_for_deposed_leader,
+            &m.deposed_leader_waits,
             &m.keepalive_streams_stalled,
             &m.auth_race_resends,
             &m.expiries_without_release,

@@ -236,6 +236,7 @@ async fn open_cluster(
         sessions: Default::default(),
         waiters: Arc::new(crate::waiting::Waiters::new(config.waiters.watch, committer)),
         confirmer: crate::confirm::Confirmer::start(etcd.clone()),
+        deposed: crate::deposed::Deposed::start(etcd.clone()),
         renewer: Arc::new(crate::renewal::Renewer::new(etcd.clone())),
         expiries,
         ledger,

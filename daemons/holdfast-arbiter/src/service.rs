@@ -168,7 +168,8 @@ impl holdfast_proto::Lock for LockService {
             };
             let c = self.clusters.of(tier);
             let slot = self.limits.session_quota(&who, c.ledger).await?;
-            let (lease, granted, revision) = c.seen(c.sessions.open(&c.etcd, &who, ttl, tier).await)?;
+            let (lease, granted, revision, term) = c.seen(c.sessions.open(&c.etcd, &who, ttl, tier).await)?;
+            c.deposed.granted(lease, term);
             slot.opened(revision);
             record_session(&span, lease);
             tracing::debug!(identity = %who, session = format!("{lease:x}"), ttl_s = granted, cluster = c.name(), "session opened");
@@ -239,6 +240,7 @@ impl holdfast_proto::Lock for LockService {
             }
             let (c, session) = self.owned(cluster::parse_session(id)?, &who).await?;
             record_session(&span, session.lease);
+            c.deposed.forget(session.lease);
             c.seen(c.sessions.close(&c.etcd, session.lease).await)?;
             Ok(CloseSessionResponse {})
         }
@@ -522,9 +524,12 @@ impl LockService {
             };
             let acked_term = resp.header().map(|h| h.raft_term());
             #[cfg(feature = "mutations")]
-            let unconfirmed_counts = holdfast_store::mutation::on(&holdfast_store::mutation::NO_KEEPALIVE_CONFIRMATION);
+            let (unconfirmed_counts, deposed_ignored) = (
+                holdfast_store::mutation::on(&holdfast_store::mutation::NO_KEEPALIVE_CONFIRMATION),
+                holdfast_store::mutation::on(&holdfast_store::mutation::NO_DEPOSED_LEADER_CHECK),
+            );
             #[cfg(not(feature = "mutations"))]
-            let unconfirmed_counts = false;
+            let (unconfirmed_counts, deposed_ignored) = (false, false);
             let confirmed =
                 resp.ttl() > 0 && (unconfirmed_counts || (acked_term.is_some() && c.confirmer.term_after(sent_at).await == acked_term));
             if resp.ttl() > 0 && !confirmed {
@@ -534,6 +539,15 @@ impl LockService {
                     "keepalive acknowledged in a Raft term a quorum read did not confirm; not counted"
                 );
             }
+            // Counted only once no deposed leader can revoke the lease
+            // ([`crate::deposed`]); waited for within a quarter of the TTL
+            // (the client's keepalive waits a third).
+            let within = Duration::from_millis(ttl_of(&resp) * 250);
+            let confirmed = confirmed
+                && (deposed_ignored || c.deposed.count(lease, acked_term.unwrap_or(u64::MAX), within).await || {
+                    crate::metrics::inc(|m| &m.keepalives_held_for_deposed_leader);
+                    false
+                });
             Ok::<(i64, bool), Refusal>((resp.ttl(), confirmed))
         }
         .await;
@@ -542,6 +556,7 @@ impl LockService {
             Ok(_) => {
                 known.remove(&id);
                 c.sessions.forget(lease);
+                c.deposed.forget(lease);
                 Ok(KeepAliveResponse { session_id: id, ttl_millis: 0, confirmed: false })
             }
             Err(e) => {
@@ -551,4 +566,9 @@ impl LockService {
             }
         }
     }
+}
+
+/// The TTL etcd renewed a lease to, in seconds (at least 1).
+fn ttl_of(resp: &etcd_client::LeaseKeepAliveResponse) -> u64 {
+    resp.ttl().max(1) as u64
 }

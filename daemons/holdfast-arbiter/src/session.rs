@@ -31,8 +31,9 @@ pub struct Owned {
 impl Sessions {
     /// Opens a session for `identity`: grant the lease, then write the record
     /// on it. If the record cannot be written the lease is revoked. Returns
-    /// the lease, its TTL in seconds and the revision of the record.
-    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration, tier: Tier) -> Result<(i64, i64, i64), Refusal> {
+    /// the lease, its TTL in seconds, the revision of the record and the
+    /// Raft term etcd granted the lease in ([`crate::deposed`]).
+    pub async fn open(&self, etcd: &Etcd, identity: &str, ttl: Duration, tier: Tier) -> Result<(i64, i64, i64, u64), Refusal> {
         let grant = || {
             let mut c = etcd.client.clone();
             async move { c.lease_grant(ttl.as_secs() as i64, None).await }
@@ -56,7 +57,8 @@ impl Sessions {
             }
         };
         self.remember(lease.id(), record);
-        Ok((lease.id(), lease.ttl(), revision))
+        let term = lease.header().map_or(0, |h| h.raft_term());
+        Ok((lease.id(), lease.ttl(), revision, term))
     }
 
     fn remember(&self, lease: i64, record: SessionRecord) {

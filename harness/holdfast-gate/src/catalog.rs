@@ -116,6 +116,13 @@ pub const MUTATIONS: &[Mutation] = &[
                asserts that)",
     },
     Mutation {
+        name: "no_deposed_leader_check",
+        breaks: "a keepalive answered in a new Raft term counts before every etcd member answers in it",
+        plan: Plan::Gate(&["leader-pause", "leader-pause", "leader-pause", "leader-pause"]),
+        rules: &["C1/DeadlinePastSessionEnd"],
+        note: "leader stops up to 2 × TTL: the woken leader revokes leases whose renewals through the new leader counted",
+    },
+    Mutation {
         name: "fail_open_any_class",
         breaks: "fail-open grants every class from memory with token 0, not only `on_quorum_loss = \"open\"` ones",
         plan: Plan::Gate(&["quorum-loss"]),
@@ -141,9 +148,9 @@ impl FaultKind {
     pub fn how(self) -> &'static str {
         match self {
             FaultKind::LeaderPause => {
-                "SIGSTOP the etcd leader for up to TTL − TTL/3 − TTL/5 (2.33 s at TTL 5 s; election timeout 500 ms; \
-                 `--leader-pause-max` to measure longer): a pause past about TTL − TTL/3 makes etcd revoke renewed leases, \
-                 on 3.6.17 as on 3.4.23, docs/gate.md"
+                "SIGSTOP the etcd leader for up to 2 × TTL (10 s at TTL 5 s; election timeout 500 ms; \
+                 `--leader-pause-max` to change): past about TTL − TTL/3 the woken leader revokes leases the new leader \
+                 renewed, on 3.6.17 as on 3.4.23, and the arbiter counts no keepalive while it may, docs/gate.md"
             }
             FaultKind::MemberKill => "kill -9 the leader, restart it",
             FaultKind::ClientPause => "SIGSTOP a client for 2–3× its TTL, in the middle of a write when one is, else while it holds a key",

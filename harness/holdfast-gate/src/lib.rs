@@ -118,16 +118,16 @@ pub struct GateArgs {
     #[arg(long)]
     audit: bool,
     /// Stop the etcd leader for up to this long in `leader-pause` (default:
-    /// TTL − TTL/3 − TTL/5, 2.33 s at TTL 5 s, the longest stop etcd is
-    /// shown to survive without ending leases early; docs/gate.md). Longer
-    /// stops measure that bound: expect C1 `DeadlinePastSessionEnd` on every
-    /// etcd version once a stop passes about TTL − TTL/3.
+    /// two TTLs, 10 s at TTL 5 s). A stop past about TTL − TTL/3 makes the
+    /// woken leader revoke leases the new leader renewed; the arbiter does
+    /// not count keepalives while that can happen (docs/gate.md).
     #[arg(long, value_parser = humantime::parse_duration)]
     leader_pause_max: Option<Duration>,
     /// Test builds only: run the arbiters with this deliberate bug
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare, no_session_compare, no_seal_check,
-    /// no_withdrawal_marker, forget_served_epochs, fail_open_any_class), or the clients
+    /// no_withdrawal_marker, no_keepalive_confirmation, no_deposed_leader_check,
+    /// forget_served_epochs, fail_open_any_class), or the clients
     /// (`holdfast_client::mutations`: fence_from_receive_time), or the
     /// gate's own restore procedure (advance_from_restored_record), to show
     /// that the gate catches it.

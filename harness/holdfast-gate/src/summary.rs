@@ -133,7 +133,7 @@ pub fn print_table(s: &Summary) {
         println!("  fault left out: {u}");
     }
     if let Some(max) = s.leader_pause_max_s {
-        println!("  leader-pause up to  {max:>8.2} s (--leader-pause-max; default TTL − TTL/3 − TTL/5)");
+        println!("  leader-pause up to  {max:>8.2} s (--leader-pause-max; default 2 × TTL)");
     }
     println!("  client deadlines    {:>8}   (each checked against its lease's end in etcd's log)", s.deadlines);
     println!("  liveness            worst {} ms after healing, {} keys late", s.liveness_max_ms, s.liveness_failures);

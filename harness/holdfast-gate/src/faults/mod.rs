@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// SIGSTOP the etcd leader past the election timeout, and wake it
-    /// before its lessor could think a lease renewed through it expired.
+    /// SIGSTOP the etcd leader past the election timeout, for up to two
+    /// TTLs (it wakes with leases it thinks expired).
     LeaderPause,
     /// kill -9 an etcd member, restart it.
     MemberKill,
@@ -157,7 +157,7 @@ pub struct FaultCtx<'a> {
     /// restore phase (`crate::restore`).
     pub pending_restore: &'a mut Option<PendingRestore>,
     /// `--leader-pause-max`: the longest leader stop (default:
-    /// [`process::safe_leader_stop`] of the clients' TTL).
+    /// [`process::leader_stop_bound`] of the clients' TTL).
     pub leader_pause_max: Option<Duration>,
     /// What a fault's own checks found broken (the fault itself took
     /// effect): each is a violation of the run.
