@@ -170,8 +170,8 @@ impl FaultKind {
             FaultKind::FsyncDelay => "`strace -e inject=fdatasync,fsync:delay_enter=…` on the leader",
             FaultKind::LeaderDiskStall => {
                 "the same, each sync held TTL + 4 s: the leader's Raft loop stops while its gRPC serves (etcd #15247). \
-                 Left out of the default set before etcd 3.6, where a deposed leader revokes leases the new one \
-                 renewed (docs/gate.md)"
+                 The deposed leader revokes leases the new one renewed once its disk is back; the arbiter counts no \
+                 keepalive until it answers in the new term (docs/gate.md)"
             }
             FaultKind::ClockJump => {
                 "libfaketime on arbiter 1 and two clients: both clocks jumped forward 5–30 s, cumulatively (as after \

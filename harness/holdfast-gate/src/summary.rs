@@ -27,9 +27,6 @@ pub struct Summary {
     pub leader_changes: u64,
     pub faults: BTreeMap<String, usize>,
     pub faults_unconfirmed: Vec<String>,
-    /// Fault kinds the default set left out against this etcd, with why.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub faults_left_out: Vec<String>,
     /// `--leader-pause-max`, in seconds, when set (a measuring run: not the
     /// default bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,9 +125,6 @@ pub fn print_table(s: &Summary) {
     }
     for u in &s.faults_unconfirmed {
         println!("  fault NOT CONFIRMED: {u}");
-    }
-    for u in &s.faults_left_out {
-        println!("  fault left out: {u}");
     }
     if let Some(max) = s.leader_pause_max_s {
         println!("  leader-pause up to  {max:>8.2} s (--leader-pause-max; default 2 × TTL)");

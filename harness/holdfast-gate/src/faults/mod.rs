@@ -96,27 +96,6 @@ pub enum FaultKind {
     QuorumLoss,
 }
 
-/// The fault kinds a run without `--faults` injects against etcd
-/// `version`, and the ones left out with why. `leader-disk-stall` is left
-/// out before etcd 3.6: there etcd itself breaks leases under it (seen on
-/// 3.4.23: once the stalled leader's disk comes back, its lessor, not yet
-/// demoted, revokes leases it saw expire while stalled — leases the new
-/// leader had renewed — so a client whose confirmed renewal promised it
-/// seconds more loses its hold early, C1 `DeadlinePastSessionEnd`). No
-/// arbiter can prevent that; naming the fault in `--faults` still runs it.
-pub fn default_set(version: (u32, u32, u32)) -> (Vec<FaultKind>, Vec<String>) {
-    let mut kinds = FaultKind::all();
-    let mut left_out = Vec::new();
-    if version < (3, 6, 0) {
-        kinds.retain(|k| *k != FaultKind::LeaderDiskStall);
-        left_out.push(format!(
-            "leader-disk-stall (etcd {}.{}.{}: a deposed leader revokes leases the new leader renewed; see docs/gate.md)",
-            version.0, version.1, version.2
-        ));
-    }
-    (kinds, left_out)
-}
-
 impl FaultKind {
     pub fn all() -> Vec<FaultKind> {
         <FaultKind as clap::ValueEnum>::value_variants().to_vec()
