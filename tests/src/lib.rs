@@ -19,6 +19,7 @@ pub use holdfast_config::arbiter::{ArbiterConfig, OtlpProtocol};
 pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
 pub mod debs;
+pub mod golang;
 pub mod otlp;
 pub mod peernet;
 pub mod recorder;

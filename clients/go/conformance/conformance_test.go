@@ -1,0 +1,473 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	holdfast "github.com/holdfast-dev/holdfast/clients/go"
+	"github.com/holdfast-dev/holdfast/clients/go/lockv1"
+)
+
+type env struct {
+	a, b, plain holdfast.Config
+	pid         int
+	etcd        string
+}
+
+func setup(t *testing.T) env {
+	t.Helper()
+	if os.Getenv("HOLDFAST_CONFORMANCE") != "1" {
+		t.Skip("HOLDFAST_CONFORMANCE is not 1: run through tests/tests/client_go.rs (cargo test --test client_go)")
+	}
+	a, err := holdfast.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, plain := a, a
+	b.CertFile, b.KeyFile = os.Getenv("HOLDFAST_CONFORMANCE_CERT2"), os.Getenv("HOLDFAST_CONFORMANCE_KEY2")
+	plain.CertFile, plain.KeyFile = os.Getenv("HOLDFAST_CONFORMANCE_PLAIN_CERT"), os.Getenv("HOLDFAST_CONFORMANCE_PLAIN_KEY")
+	pid, err := strconv.Atoi(os.Getenv("HOLDFAST_CONFORMANCE_ARBITER_PID"))
+	if err != nil || b.CertFile == "" || b.KeyFile == "" || plain.CertFile == "" || plain.KeyFile == "" {
+		t.Fatalf("HOLDFAST_CONFORMANCE_CERT2, _KEY2, _PLAIN_CERT, _PLAIN_KEY and _ARBITER_PID must be set (pid: %v)", err)
+	}
+	etcd := os.Getenv("HOLDFAST_CONFORMANCE_ETCD")
+	if etcd == "" {
+		t.Fatal("HOLDFAST_CONFORMANCE_ETCD (etcd's client URL, plain HTTP) must be set")
+	}
+	return env{a, b, plain, pid, etcd}
+}
+
+// fences collects what OnFence receives.
+type fences struct {
+	mu  sync.Mutex
+	got []holdfast.Fenced
+	ch  chan holdfast.Fenced
+}
+
+func newFences() *fences { return &fences{ch: make(chan holdfast.Fenced, 8)} }
+
+func (f *fences) on(x holdfast.Fenced) {
+	f.mu.Lock()
+	f.got = append(f.got, x)
+	f.mu.Unlock()
+	f.ch <- x
+}
+
+func locker(t *testing.T, cfg holdfast.Config) (*holdfast.Locker, *fences) {
+	t.Helper()
+	f := newFences()
+	l, err := holdfast.NewLocker(cfg, f.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = l.Close(ctx)
+	})
+	return l, f
+}
+
+func client(t *testing.T, cfg holdfast.Config) *holdfast.Client {
+	t.Helper()
+	c, err := holdfast.NewClient(cfg.Endpoints[0], cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func held(t *testing.T, c *holdfast.Client, k holdfast.Key) *lockv1.InspectResponse {
+	t.Helper()
+	r, err := c.Inspect(ctx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// holdInEtcd reads whether key exists in etcd, through etcd's JSON gateway
+// (no etcd client library: the conformance package needs only the Go
+// client). A test-only peek at the arbiter's layout: a hold is /l/NS/KEY.
+func holdInEtcd(t *testing.T, etcd, key string) bool {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"key": base64.StdEncoding.EncodeToString([]byte(key)), "count_only": true})
+	resp, err := http.Post(etcd+"/v3/kv/range", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Count string `json:"count"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("etcd range: %v (HTTP %d)", err, resp.StatusCode)
+	}
+	return r.Count != "" && r.Count != "0"
+}
+
+func grantAttempts(t *testing.T, c *holdfast.Client) uint64 {
+	t.Helper()
+	s, err := c.ServerStatus(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.GetGrantAttempts()
+}
+
+func TestAcquireAndRelease(t *testing.T) {
+	e := setup(t)
+	l, _ := locker(t, e.a)
+	c := client(t, e.a)
+	k := holdfast.MustParseKey("jobs/go-acquire")
+	lock, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock.Token().Expose() == 0 || lock.Token().Epoch() == 0 || lock.Unprotected() || !lock.CanStart() {
+		t.Fatalf("token above 0 in epoch %d, unprotected %v, can start %v", lock.Token().Epoch(), lock.Unprotected(), lock.CanStart())
+	}
+	if lock.TTL() != 10*time.Second || lock.RemainingTTL() <= 0 || lock.RemainingTTL() > 9*time.Second {
+		t.Fatalf("TTL %v (the class's is 10 s), %v left (at most TTL - 1 s)", lock.TTL(), lock.RemainingTTL())
+	}
+	in := held(t, c, k)
+	if !in.GetHeld() || in.GetSessionId() != lock.SessionID() || !strings.HasSuffix(in.GetHolderIdentity(), "/go/a") {
+		t.Fatalf("inspect: %v", in)
+	}
+	if released, err := lock.Release(ctx(t)); !released || err != nil {
+		t.Fatalf("release: %v %v", released, err)
+	}
+	if held(t, c, k).GetHeld() {
+		t.Fatal("still held after release")
+	}
+}
+
+func TestHoldsOfOneTTLShareOneSession(t *testing.T) {
+	e := setup(t)
+	l, _ := locker(t, e.a)
+	var ids []uint64
+	// jobs and re are two classes with one TTL (10 s) on one tier.
+	for _, k := range []string{"jobs/go-share-1", "jobs/go-share-2", "re/go-share-3"} {
+		lock, err := l.Acquire(ctx(t), holdfast.MustParseKey(k), holdfast.AcquireOptions{})
+		if err != nil {
+			t.Fatal(k, err)
+		}
+		ids = append(ids, lock.SessionID())
+		defer func() { _, _ = lock.Release(ctx(t)) }()
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("sessions %x: want one", ids)
+	}
+}
+
+func TestReentrantAcquireReachesTheArbiterOnce(t *testing.T) {
+	e := setup(t)
+	l, _ := locker(t, e.a)
+	c := client(t, e.a)
+	k := holdfast.MustParseKey("jobs/go-reentrant")
+	// Open the session first: the grant count below is the key's alone.
+	warm, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-reentrant-warm"), holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = warm.Release(ctx(t)) }()
+	before := grantAttempts(t, c)
+	outer, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := grantAttempts(t, c) - before; got != 1 {
+		t.Fatalf("%d grant transactions for two nested acquires, want 1", got)
+	}
+	if inner.Token() != outer.Token() {
+		t.Fatal("the nested acquire got another token")
+	}
+	if released, err := inner.Release(ctx(t)); released || err != nil || !held(t, c, k).GetHeld() {
+		t.Fatalf("the inner release ended the hold: %v %v", released, err)
+	}
+	if released, err := outer.Release(ctx(t)); !released || err != nil || held(t, c, k).GetHeld() {
+		t.Fatalf("the outer release: %v %v", released, err)
+	}
+}
+
+func TestContentionIsATypedErrorAfterAZeroWait(t *testing.T) {
+	e := setup(t)
+	la, _ := locker(t, e.a)
+	lb, _ := locker(t, e.b)
+	k := holdfast.MustParseKey("jobs/go-contended")
+	lock, err := lb.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = lock.Release(ctx(t)) }()
+	// Open A's session first, so the timing below is the acquire's alone.
+	other, err := la.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-contended-other"), holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = other.Release(ctx(t)) }()
+	start := time.Now()
+	_, err = la.Acquire(ctx(t), k, holdfast.AcquireOptions{Wait: 0})
+	took := time.Since(start)
+	var herr *holdfast.Error
+	if !errors.Is(err, holdfast.ErrContention) || !errors.As(err, &herr) || herr.Code != codes.Aborted || status.Code(err) != codes.Aborted {
+		t.Fatalf("want a contention refusal (Aborted), got %T %v", err, err)
+	}
+	if errors.Is(err, holdfast.ErrLeak) || !strings.Contains(herr.Message, "jobs/go-contended") {
+		t.Fatalf("%+v", *herr)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("a zero wait took %v", took)
+	}
+}
+
+func TestLeakIsATypedError(t *testing.T) {
+	e := setup(t)
+	first, _ := locker(t, e.a)
+	second, _ := locker(t, e.a)
+	k := holdfast.MustParseKey("jobs/go-leak")
+	lock, err := first.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = lock.Release(ctx(t)) }()
+	_, err = second.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if !errors.Is(err, holdfast.ErrLeak) || status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("want a leak refusal (FailedPrecondition), got %v", err)
+	}
+}
+
+// Through grpc-go's own trailer check: a google.rpc.Status that disagreed
+// with the status's code or message would arrive as Internal.
+func TestRefusalsReachGrpcGoWithTheirCodeAndDetail(t *testing.T) {
+	e := setup(t)
+	c := client(t, e.a)
+	_, err := c.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: 0x3039, Namespace: "jobs", Key: "go-nosession"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown session: %v (want NotFound, not Internal)", err)
+	}
+	st, _ := status.FromError(err)
+	if len(st.Details()) != 1 {
+		t.Fatalf("details %v", st.Details())
+	}
+	if d, ok := st.Details()[0].(*lockv1.ErrorDetail); !ok || d.GetReason() != lockv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND {
+		t.Fatalf("detail %v", st.Details()[0])
+	}
+	if err := holdfast.FromError(err); !errors.Is(err, holdfast.ErrSessionNotFound) {
+		t.Fatalf("%v", err)
+	}
+	_, err = c.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: 0x3039, Namespace: "Jobs", Key: "k"})
+	var herr *holdfast.Error
+	if err = holdfast.FromError(err); !errors.Is(err, holdfast.ErrInvalidArgument) || !errors.As(err, &herr) ||
+		herr.Field != "namespace" || herr.Code != codes.InvalidArgument {
+		t.Fatalf("bad namespace: %v", err)
+	}
+	_, err = c.RPC().Release(ctx(t), &lockv1.ReleaseRequest{SessionId: 0x3039, Namespace: "jobs", Key: "go-nosession", Token: 1<<48 | 1})
+	if err != nil && status.Code(err) == codes.Internal {
+		t.Fatalf("release on an unknown session: %v", err)
+	}
+}
+
+func TestACertificateWithoutASpiffeIDIsUnauthenticated(t *testing.T) {
+	e := setup(t)
+	l, _ := locker(t, e.plain)
+	_, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-plain"), holdfast.AcquireOptions{})
+	var herr *holdfast.Error
+	if !errors.Is(err, holdfast.ErrUnauthenticated) || !errors.As(err, &herr) || herr.Code != codes.Unauthenticated {
+		t.Fatalf("want an unauthenticated refusal, got %v", err)
+	}
+}
+
+func TestASessionClosedElsewhereIsFencedWithItsKeys(t *testing.T) {
+	e := setup(t)
+	l, f := locker(t, e.a)
+	c := client(t, e.a)
+	var lock *holdfast.Lock
+	for _, k := range []string{"jobs/go-fence-1", "jobs/go-fence-2"} {
+		var err error
+		if lock, err = l.Acquire(ctx(t), holdfast.MustParseKey(k), holdfast.AcquireOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.RPC().CloseSession(ctx(t), &lockv1.CloseSessionRequest{SessionId: lock.SessionID()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case x := <-f.ch:
+		keys := []string{x.Keys[0].String()}
+		if len(x.Keys) == 2 {
+			keys = append(keys, x.Keys[1].String())
+		}
+		if len(x.Keys) != 2 || x.SessionID != lock.SessionID() || x.TTL != 10*time.Second ||
+			!(keys[0] == "jobs/go-fence-1" && keys[1] == "jobs/go-fence-2" || keys[1] == "jobs/go-fence-1" && keys[0] == "jobs/go-fence-2") {
+			t.Fatalf("fence %v (session %x)", keys, x.SessionID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fence within the TTL of the session's close")
+	}
+	if lock.Health() != holdfast.Lost || lock.CanStart() {
+		t.Fatalf("health %v", lock.Health())
+	}
+	// The next acquire opens a new session.
+	again, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-fence-1"), holdfast.AcquireOptions{})
+	if err != nil || again.SessionID() == lock.SessionID() {
+		t.Fatalf("after the fence: %v", err)
+	}
+	_, _ = again.Release(ctx(t))
+}
+
+func TestTheTokenNeverPrints(t *testing.T) {
+	e := setup(t)
+	l, _ := locker(t, e.a)
+	lock, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-redact"), holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = lock.Release(ctx(t)) }()
+	v := lock.Token().Expose()
+	out := fmt.Sprintf("%v %+v %#v %v %+v %#v %s %d %x", lock, lock, lock, *lock, lock.Token(), lock.Token(), lock.Token(), lock.Token(), lock.Token())
+	for _, form := range []string{strconv.FormatUint(v, 10), strconv.FormatUint(v, 16), strconv.FormatUint(v&(1<<48-1), 10)} {
+		if strings.Contains(out, form) {
+			t.Fatalf("the token (%s) shows in %q", form, out)
+		}
+	}
+	if !strings.Contains(out, "jobs/go-redact") || !strings.Contains(out, "redacted") {
+		t.Fatalf("%q", out)
+	}
+}
+
+// Last: it stops the arbiter (SIGSTOP), twice. A short freeze: CanStart
+// turns false at the first failed keepalive and true again once one is
+// confirmed, with no fence. A long one: OnFence comes at the local deadline
+// (the last confirmed keepalive's send time + TTL - 1 s), while etcd still
+// has the hold; etcd ends it later (measured, the arbiter still stopped).
+func TestAStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire(t *testing.T) {
+	e := setup(t)
+	l, f := locker(t, e.a)
+	k := holdfast.MustParseKey("fence/go-sigstop")
+	lock, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := 10 * time.Second
+	if lock.TTL() != ttl {
+		t.Fatalf("TTL %v, the fence class's is 10 s", lock.TTL())
+	}
+	defer func() { _ = syscall.Kill(e.pid, syscall.SIGCONT) }()
+	stop := func() time.Time {
+		// Wait for a confirmed renewal first (the deadline moves forward).
+		first := time.Now().Add(lock.RemainingTTL())
+		for time.Now().Add(lock.RemainingTTL()).Sub(first) < 500*time.Millisecond {
+			if time.Since(first) > ttl {
+				t.Fatal("no confirmed keepalive")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := syscall.Kill(e.pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	waitDrained := func(stopped time.Time) time.Time {
+		for lock.CanStart() {
+			if time.Since(stopped) > ttl {
+				t.Fatal("CanStart stayed true with the arbiter stopped")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return time.Now()
+	}
+
+	// 1. A short freeze.
+	stopped := stop()
+	drained := waitDrained(stopped)
+	if err := syscall.Kill(e.pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for !lock.CanStart() {
+		if time.Since(drained) > 5*time.Second {
+			t.Fatal("CanStart did not come back after keepalives resumed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case x := <-f.ch:
+		t.Fatalf("fenced on a recovered blip: %v", x.Keys)
+	default:
+	}
+	t.Logf("CanStart dropped %v after the short freeze and recovered", drained.Sub(stopped).Round(time.Millisecond))
+
+	// 2. A long freeze.
+	stopped = stop()
+	// Renewals cannot move the deadline any more.
+	deadline := stopped.Add(lock.RemainingTTL())
+	drained = waitDrained(stopped)
+	var fenced time.Time
+	select {
+	case x := <-f.ch:
+		fenced = time.Now()
+		if len(x.Keys) != 1 || x.Keys[0] != k {
+			t.Fatalf("fence %v", x.Keys)
+		}
+		if drained.After(fenced) || fenced.Before(deadline.Add(-50*time.Millisecond)) || fenced.After(deadline.Add(300*time.Millisecond)) {
+			t.Fatalf("drained at +%v, fenced at +%v, the deadline at +%v", drained.Sub(stopped), fenced.Sub(stopped), deadline.Sub(stopped))
+		}
+	case <-time.After(2 * ttl):
+		t.Fatal("no fence")
+	}
+	// The lease's real end, read from etcd itself (its JSON gateway) while
+	// the arbiter is still stopped: the hold must still exist after the
+	// fence, and disappear when etcd expires the lease.
+	first := true
+	var expired time.Time
+	for expired.IsZero() {
+		if time.Since(fenced) > ttl {
+			t.Fatal("the hold outlived the fence by a TTL")
+		}
+		switch holdInEtcd(t, e.etcd, "/l/"+k.String()) {
+		case true:
+			first = false
+		case false:
+			if first {
+				t.Fatalf("the hold was gone from etcd at the first look after the fence (%v after it): the fence came too late", time.Since(fenced))
+			}
+			expired = time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("FENCE-MARGIN go: drained %v and fenced %v after SIGSTOP; etcd expired the lease %v after the fence (TTL %v, margin %v)",
+		drained.Sub(stopped).Round(time.Millisecond), fenced.Sub(stopped).Round(time.Millisecond),
+		expired.Sub(fenced).Round(time.Millisecond), ttl, holdfast.FenceMargin)
+	if expired.Sub(fenced) <= 0 {
+		t.Fatal("fenced after the lease ended")
+	}
+	if lock.Health() != holdfast.Lost || lock.CanStart() {
+		t.Fatalf("health %v after the fence", lock.Health())
+	}
+}
