@@ -210,15 +210,18 @@ fn an_arbiter_trusting_unconfirmed_keepalives_fails_the_gate_where_etcd_answers_
     if etcd_binary().version < (3, 6, 0) {
         let run = mutation_gate("no_keepalive_confirmation");
         let by_rule = &run.summary["violations_by_rule"];
-        // 26 in the first run (2026-12-03, etcd 3.4.23); the real arbiter
-        // under the same faults: 0 and 1 then (the early revoke docs/gate.md
-        // describes), 0 since it waits out a deposed leader (2026-12-07).
+        // 26 in the first run (2026-12-03, etcd 3.4.23, two stalls); the
+        // real arbiter under the same faults: 0 and 1 then (the early revoke
+        // docs/gate.md describes), 0 since it waits out a deposed leader
+        // (2026-12-07). Since then two stalls missed it in two runs (why
+        // fewer keepalives reach the stalled leader now was not found); four
+        // caught it with 17 and 6.
         assert!(by_rule["C1/DeadlinePastSessionEnd"].as_u64().unwrap_or(0) >= 2, "caught by C1: {by_rule}");
     } else {
         let faults = catalog::mutation("no_keepalive_confirmation").unwrap().faults_arg();
         let run = gate(&["--faults", &faults, "--mutation", "no_keepalive_confirmation"]);
         assert_eq!(run.code, 0, "etcd {} answered a keepalive from a stalled leader:\n{}", etcd_binary().version_string(), run.output);
-        assert_eq!(run.summary["faults"]["leader-disk-stall"], 2, "both stalls struck: {}", run.summary["faults_unconfirmed"]);
+        assert_eq!(run.summary["faults"]["leader-disk-stall"], 4, "every stall struck: {}", run.summary["faults_unconfirmed"]);
     }
 }
 

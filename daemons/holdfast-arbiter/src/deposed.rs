@@ -64,22 +64,17 @@ pub enum Answer {
 /// What one Status round says about `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Round {
-    /// Every member answered in `target` or later, or refused.
+    /// Every member answered in `target` or later, or refused. (A member
+    /// in a later term is no leader of an earlier one; only terms keepalives
+    /// were answered in are cleared: a member cut off from its peers
+    /// without pre-vote, as on etcd 3.4, campaigns into terms nobody leads.)
     Clear,
-    /// A member answered in a later term than `target`: clear that one.
-    Later(u64),
     /// These members (endpoint and why) may still lead an earlier term.
     Waiting(Vec<String>),
 }
 
 /// Judges one Status round (endpoints in the order of `answers`).
 pub fn judge(target: u64, answers: &[(String, Answer)]) -> Round {
-    let highest = answers.iter().filter_map(|(_, a)| if let Answer::Term(t) = a { Some(*t) } else { None }).max();
-    if let Some(h) = highest
-        && h > target
-    {
-        return Round::Later(h);
-    }
     let waiting: Vec<String> = answers
         .iter()
         .filter_map(|(e, a)| match a {
@@ -191,48 +186,35 @@ async fn run(etcd: Etcd, d: std::sync::Arc<Deposed>) {
                 (e, answer)
             })
             .collect();
-        let mut target = wanted;
-        loop {
-            match judge(target, &answers) {
-                Round::Later(t) => {
-                    let mut w = d.wanted.lock().unwrap_or_else(|e| e.into_inner());
-                    *w = (*w).max(t);
-                    target = *w;
-                }
-                Round::Clear => {
-                    match clear_since {
-                        Some((t, since)) if t == target && since.elapsed() >= GRACE => {
-                            d.cleared.send_if_modified(|c| std::mem::replace(c, (*c).max(target)) < target);
-                            if warned.take().is_some() {
-                                tracing::info!(
-                                    term = target,
-                                    "every etcd member answers in the current Raft term again; keepalives count again"
-                                );
-                            }
-                            clear_since = None;
-                        }
-                        Some((t, _)) if t == target => {}
-                        _ => clear_since = Some((target, Instant::now())),
+        let target = wanted;
+        match judge(target, &answers) {
+            Round::Clear => match clear_since {
+                // Still clear GRACE after the first clear round: cleared.
+                Some((t, since)) if t == target && since.elapsed() >= GRACE => {
+                    d.cleared.send_if_modified(|c| std::mem::replace(c, (*c).max(target)) < target);
+                    if warned.take().is_some() {
+                        tracing::info!(term = target, "every etcd member answers in the current Raft term again; keepalives count again");
                     }
-                    break;
-                }
-                Round::Waiting(who) => {
                     clear_since = None;
-                    // Said once per term, after a second: a leader change
-                    // with every member up clears well within that.
-                    if warned != Some(target) && asked.elapsed() >= Duration::from_secs(1) {
-                        warned = Some(target);
-                        crate::metrics::inc(|m| &m.deposed_leader_waits);
-                        tracing::warn!(
-                            term = target,
-                            members = %who.join(", "),
-                            "etcd elected a new leader and these members do not answer in its term: one may be a deposed \
-                             leader that will revoke leases when it wakes, so keepalives of sessions granted before this \
-                             term do not count until they answer (or are removed from etcd.endpoints); those sessions \
-                             end at their deadline and clients open new ones"
-                        );
-                    }
-                    break;
+                }
+                Some((t, _)) if t == target => {}
+                _ => clear_since = Some((target, Instant::now())),
+            },
+            Round::Waiting(who) => {
+                clear_since = None;
+                // Said once per term, after a second: a leader change with
+                // every member up clears well within that.
+                if warned != Some(target) && asked.elapsed() >= Duration::from_secs(1) {
+                    warned = Some(target);
+                    crate::metrics::inc(|m| &m.deposed_leader_waits);
+                    tracing::warn!(
+                        term = target,
+                        members = %who.join(", "),
+                        "etcd elected a new leader and these members do not answer in its term: one may be a deposed \
+                         leader that will revoke leases when it wakes, so keepalives of sessions granted before this \
+                         term do not count until they answer (or are removed from etcd.endpoints); those sessions \
+                         end at their deadline and clients open new ones"
+                    );
                 }
             }
         }
@@ -256,7 +238,7 @@ mod tests {
     fn a_term_is_clear_once_every_member_answers_in_it_or_later_or_is_not_running() {
         assert_eq!(judge(7, &round(&[a(7), a(7), a(7)])), Round::Clear);
         assert_eq!(judge(7, &round(&[a(7), Answer::Refused, a(7)])), Round::Clear, "a stopped process has no lessor");
-        assert_eq!(judge(7, &round(&[a(7), a(8), a(7)])), Round::Later(8), "a later term is cleared instead");
+        assert_eq!(judge(7, &round(&[a(7), a(9), a(7)])), Round::Clear, "a member in a later term leads no earlier one");
     }
 
     #[test]
