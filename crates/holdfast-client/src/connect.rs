@@ -54,7 +54,7 @@ impl Client {
         let channel = endpoint
             .connect_with_connector(dialer)
             .await
-            .map_err(|e| Error::Connect { endpoint: cfg.endpoint.clone(), message: error_chain(&e) })?;
+            .map_err(|e| Error::Connect { endpoint: cfg.endpoint.clone(), message: holdfast_model::error_chain(&e) })?;
         Ok(Client { rpc: LockClient::new(channel.clone()), channel })
     }
 
@@ -188,15 +188,4 @@ impl Client {
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

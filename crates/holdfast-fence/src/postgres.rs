@@ -79,10 +79,10 @@ impl PgFence {
     pub async fn connect(config: &tokio_postgres::Config, table: &str, mode: FenceMode) -> Result<Self, FenceError> {
         validate_table(table)?;
         let describe = describe(config, table);
-        let (client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|e| FenceError::Resource { resource: describe.clone(), message: format!("cannot connect: {}", chain(&e)) })?;
+        let (client, connection) = config.connect(NoTls).await.map_err(|e| FenceError::Resource {
+            resource: describe.clone(),
+            message: format!("cannot connect: {}", holdfast_model::error_chain(&e)),
+        })?;
         let connection = tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -90,7 +90,7 @@ impl PgFence {
     }
 
     fn err(&self, what: &str, e: tokio_postgres::Error) -> FenceError {
-        FenceError::Resource { resource: self.inner.describe.clone(), message: format!("{what}: {}", chain(&e)) }
+        FenceError::Resource { resource: self.inner.describe.clone(), message: format!("{what}: {}", holdfast_model::error_chain(&e)) }
     }
 
     /// Creates the row with counter 0 and fence 0 if it is missing, and
@@ -262,21 +262,6 @@ impl Fence for PgFence {
     fn mode(&self) -> FenceMode {
         self.inner.mode
     }
-}
-
-/// An error with its sources, e.g. "db error: ERROR: relation … does not exist".
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let next = c.to_string();
-        if !s.contains(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -23,7 +23,6 @@
 //!
 //! The whole fence is [`S3Fence::increment_correct`].
 
-use crate::postgres::chain;
 use crate::{Fence, FenceError, FenceMode, SCHEMA_VERSION, Token, Written};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
@@ -131,7 +130,7 @@ impl S3Fence {
         if let Some(endpoint) = &config.endpoint {
             builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
         }
-        let store = builder.build().map_err(|e| bad(chain(&e)))?;
+        let store = builder.build().map_err(|e| bad(holdfast_model::error_chain(&e)))?;
         Ok(S3Fence { inner: Arc::new(Inner { store, prefix: config.prefix.clone(), describe: config.describe(), mode }) })
     }
 
@@ -144,7 +143,7 @@ impl S3Fence {
     }
 
     fn err(&self, what: &str, e: object_store::Error) -> FenceError {
-        FenceError::Resource { resource: self.inner.describe.clone(), message: format!("{what}: {}", chain(&e)) }
+        FenceError::Resource { resource: self.inner.describe.clone(), message: format!("{what}: {}", holdfast_model::error_chain(&e)) }
     }
 
     /// The record and the version (ETag) it was read at; `None` if absent.

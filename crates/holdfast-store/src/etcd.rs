@@ -212,7 +212,7 @@ impl Etcd {
                 let status = tokio::time::timeout(timeout, client.status())
                     .await
                     .map_err(|_| format!("{endpoint}: no answer within {timeout:?}"))?
-                    .map_err(|e| format!("{endpoint}: {}", chain(&e)))?;
+                    .map_err(|e| format!("{endpoint}: {}", holdfast_model::error_chain(&e)))?;
                 let header = status.header().ok_or_else(|| format!("{endpoint}: status without header"))?;
                 Ok(MemberStatus {
                     position: LogPosition { applied_index: status.raft_applied_index(), revision: header.revision() },
@@ -386,21 +386,6 @@ impl BalancedChannelBuilder for ReloadingTls {
         let service = tower::buffer::Buffer::new(tower::util::BoxService::new(balance), buffer_size);
         Ok((etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(service)), tx))
     }
-}
-
-/// An error and its causes, one after another.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
