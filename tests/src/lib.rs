@@ -22,6 +22,7 @@ pub mod debs;
 pub mod golang;
 pub mod otlp;
 pub mod peernet;
+pub mod python;
 pub mod recorder;
 
 /// Where the workspace's binaries are: next to the test executable's deps dir.

@@ -1,0 +1,319 @@
+"""The Python client against a real etcd and arbiter, the cases of
+clients/go/conformance. Skipped unless HOLDFAST_CONFORMANCE=1: run by
+`cargo test --test client_python` (tests/tests/client_python.rs), which
+fails unless every test here ran and passed.
+
+Environment (set by client_python.rs): HOLDFAST_ENDPOINT, HOLDFAST_CA,
+HOLDFAST_CERT, HOLDFAST_KEY (identity A); HOLDFAST_CONFORMANCE_CERT2/_KEY2
+(identity B); HOLDFAST_CONFORMANCE_PLAIN_CERT/_PLAIN_KEY (the right CA, no
+SPIFFE ID); HOLDFAST_CONFORMANCE_ARBITER_PID; HOLDFAST_CONFORMANCE_ETCD
+(etcd's client URL). Optional, for running against `holdfastctl dev`:
+HOLDFAST_CONFORMANCE_TTL (the TTL of the jobs, re and fence classes;
+default 10, the harness's lab classes), HOLDFAST_CONFORMANCE_IDENTITY
+(A's SPIFFE path; default py/a), and for an https etcd with client-cert
+authentication HOLDFAST_CONFORMANCE_ETCD_CA/_CERT/_KEY (read with etcdctl)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import time
+import urllib.request
+import base64
+from dataclasses import dataclass, replace
+
+import grpc
+import pytest
+from google.rpc import status_pb2
+
+import holdfast
+from holdfast import Client, Config, Key, Locker
+from holdfast.lockv1 import lock_pb2
+
+
+@dataclass
+class Env:
+    a: Config
+    b: Config
+    plain: Config
+    pid: int
+    etcd: str
+    ttl: float
+    identity: str
+
+
+@pytest.fixture(scope="session")
+def env() -> Env:
+    if os.environ.get("HOLDFAST_CONFORMANCE") != "1":
+        pytest.skip("HOLDFAST_CONFORMANCE is not 1: run through tests/tests/client_python.rs (cargo test --test client_python)")
+    a = holdfast.config_from_env()
+    need = ["HOLDFAST_CONFORMANCE_CERT2", "HOLDFAST_CONFORMANCE_KEY2", "HOLDFAST_CONFORMANCE_PLAIN_CERT",
+            "HOLDFAST_CONFORMANCE_PLAIN_KEY", "HOLDFAST_CONFORMANCE_ARBITER_PID", "HOLDFAST_CONFORMANCE_ETCD"]
+    missing = [n for n in need if not os.environ.get(n)]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} must be set")
+    b = replace(a, cert_file=os.environ["HOLDFAST_CONFORMANCE_CERT2"], key_file=os.environ["HOLDFAST_CONFORMANCE_KEY2"])
+    plain = replace(a, cert_file=os.environ["HOLDFAST_CONFORMANCE_PLAIN_CERT"], key_file=os.environ["HOLDFAST_CONFORMANCE_PLAIN_KEY"])
+    return Env(a, b, plain, int(os.environ["HOLDFAST_CONFORMANCE_ARBITER_PID"]), os.environ["HOLDFAST_CONFORMANCE_ETCD"],
+               float(os.environ.get("HOLDFAST_CONFORMANCE_TTL", "10")), os.environ.get("HOLDFAST_CONFORMANCE_IDENTITY", "py/a"))
+
+
+class Fences:
+    """What on_fence receives."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue[tuple[float, holdfast.Fenced]] = queue.Queue()
+
+    def __call__(self, f: holdfast.Fenced) -> None:
+        self.q.put((time.monotonic(), f))
+
+
+@pytest.fixture
+def lockers():
+    made: list[Locker] = []
+
+    def make(cfg: Config) -> tuple[Locker, Fences]:
+        f = Fences()
+        made.append(Locker(cfg, f))
+        return made[-1], f
+
+    yield make
+    for l in made:
+        try:
+            l.close()
+        except holdfast.HoldfastError:
+            pass
+
+
+@pytest.fixture
+def client(env):
+    with Client(env.a.endpoints[0], env.a) as c:
+        yield c
+
+
+def hold_in_etcd(env: Env, key: str) -> bool:
+    """Whether key exists in etcd: a test-only peek at the arbiter's layout
+    (a hold is /l/NS/KEY), through etcd's JSON gateway for plain HTTP (as the
+    Go suite), or etcdctl with a client certificate."""
+    if env.etcd.startswith("http://"):
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode(), "count_only": True}).encode()
+        with urllib.request.urlopen(urllib.request.Request(env.etcd + "/v3/kv/range", data=body), timeout=5) as r:
+            count = json.load(r).get("count", "0")
+        return count not in ("", "0")
+    out = subprocess.run(
+        ["etcdctl", "--endpoints", env.etcd, "--cacert", os.environ["HOLDFAST_CONFORMANCE_ETCD_CA"],
+         "--cert", os.environ["HOLDFAST_CONFORMANCE_ETCD_CERT"], "--key", os.environ["HOLDFAST_CONFORMANCE_ETCD_KEY"],
+         "--command-timeout=2s", "get", "--keys-only", key],
+        capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() != ""
+
+
+def test_acquire_and_release(env, lockers, client):
+    l, _ = lockers(env.a)
+    with l.lock("jobs/py-acquire") as lock:
+        assert lock.token.expose() > 0 and lock.token.epoch > 0 and not lock.unprotected and lock.can_start()
+        assert lock.ttl == env.ttl and 0 < lock.remaining_ttl() <= env.ttl - 1
+        got = client.inspect("jobs/py-acquire")
+        assert got.held and got.session_id == lock.session_id and got.holder_identity.endswith("/" + env.identity)
+    assert not client.inspect("jobs/py-acquire").held
+
+
+def test_the_asyncio_api_acquires_and_releases(env, client):
+    async def main():
+        fences = Fences()
+        async with holdfast.AsyncLocker(env.a, fences) as l:
+            async with l.lock("jobs/py-async", wait=5) as lock:
+                assert lock.token.expose() > 0 and lock.can_start() and lock.ttl == env.ttl
+                return lock.session_id, await asyncio.to_thread(client.inspect, "jobs/py-async")
+
+    session, held = asyncio.run(main())
+    assert held.held and held.session_id == session
+    assert not client.inspect("jobs/py-async").held
+
+
+def test_holds_of_one_ttl_share_one_session(env, lockers):
+    l, _ = lockers(env.a)
+    # jobs and re are two classes with one TTL on one tier.
+    locks = [l.acquire(k) for k in ("jobs/py-share-1", "jobs/py-share-2", "re/py-share-3")]
+    try:
+        assert len({k.session_id for k in locks}) == 1
+    finally:
+        for k in locks:
+            k.release()
+
+
+def test_reentrant_acquire_reaches_the_arbiter_once(env, lockers, client):
+    l, _ = lockers(env.a)
+    # Open the session first: the grant count below is the key's alone.
+    with l.lock("jobs/py-reentrant-warm"):
+        before = client.server_status().grant_attempts
+        outer = l.acquire("jobs/py-reentrant")
+        inner = l.acquire("jobs/py-reentrant")
+        assert client.server_status().grant_attempts - before == 1
+        assert inner.token == outer.token
+        assert inner.release() is False and client.inspect("jobs/py-reentrant").held
+        assert outer.release() is True and not client.inspect("jobs/py-reentrant").held
+
+
+def test_contention_is_a_typed_error_after_a_zero_wait(env, lockers):
+    la, _ = lockers(env.a)
+    lb, _ = lockers(env.b)
+    with lb.lock("jobs/py-contended"), la.lock("jobs/py-contended-other"):
+        start = time.monotonic()
+        with pytest.raises(holdfast.ContentionError) as e:
+            la.acquire("jobs/py-contended", wait=0)
+        took = time.monotonic() - start
+    err = e.value
+    assert err.code == grpc.StatusCode.ABORTED and not isinstance(err, holdfast.LeakError)
+    assert "jobs/py-contended" in err.message and took < 2, (err, took)
+
+
+def test_leak_is_a_typed_error(env, lockers):
+    first, _ = lockers(env.a)
+    second, _ = lockers(env.a)
+    with first.lock("jobs/py-leak"):
+        with pytest.raises(holdfast.LeakError) as e:
+            second.acquire("jobs/py-leak")
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_refusals_reach_grpcio_with_their_code_and_detail(env, client):
+    # Raw grpcio: the status code itself, and the google.rpc.Status in the
+    # trailer carrying the same code and message (no Internal anywhere).
+    with pytest.raises(grpc.RpcError) as e:
+        client.rpc.Acquire(lock_pb2.AcquireRequest(session_id=0x3039, namespace="jobs", key="py-nosession"), timeout=30)
+    raw = e.value
+    assert raw.code() == grpc.StatusCode.NOT_FOUND, raw
+    details = dict(raw.trailing_metadata())["grpc-status-details-bin"]
+    st = status_pb2.Status.FromString(details)
+    assert st.code == grpc.StatusCode.NOT_FOUND.value[0] and st.message == raw.details() and len(st.details) == 1
+    d = lock_pb2.ErrorDetail()
+    assert st.details[0].Unpack(d) and d.reason == lock_pb2.ERROR_REASON_SESSION_NOT_FOUND
+    assert isinstance(holdfast.from_rpc_error(raw), holdfast.SessionNotFoundError)
+
+    with pytest.raises(grpc.RpcError) as e:
+        client.rpc.Acquire(lock_pb2.AcquireRequest(session_id=0x3039, namespace="Jobs", key="k"), timeout=30)
+    typed = holdfast.from_rpc_error(e.value)
+    assert isinstance(typed, holdfast.InvalidArgumentError) and typed.field == "namespace"
+    assert typed.code == grpc.StatusCode.INVALID_ARGUMENT
+
+    try:
+        client.rpc.Release(lock_pb2.ReleaseRequest(session_id=0x3039, namespace="jobs", key="py-nosession", token=(1 << 48) | 1), timeout=30)
+    except grpc.RpcError as err:
+        assert err.code() != grpc.StatusCode.INTERNAL, err
+
+
+def test_a_certificate_without_a_spiffe_id_is_unauthenticated(env, lockers):
+    l, _ = lockers(env.plain)
+    with pytest.raises(holdfast.UnauthenticatedError) as e:
+        l.acquire("jobs/py-plain")
+    assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_session_closed_elsewhere_is_fenced_with_its_keys(env, lockers, client):
+    l, fences = lockers(env.a)
+    locks = [l.acquire(k) for k in ("jobs/py-fence-1", "jobs/py-fence-2")]
+    lock = locks[-1]
+    client.rpc.CloseSession(lock_pb2.CloseSessionRequest(session_id=lock.session_id), timeout=30)
+    _, fenced = fences.q.get(timeout=env.ttl)
+    assert sorted(map(str, fenced.keys)) == ["jobs/py-fence-1", "jobs/py-fence-2"]
+    assert fenced.session_id == lock.session_id and fenced.ttl == env.ttl
+    assert lock.health is holdfast.Health.LOST and not lock.can_start() and lock.lost.is_set()
+    # The next acquire opens a new session.
+    with l.lock("jobs/py-fence-1") as again:
+        assert again.session_id != lock.session_id
+
+
+def test_the_token_never_prints(env, lockers):
+    l, _ = lockers(env.a)
+    with l.lock("jobs/py-redact") as lock:
+        v = lock.token.expose()
+        t = lock.token
+        stream = io.StringIO()
+        logger = logging.getLogger("holdfast-conformance")
+        handler = logging.StreamHandler(stream)
+        logger.addHandler(handler)
+        try:
+            logger.warning("%s %r %s %r", lock, lock, t, t)
+            logger.warning(lock)
+        finally:
+            logger.removeHandler(handler)
+        out = " ".join([repr(lock), str(lock), f"{lock}", f"{lock!r}", f"{lock:>10}", repr(t), str(t), f"{t}", f"{t:d}",
+                        f"{t:x}", f"{t!r}", "%s %r" % (t, t), str([lock, t]), stream.getvalue()])
+    for form in (str(v), f"{v:x}", str(v & ((1 << 48) - 1))):
+        assert form not in out, f"the token ({form}) shows in {out!r}"
+    assert "jobs/py-redact" in out and "redacted" in out
+
+
+def test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire(env, lockers):
+    """Last: it stops the arbiter (SIGSTOP), twice. A short freeze: can_start
+    turns false at the first failed keepalive and true again once one is
+    confirmed, with no fence. A long one: on_fence comes at the local
+    deadline (the last confirmed keepalive's send time + TTL - 1 s), while
+    etcd still has the hold; etcd ends it later (measured, the arbiter still
+    stopped)."""
+    l, fences = lockers(env.a)
+    k = "fence/py-sigstop"
+    lock = l.acquire(k)
+    ttl = env.ttl
+    assert lock.ttl == ttl
+
+    def stop() -> float:
+        # Wait for a confirmed renewal first (the deadline moves forward).
+        first = time.monotonic() + lock.remaining_ttl()
+        while time.monotonic() + lock.remaining_ttl() - first < 0.5:
+            assert time.monotonic() - first < ttl, "no confirmed keepalive"
+            time.sleep(0.05)
+        os.kill(env.pid, signal.SIGSTOP)
+        return time.monotonic()
+
+    def wait_drained(stopped: float) -> float:
+        while lock.can_start():
+            assert time.monotonic() - stopped < ttl, "can_start stayed true with the arbiter stopped"
+            time.sleep(0.01)
+        return time.monotonic()
+
+    try:
+        # 1. A short freeze.
+        stopped = stop()
+        drained = wait_drained(stopped)
+        os.kill(env.pid, signal.SIGCONT)
+        while not lock.can_start():
+            assert time.monotonic() - drained < 5, "can_start did not come back after keepalives resumed"
+            time.sleep(0.02)
+        assert fences.q.empty(), "fenced on a recovered blip"
+        print(f"can_start dropped {drained - stopped:.3f}s after the short freeze and recovered")
+
+        # 2. A long freeze.
+        stopped = stop()
+        # Renewals cannot move the deadline any more.
+        deadline = stopped + lock.remaining_ttl()
+        drained = wait_drained(stopped)
+        fenced, f = fences.q.get(timeout=2 * ttl)
+        assert [str(x) for x in f.keys] == [k]
+        assert drained <= fenced and deadline - 0.05 <= fenced <= deadline + 0.3, (drained - stopped, fenced - stopped, deadline - stopped)
+        # The lease's real end, read from etcd itself while the arbiter is
+        # still stopped: the hold must still exist after the fence, and
+        # disappear when etcd expires the lease.
+        first, expired = True, None
+        while expired is None:
+            assert time.monotonic() - fenced < ttl, "the hold outlived the fence by a TTL"
+            if hold_in_etcd(env, "/l/" + k):
+                first = False
+            else:
+                assert not first, f"the hold was gone from etcd at the first look after the fence ({time.monotonic() - fenced:.3f}s after it): the fence came too late"
+                expired = time.monotonic()
+            time.sleep(0.02)
+    finally:
+        os.kill(env.pid, signal.SIGCONT)
+    print(f"FENCE-MARGIN python: drained {drained - stopped:.3f}s and fenced {fenced - stopped:.3f}s after SIGSTOP; "
+          f"etcd expired the lease {expired - fenced:.3f}s after the fence (TTL {ttl:g}s, margin {holdfast.FENCE_MARGIN:g}s)")
+    assert expired > fenced
+    assert lock.health is holdfast.Health.LOST and not lock.can_start()

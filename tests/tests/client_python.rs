@@ -1,0 +1,96 @@
+//! The Python client (clients/python) against a real etcd and arbiter: this
+//! test starts them, issues two workload certificates and runs the Python
+//! conformance suite (clients/python/tests/conformance) with pytest, from a
+//! venv under target/ and with the client installed from a wheel built from
+//! the checkout. It fails, never skips, when Python is missing or when any
+//! expected test did not run and pass (a test that skips counts as a
+//! failure).
+
+use holdfast_tests::python::python_in_clients;
+use holdfast_tests::*;
+use std::collections::BTreeMap;
+
+/// Every test of clients/python/tests/conformance; each must report PASSED.
+const EXPECTED: &[&str] = &[
+    "test_acquire_and_release",
+    "test_the_asyncio_api_acquires_and_releases",
+    "test_holds_of_one_ttl_share_one_session",
+    "test_reentrant_acquire_reaches_the_arbiter_once",
+    "test_contention_is_a_typed_error_after_a_zero_wait",
+    "test_leak_is_a_typed_error",
+    "test_refusals_reach_grpcio_with_their_code_and_detail",
+    "test_a_certificate_without_a_spiffe_id_is_unauthenticated",
+    "test_a_session_closed_elsewhere_is_fenced_with_its_keys",
+    "test_the_token_never_prints",
+    "test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire",
+];
+
+/// The outcome pytest's `-rA` summary reports per test: lines such as
+/// `PASSED tests/conformance/test_conformance.py::test_x` (a skipped test's
+/// line names no test, so it shows as "did not run").
+fn results(stdout: &str) -> BTreeMap<String, String> {
+    let mut last = BTreeMap::new();
+    for line in stdout.lines() {
+        let Some((outcome, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        if !matches!(outcome, "PASSED" | "FAILED" | "ERROR" | "XFAIL" | "XPASS") {
+            continue;
+        }
+        let Some((_, test)) = rest.split_once("::") else {
+            continue;
+        };
+        let test = test.split([' ', '[']).next().unwrap_or(test);
+        last.insert(test.to_string(), outcome.to_string());
+    }
+    last
+}
+
+#[tokio::test]
+async fn the_python_client_passes_its_conformance_suite_against_a_real_arbiter() {
+    let app = Appliance::start("client-python", 1).await;
+    let a = app.pki.workload("py-a", "py/a");
+    let b = app.pki.workload("py-b", "py/b");
+    let plain = app.pki.no_spiffe("py-plain");
+    let pid = app.arbiter.pid().expect("arbiter pid");
+    let etcd = app.etcd.endpoints()[0].clone();
+    let site = app.dir.path.join("py-site");
+    assert!(etcd.starts_with("http://"), "the Python test reads etcd over plain HTTP: {etcd}");
+    let ran = tokio::task::spawn_blocking(move || {
+        let ran = Ran::of(
+            python_in_clients(&site)
+                .args(["-m", "pytest", "-rA", "-s", "-p", "no:cacheprovider", "tests/conformance"])
+                .env("HOLDFAST_CONFORMANCE", "1")
+                .env("HOLDFAST_ENDPOINT", app.arbiter.endpoint())
+                .env("HOLDFAST_CA", app.pki.ca.ca_path())
+                .env("HOLDFAST_CERT", &a.cert)
+                .env("HOLDFAST_KEY", &a.key)
+                .env("HOLDFAST_CONFORMANCE_CERT2", &b.cert)
+                .env("HOLDFAST_CONFORMANCE_KEY2", &b.key)
+                .env("HOLDFAST_CONFORMANCE_PLAIN_CERT", &plain.cert)
+                .env("HOLDFAST_CONFORMANCE_PLAIN_KEY", &plain.key)
+                .env("HOLDFAST_CONFORMANCE_ARBITER_PID", pid.to_string())
+                .env("HOLDFAST_CONFORMANCE_ETCD", etcd)
+                .env("HOLDFAST_CONFORMANCE_TTL", "10")
+                .env("HOLDFAST_CONFORMANCE_IDENTITY", "py/a"),
+        );
+        // Whatever the Python side did, the arbiter runs on (and stops cleanly).
+        sigcont(pid);
+        (ran, app)
+    })
+    .await
+    .expect("pytest");
+    let (ran, _app) = ran;
+    let last = results(&ran.stdout);
+    eprintln!("{}", ran.stdout);
+    let wrong: Vec<String> = EXPECTED
+        .iter()
+        .filter(|t| last.get(**t).map(String::as_str) != Some("PASSED"))
+        .map(|t| format!("{t}: {}", last.get(*t).map_or("did not run", String::as_str)))
+        .collect();
+    assert!(wrong.is_empty(), "Python conformance tests that did not pass: {wrong:?}\nstderr:\n{}", ran.stderr);
+    let unexpected: Vec<&String> = last.keys().filter(|t| !EXPECTED.contains(&t.as_str())).collect();
+    assert!(unexpected.is_empty(), "Python tests not listed in EXPECTED (add them): {unexpected:?}");
+    assert_eq!(ran.code, 0, "pytest failed:\n{}", ran.stderr);
+    assert!(ran.stdout.contains("FENCE-MARGIN python:"), "the SIGSTOP test printed no fence margin");
+}
