@@ -118,7 +118,16 @@ pub const MUTATIONS: &[Mutation] = &[
     Mutation {
         name: "no_deposed_leader_check",
         breaks: "a keepalive answered in a new Raft term counts before every etcd member answers in it",
-        plan: Plan::Gate(&["leader-pause", "leader-pause", "leader-pause", "leader-pause"]),
+        plan: Plan::Gate(&[
+            "leader-pause",
+            "leader-pause",
+            "leader-pause",
+            "leader-pause",
+            "leader-pause",
+            "leader-pause",
+            "leader-pause",
+            "leader-pause",
+        ]),
         rules: &["C1/DeadlinePastSessionEnd"],
         note: "leader stops up to 2 × TTL: the woken leader revokes leases whose renewals through the new leader counted",
     },
