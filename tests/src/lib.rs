@@ -992,3 +992,23 @@ pub fn pinned_etcd() -> String {
     assert!(out.status.success(), "{} --version: {}", script.display(), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// Asserts that every test of a conformance suite in `expected` reported
+/// `passed` in `last` (test name → its last outcome), that the suite ran no
+/// test the list does not name, and says which `language` failed.
+pub fn assert_conformance(
+    language: &str,
+    expected: &[&str],
+    last: &std::collections::BTreeMap<String, String>,
+    passed: &str,
+    stderr: &str,
+) {
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|t| last.get(**t).map(String::as_str) != Some(passed))
+        .map(|t| format!("{t}: {}", last.get(*t).map_or("did not run", String::as_str)))
+        .collect();
+    assert!(wrong.is_empty(), "{language} conformance tests that did not pass: {wrong:?}\nstderr:\n{stderr}");
+    let unexpected: Vec<&String> = last.keys().filter(|t| !expected.contains(&t.as_str())).collect();
+    assert!(unexpected.is_empty(), "{language} tests not listed in EXPECTED (add them): {unexpected:?}");
+}

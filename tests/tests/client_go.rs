@@ -78,14 +78,7 @@ async fn the_go_client_passes_its_conformance_suite_against_a_real_arbiter() {
     let (ran, _app) = ran;
     let (last, output) = results(&ran.stdout);
     eprintln!("{output}");
-    let wrong: Vec<String> = EXPECTED
-        .iter()
-        .filter(|t| last.get(**t).map(String::as_str) != Some("pass"))
-        .map(|t| format!("{t}: {}", last.get(*t).map_or("did not run", String::as_str)))
-        .collect();
-    assert!(wrong.is_empty(), "Go conformance tests that did not pass: {wrong:?}\nstderr:\n{}", ran.stderr);
-    let unexpected: Vec<&String> = last.keys().filter(|t| !EXPECTED.contains(&t.as_str())).collect();
-    assert!(unexpected.is_empty(), "Go tests not listed in EXPECTED (add them): {unexpected:?}");
+    assert_conformance("Go", EXPECTED, &last, "pass", &ran.stderr);
     assert_eq!(ran.code, 0, "go test failed:\n{}", ran.stderr);
     assert!(output.contains("FENCE-MARGIN go:"), "the SIGSTOP test printed no fence margin");
 }

@@ -83,14 +83,7 @@ async fn the_python_client_passes_its_conformance_suite_against_a_real_arbiter()
     let (ran, _app) = ran;
     let last = results(&ran.stdout);
     eprintln!("{}", ran.stdout);
-    let wrong: Vec<String> = EXPECTED
-        .iter()
-        .filter(|t| last.get(**t).map(String::as_str) != Some("PASSED"))
-        .map(|t| format!("{t}: {}", last.get(*t).map_or("did not run", String::as_str)))
-        .collect();
-    assert!(wrong.is_empty(), "Python conformance tests that did not pass: {wrong:?}\nstderr:\n{}", ran.stderr);
-    let unexpected: Vec<&String> = last.keys().filter(|t| !EXPECTED.contains(&t.as_str())).collect();
-    assert!(unexpected.is_empty(), "Python tests not listed in EXPECTED (add them): {unexpected:?}");
+    assert_conformance("Python", EXPECTED, &last, "PASSED", &ran.stderr);
     assert_eq!(ran.code, 0, "pytest failed:\n{}", ran.stderr);
     assert!(ran.stdout.contains("FENCE-MARGIN python:"), "the SIGSTOP test printed no fence margin");
 }
