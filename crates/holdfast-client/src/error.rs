@@ -4,8 +4,10 @@ use holdfast_proto::ErrorReason;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The arbiter refused the call. Branch on `reason`, not on the text.
+    /// `retry_after` is the wait the arbiter asked for before a retry (a
+    /// `google.rpc.RetryInfo` in the status), when it asked for one.
     #[error("{message}")]
-    Refused { code: tonic::Code, reason: ErrorReason, field: String, message: String },
+    Refused { code: tonic::Code, reason: ErrorReason, field: String, message: String, retry_after: Option<std::time::Duration> },
     /// The connection settings are incomplete or unreadable.
     #[error("{0}")]
     Config(String),
@@ -48,6 +50,7 @@ impl From<tonic::Status> for Error {
             (reason, String::new())
         });
         let message = if s.message().is_empty() { format!("{:?}", s.code()) } else { s.message().to_string() };
-        Error::Refused { code: s.code(), reason, field, message }
+        let retry_after = holdfast_proto::retry_after_of(&s);
+        Error::Refused { code: s.code(), reason, field, message, retry_after }
     }
 }

@@ -37,4 +37,4 @@ pub use connect::{Client, ClientConfig};
 pub use error::Error;
 pub use holdfast_proto::ErrorReason;
 pub use locker::{AcquireOptions, Fenced, LockGuard, Locker, LockerConfig};
-pub use session::{FENCE_MARGIN, Health, Hold, KeepaliveObserver, KeepaliveOutcome, Session};
+pub use session::{FENCE_MARGIN, Health, Hold, KeepaliveObserver, KeepaliveOutcome, Session, fence_deadline, keepalive_period};

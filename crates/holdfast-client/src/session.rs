@@ -82,7 +82,7 @@ impl Session {
         observer: Option<Arc<dyn KeepaliveObserver>>,
     ) -> Self {
         let (tx, rx) = watch::channel(Health::Healthy);
-        let deadline = opened_at + ttl.saturating_sub(FENCE_MARGIN);
+        let deadline = fence_deadline(opened_at, ttl);
         // An open answered after its deadline (the process stopped while the
         // call was in flight) promises nothing: the loop ends the session.
         if let Some(o) = &observer
@@ -172,6 +172,7 @@ impl Session {
                 reason: holdfast_proto::ErrorReason::SessionNotFound,
                 field: String::new(),
                 message: "the session is lost (its local deadline passed); open a new session".into(),
+                retry_after: None,
             });
         }
         Ok(())
@@ -314,7 +315,7 @@ async fn keepalive_loop(
     clock: Arc<Mutex<Clock>>,
     observer: Option<Arc<dyn KeepaliveObserver>>,
 ) {
-    let period = (ttl / 3).max(Duration::from_millis(500));
+    let period = keepalive_period(ttl);
     let mut stream = None;
     let mut current = 0;
     loop {
@@ -325,7 +326,7 @@ async fn keepalive_loop(
         };
         match outcome {
             Round::Acked(sent_at) => {
-                let deadline = fence_anchor(sent_at) + ttl.saturating_sub(FENCE_MARGIN);
+                let deadline = fence_deadline(fence_anchor(sent_at), ttl);
                 if deadline <= Instant::now() {
                     // The answer was read only after the deadline it sets
                     // (the process was stopped while it waited in the
@@ -354,6 +355,20 @@ async fn keepalive_loop(
             }
         }
     }
+}
+
+/// How often a session of this TTL sends a keepalive: TTL/3, at least
+/// 500 ms.
+pub fn keepalive_period(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(500))
+}
+
+/// The local deadline a keepalive sent at `sent_at` and confirmed sets:
+/// `sent_at` + TTL − [`FENCE_MARGIN`]. The arbiter cannot have extended the
+/// lease before the keepalive was sent, so the deadline falls before the
+/// lease's end.
+pub fn fence_deadline(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at + ttl.saturating_sub(FENCE_MARGIN)
 }
 
 /// Where the local deadline counts from: the acknowledged keepalive's send

@@ -68,6 +68,37 @@ pub fn reason_of(status: &tonic::Status) -> Option<(ErrorReason, String)> {
     Some((reason, detail.field))
 }
 
+/// `type_url` of the `google.rpc.RetryInfo` detail: how long the caller
+/// should wait before it retries.
+pub const RETRY_INFO_TYPE_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
+
+/// `google.rpc.RetryInfo`, the one field we read.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    pub retry_delay: Option<PbDuration>,
+}
+
+/// `google.protobuf.Duration`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PbDuration {
+    #[prost(int64, tag = "1")]
+    pub seconds: i64,
+    #[prost(int32, tag = "2")]
+    pub nanos: i32,
+}
+
+/// The retry delay of a `google.rpc.RetryInfo` in a status's details, when
+/// one is there and not negative.
+pub fn retry_after_of(status: &tonic::Status) -> Option<std::time::Duration> {
+    let rpc = RpcStatus::decode(status.details()).ok()?;
+    let any = rpc.details.iter().find(|a| a.type_url == RETRY_INFO_TYPE_URL)?;
+    let delay = RetryInfo::decode(any.value.as_slice()).ok()?.retry_delay?;
+    let seconds = u64::try_from(delay.seconds).ok()?;
+    let nanos = u32::try_from(delay.nanos).ok()?;
+    Some(std::time::Duration::new(seconds, nanos))
+}
+
 /// The [`ErrorDetail`] in a status's details: inside a `google.rpc.Status`
 /// (what arbiters send), or the bare message an arbiter from before
 /// 2026-12-07 sent (a `google.rpc.Status` with details always has one, so
