@@ -20,6 +20,7 @@ pub use holdfast_devkit::pki::DEV_TRUST_DOMAIN;
 
 pub mod debs;
 pub mod golang;
+pub mod java;
 pub mod otlp;
 pub mod peernet;
 pub mod python;
@@ -1011,4 +1012,65 @@ pub fn assert_conformance(
     assert!(wrong.is_empty(), "{language} conformance tests that did not pass: {wrong:?}\nstderr:\n{stderr}");
     let unexpected: Vec<&String> = last.keys().filter(|t| !expected.contains(&t.as_str())).collect();
     assert!(unexpected.is_empty(), "{language} tests not listed in EXPECTED (add them): {unexpected:?}");
+}
+
+/// What a client's conformance suite (clients/go, clients/python,
+/// clients/java) runs against: the lab appliance, a PostgreSQL with the
+/// reference fence's table, and the environment its tests read (two
+/// workload identities `{lang}/a` and `{lang}/b`, one certificate without
+/// a SPIFFE ID, the arbiter's pid for SIGSTOP, etcd's plain URL, and what
+/// the shared scripts in clients/conformance need).
+pub struct ConformanceLab {
+    pub app: Appliance,
+    pub pg: Postgres,
+    pub env: Vec<(String, String)>,
+}
+
+impl ConformanceLab {
+    pub async fn start(lang: &str) -> Self {
+        use holdfast_fence::Fence as _;
+        let app = Appliance::start(&format!("client-{lang}"), 1).await;
+        let pg = Postgres::start(&app.dir.path);
+        let config: tokio_postgres::Config = pg.url().parse().expect("postgres URL");
+        holdfast_fence::PgFence::connect(&config, "holdfast_fence", holdfast_fence::FenceMode::Correct)
+            .await
+            .expect("connect to postgres")
+            .setup()
+            .await
+            .expect("create the fence table");
+        let a = app.pki.workload(&format!("{lang}-a"), &format!("{lang}/a"));
+        let b = app.pki.workload(&format!("{lang}-b"), &format!("{lang}/b"));
+        let plain = app.pki.no_spiffe(&format!("{lang}-plain"));
+        let pid = app.arbiter.pid().expect("arbiter pid");
+        let etcd = app.etcd.endpoints()[0].clone();
+        assert!(etcd.starts_with("http://"), "the conformance tests read etcd over plain HTTP: {etcd}");
+        let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/conformance");
+        let scripts = scripts.canonicalize().expect("clients/conformance");
+        let path = |p: &Path| p.display().to_string();
+        let env = vec![
+            ("HOLDFAST_CONFORMANCE".into(), "1".into()),
+            ("HOLDFAST_ENDPOINT".into(), app.arbiter.endpoint()),
+            ("HOLDFAST_CA".into(), path(&app.pki.ca.ca_path())),
+            ("HOLDFAST_CERT".into(), path(&a.cert)),
+            ("HOLDFAST_KEY".into(), path(&a.key)),
+            ("HOLDFAST_CONFORMANCE_CERT2".into(), path(&b.cert)),
+            ("HOLDFAST_CONFORMANCE_KEY2".into(), path(&b.key)),
+            ("HOLDFAST_CONFORMANCE_PLAIN_CERT".into(), path(&plain.cert)),
+            ("HOLDFAST_CONFORMANCE_PLAIN_KEY".into(), path(&plain.key)),
+            ("HOLDFAST_CONFORMANCE_ARBITER_PID".into(), pid.to_string()),
+            ("HOLDFAST_CONFORMANCE_ETCD".into(), etcd),
+            ("HOLDFAST_CONFORMANCE_TTL".into(), "10".into()),
+            ("HOLDFAST_CONFORMANCE_IDENTITY".into(), format!("{lang}/a")),
+            ("HOLDFAST_CONFORMANCE_SCRIPTS".into(), path(&scripts)),
+            ("HOLDFAST_CONFORMANCE_PG_URL".into(), pg.url()),
+            ("HOLDFAST_CONFORMANCE_HOLDFASTCTL".into(), path(&bin("holdfastctl"))),
+        ];
+        ConformanceLab { app, pg, env }
+    }
+
+    /// The arbiter's pid (the suites SIGSTOP it; resume it with [`sigcont`]
+    /// whatever they did).
+    pub fn arbiter_pid(&self) -> u32 {
+        self.app.arbiter.pid().expect("arbiter pid")
+    }
 }

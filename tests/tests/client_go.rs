@@ -20,6 +20,7 @@ const EXPECTED: &[&str] = &[
     "TestASessionClosedElsewhereIsFencedWithItsKeys",
     "TestTheTokenNeverPrints",
     "TestAStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire",
+    "TestAStoppedClientsLateWriteIsRejectedByThePostgresqlFence",
 ];
 
 /// The last action `go test -json` reported per test, and every output line.
@@ -46,39 +47,21 @@ fn results(stdout: &str) -> (BTreeMap<String, String>, String) {
 
 #[tokio::test]
 async fn the_go_client_passes_its_conformance_suite_against_a_real_arbiter() {
-    let app = Appliance::start("client-go", 1).await;
-    let a = app.pki.workload("go-a", "go/a");
-    let b = app.pki.workload("go-b", "go/b");
-    let plain = app.pki.no_spiffe("go-plain");
-    let pid = app.arbiter.pid().expect("arbiter pid");
-    let etcd = app.etcd.endpoints()[0].clone();
-    assert!(etcd.starts_with("http://"), "the Go test reads etcd over plain HTTP: {etcd}");
+    let lab = ConformanceLab::start("go").await;
+    let pid = lab.arbiter_pid();
     let ran = tokio::task::spawn_blocking(move || {
-        let ran = Ran::of(
-            go_in_clients()
-                .args(["test", "-json", "-count=1", "-timeout=5m", "./conformance"])
-                .env("HOLDFAST_CONFORMANCE", "1")
-                .env("HOLDFAST_ENDPOINT", app.arbiter.endpoint())
-                .env("HOLDFAST_CA", app.pki.ca.ca_path())
-                .env("HOLDFAST_CERT", &a.cert)
-                .env("HOLDFAST_KEY", &a.key)
-                .env("HOLDFAST_CONFORMANCE_CERT2", &b.cert)
-                .env("HOLDFAST_CONFORMANCE_KEY2", &b.key)
-                .env("HOLDFAST_CONFORMANCE_PLAIN_CERT", &plain.cert)
-                .env("HOLDFAST_CONFORMANCE_PLAIN_KEY", &plain.key)
-                .env("HOLDFAST_CONFORMANCE_ARBITER_PID", pid.to_string())
-                .env("HOLDFAST_CONFORMANCE_ETCD", etcd),
-        );
+        let ran = Ran::of(go_in_clients().args(["test", "-json", "-count=1", "-timeout=5m", "./conformance"]).envs(lab.env.clone()));
         // Whatever the Go side did, the arbiter runs on (and stops cleanly).
         sigcont(pid);
-        (ran, app)
+        (ran, lab)
     })
     .await
     .expect("go test");
-    let (ran, _app) = ran;
+    let (ran, _lab) = ran;
     let (last, output) = results(&ran.stdout);
     eprintln!("{output}");
     assert_conformance("Go", EXPECTED, &last, "pass", &ran.stderr);
     assert_eq!(ran.code, 0, "go test failed:\n{}", ran.stderr);
     assert!(output.contains("FENCE-MARGIN go:"), "the SIGSTOP test printed no fence margin");
+    assert!(output.contains("LATE-WRITE go:"), "the late-write test printed no result");
 }

@@ -23,6 +23,7 @@ const EXPECTED: &[&str] = &[
     "test_a_session_closed_elsewhere_is_fenced_with_its_keys",
     "test_the_token_never_prints",
     "test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire",
+    "test_a_stopped_clients_late_write_is_rejected_by_the_postgresql_fence",
 ];
 
 /// The outcome pytest's `-rA` summary reports per test: lines such as
@@ -48,42 +49,26 @@ fn results(stdout: &str) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn the_python_client_passes_its_conformance_suite_against_a_real_arbiter() {
-    let app = Appliance::start("client-python", 1).await;
-    let a = app.pki.workload("py-a", "py/a");
-    let b = app.pki.workload("py-b", "py/b");
-    let plain = app.pki.no_spiffe("py-plain");
-    let pid = app.arbiter.pid().expect("arbiter pid");
-    let etcd = app.etcd.endpoints()[0].clone();
-    let site = app.dir.path.join("py-site");
-    assert!(etcd.starts_with("http://"), "the Python test reads etcd over plain HTTP: {etcd}");
+    let lab = ConformanceLab::start("py").await;
+    let pid = lab.arbiter_pid();
+    let site = lab.app.dir.path.join("py-site");
     let ran = tokio::task::spawn_blocking(move || {
         let ran = Ran::of(
             python_in_clients(&site)
                 .args(["-m", "pytest", "-rA", "-s", "-p", "no:cacheprovider", "tests/conformance"])
-                .env("HOLDFAST_CONFORMANCE", "1")
-                .env("HOLDFAST_ENDPOINT", app.arbiter.endpoint())
-                .env("HOLDFAST_CA", app.pki.ca.ca_path())
-                .env("HOLDFAST_CERT", &a.cert)
-                .env("HOLDFAST_KEY", &a.key)
-                .env("HOLDFAST_CONFORMANCE_CERT2", &b.cert)
-                .env("HOLDFAST_CONFORMANCE_KEY2", &b.key)
-                .env("HOLDFAST_CONFORMANCE_PLAIN_CERT", &plain.cert)
-                .env("HOLDFAST_CONFORMANCE_PLAIN_KEY", &plain.key)
-                .env("HOLDFAST_CONFORMANCE_ARBITER_PID", pid.to_string())
-                .env("HOLDFAST_CONFORMANCE_ETCD", etcd)
-                .env("HOLDFAST_CONFORMANCE_TTL", "10")
-                .env("HOLDFAST_CONFORMANCE_IDENTITY", "py/a"),
+                .envs(lab.env.clone()),
         );
         // Whatever the Python side did, the arbiter runs on (and stops cleanly).
         sigcont(pid);
-        (ran, app)
+        (ran, lab)
     })
     .await
     .expect("pytest");
-    let (ran, _app) = ran;
+    let (ran, _lab) = ran;
     let last = results(&ran.stdout);
     eprintln!("{}", ran.stdout);
     assert_conformance("Python", EXPECTED, &last, "PASSED", &ran.stderr);
     assert_eq!(ran.code, 0, "pytest failed:\n{}", ran.stderr);
     assert!(ran.stdout.contains("FENCE-MARGIN python:"), "the SIGSTOP test printed no fence margin");
+    assert!(ran.stdout.contains("LATE-WRITE python:"), "the late-write test printed no result");
 }

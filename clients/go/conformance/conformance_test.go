@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -470,4 +472,78 @@ func TestAStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire(t *testing.T) {
 	if lock.Health() != holdfast.Lost || lock.CanStart() {
 		t.Fatalf("health %v after the fence", lock.Health())
 	}
+}
+
+// fencedWrite writes record through the PostgreSQL reference fence with the
+// shared script (clients/conformance/fenced-write), the token on its
+// standard input: true when the fence accepted it, false when it rejected it.
+func fencedWrite(t *testing.T, scripts string, tok holdfast.Token, record string) bool {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(scripts, "fenced-write"), record)
+	cmd.Stdin = strings.NewReader(strconv.FormatUint(tok.Expose(), 10) + "\n")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil && strings.TrimSpace(string(out)) == "accepted":
+		return true
+	case errors.As(err, &exit) && exit.ExitCode() == 1 && strings.TrimSpace(string(out)) == "rejected":
+		return false
+	}
+	t.Fatalf("fenced-write %s: %v: %s", record, err, out)
+	return false
+}
+
+func TestAStoppedClientsLateWriteIsRejectedByThePostgresqlFence(t *testing.T) {
+	e := setup(t)
+	scripts := os.Getenv("HOLDFAST_CONFORMANCE_SCRIPTS")
+	if scripts == "" || os.Getenv("HOLDFAST_CONFORMANCE_PG_URL") == "" {
+		t.Fatal("HOLDFAST_CONFORMANCE_SCRIPTS and HOLDFAST_CONFORMANCE_PG_URL must be set")
+	}
+	l, f := locker(t, e.a)
+	k := holdfast.MustParseKey("fence/go-late-write")
+	const record = "go-late-write"
+	lock, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fencedWrite(t, scripts, lock.Token(), record) {
+		t.Fatal("the holder's first write was rejected")
+	}
+	// The successor waits for the key as another identity, writes, and
+	// resumes this process; then this process stops itself past its TTL.
+	var successor bytes.Buffer
+	take := exec.Command(filepath.Join(scripts, "take-over"), strconv.Itoa(os.Getpid()), k.String(), record)
+	take.Stdout, take.Stderr = &successor, &successor
+	if err := take.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	if err := take.Wait(); err != nil || !strings.Contains(successor.String(), "accepted") {
+		t.Fatalf("the successor: %v: %s", err, successor.String())
+	}
+	select {
+	case x := <-f.ch:
+		if len(x.Keys) != 1 || x.Keys[0] != k {
+			t.Fatalf("fence %v", x.Keys)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no fence after a stop longer than the TTL")
+	}
+	if lock.CanStart() {
+		t.Fatal("CanStart is true after the stop")
+	}
+	// The write a paused process makes when it wakes, before it looks at
+	// its lock: the fence must reject it.
+	if fencedWrite(t, scripts, lock.Token(), record) {
+		t.Fatal("the stopped client's late write was accepted")
+	}
+	count, err := exec.Command(filepath.Join(scripts, "fenced-write"), "--count", record).Output()
+	if err != nil || strings.TrimSpace(string(count)) != "2" {
+		t.Fatalf("accepted writes: %q (%v), want 2 (the holder's first and the successor's)", count, err)
+	}
+	t.Logf("LATE-WRITE go: the late write was rejected after a %v stop (TTL 10s)", resumed.Sub(stopped).Round(time.Millisecond))
 }

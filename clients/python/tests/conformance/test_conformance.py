@@ -317,3 +317,47 @@ def test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire(env, l
           f"etcd expired the lease {expired - fenced:.3f}s after the fence (TTL {ttl:g}s, margin {holdfast.FENCE_MARGIN:g}s)")
     assert expired > fenced
     assert lock.health is holdfast.Health.LOST and not lock.can_start()
+
+
+def fenced_write(scripts: str, token: holdfast.Token, record: str) -> bool:
+    """One write through the PostgreSQL reference fence with the shared
+    script (clients/conformance/fenced-write), the token on its standard
+    input: True when the fence accepted it, False when it rejected it."""
+    r = subprocess.run([os.path.join(scripts, "fenced-write"), record], input=f"{token.expose()}\n",
+                       capture_output=True, text=True, timeout=60)
+    out = r.stdout.strip()
+    if r.returncode == 0 and out == "accepted":
+        return True
+    if r.returncode == 1 and out == "rejected":
+        return False
+    pytest.fail(f"fenced-write {record}: exit {r.returncode}: {r.stdout}{r.stderr}")
+
+
+def test_a_stopped_clients_late_write_is_rejected_by_the_postgresql_fence(env, lockers):
+    """This process stops itself (SIGSTOP) past its TTL while it holds a
+    key. A successor (clients/conformance/take-over, another identity) gets
+    the key once the lease expires, writes with its newer token and resumes
+    this process, whose late write with the old token the fence rejects."""
+    scripts, pg = os.environ.get("HOLDFAST_CONFORMANCE_SCRIPTS"), os.environ.get("HOLDFAST_CONFORMANCE_PG_URL")
+    if not scripts or not pg:
+        pytest.fail("HOLDFAST_CONFORMANCE_SCRIPTS and HOLDFAST_CONFORMANCE_PG_URL must be set")
+    l, fences = lockers(env.a)
+    k, record = "fence/py-late-write", "py-late-write"
+    lock = l.acquire(k)
+    assert fenced_write(scripts, lock.token, record), "the holder's first write was rejected"
+    successor = subprocess.Popen([os.path.join(scripts, "take-over"), str(os.getpid()), k, record],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stopped = time.monotonic()
+    os.kill(os.getpid(), signal.SIGSTOP)
+    resumed = time.monotonic()
+    out, _ = successor.communicate(timeout=60)
+    assert successor.returncode == 0 and "accepted" in out, f"the successor: exit {successor.returncode}: {out}"
+    _, f = fences.q.get(timeout=5)
+    assert [str(x) for x in f.keys] == [k], f.keys
+    assert not lock.can_start()
+    # The write a paused process makes when it wakes, before it looks at its
+    # lock: the fence must reject it.
+    assert not fenced_write(scripts, lock.token, record), "the stopped client's late write was accepted"
+    count = subprocess.run([os.path.join(scripts, "fenced-write"), "--count", record], capture_output=True, text=True, timeout=60)
+    assert count.stdout.strip() == "2", f"accepted writes: {count.stdout!r} {count.stderr!r} (want the holder's first and the successor's)"
+    print(f"LATE-WRITE python: the late write was rejected after a {resumed - stopped:.3f}s stop (TTL {env.ttl:g}s)")
