@@ -251,7 +251,8 @@ impl Etcd {
     /// [`holdfast_fixtures::policy`]): `classes` as (namespace, TTL in
     /// seconds; a namespace starting with [`DURABLE_CLASSES`] gets
     /// `fairness = "durable"`, every other one best-effort; one starting
-    /// with [`OPEN_CLASSES`] gets `on_quorum_loss = "open"`), one grant giving every `spiffe://holdfast.dev/` identity
+    /// with [`OPEN_CLASSES`] gets `on_quorum_loss = "open"`, one starting
+    /// with [`HOMED_CLASSES`] `home_region` [`HOME_REGION`]), one grant giving every `spiffe://holdfast.dev/` identity
     /// lock, inspect and force-release on them, plus `extra_grants`.
     /// Returns once the set is published; keep the controller running.
     pub async fn publish_policy(&self, dir: &Path, classes: &[(&str, u64)], extra_grants: &str) -> ControllerProcess {
@@ -260,6 +261,7 @@ impl Etcd {
             .map(|(ns, ttl)| {
                 let class = FixtureClass::new(ns, Duration::from_secs(*ttl));
                 let class = if ns.starts_with(OPEN_CLASSES) { class.open() } else { class };
+                let class = if ns.starts_with(HOMED_CLASSES) { class.homed(HOME_REGION) } else { class };
                 if ns.starts_with(DURABLE_CLASSES) { class.durable() } else { class }
             })
             .collect();
@@ -511,6 +513,14 @@ impl Drop for Arbiter {
 
 /// Every identity the test PKI issues ([`Pki::workload`]).
 pub const LAB_IDENTITIES: &str = "spiffe://holdfast.dev/";
+
+/// Lab classes whose namespace starts with this are homed to
+/// [`HOME_REGION`] ([`Etcd::publish_policy`]).
+pub const HOMED_CLASSES: &str = "homed";
+
+/// The home region of [`HOMED_CLASSES`]: an arbiter with another `region`
+/// refuses them (WRONG_REGION); one with none serves them.
+pub const HOME_REGION: &str = "hall-a";
 
 /// Lab classes whose namespace starts with this have durable fairness
 /// ([`Etcd::publish_policy`]).
@@ -1019,17 +1029,39 @@ pub fn assert_conformance(
 /// reference fence's table, and the environment its tests read (two
 /// workload identities `{lang}/a` and `{lang}/b`, one certificate without
 /// a SPIFFE ID, the arbiter's pid for SIGSTOP, etcd's plain URL, and what
-/// the shared scripts in clients/conformance need).
+/// the shared scripts in clients/conformance need), plus an arbiter in
+/// another region (`HOLDFAST_CONFORMANCE_ELSEWHERE`: it refuses the
+/// `homed` class and allows one request a second per identity) and a
+/// sealed one (`HOLDFAST_CONFORMANCE_SEALED`), for the refusals.
 pub struct ConformanceLab {
     pub app: Appliance,
     pub pg: Postgres,
     pub env: Vec<(String, String)>,
+    pub elsewhere: Arbiter,
+    pub sealed: Arbiter,
+    _sealed_controller: ControllerProcess,
+    _sealed_etcd: Etcd,
 }
 
 impl ConformanceLab {
     pub async fn start(lang: &str) -> Self {
         use holdfast_fence::Fence as _;
-        let app = Appliance::start(&format!("client-{lang}"), 1).await;
+        let mut classes = LAB_CLASSES.to_vec();
+        classes.push((HOMED_CLASSES, 10));
+        let app = Appliance::start_policy(&format!("client-{lang}"), 1, &defaults, &classes, "").await;
+        // Beside the lab's arbiter: one in another region that allows one
+        // request a second per identity (WRONG_REGION, RESOURCE_EXHAUSTED),
+        // and one on an etcd whose epoch was never initialised (SEALED).
+        let elsewhere = Arbiter::start_with(&app.dir.path, "arbiter-hall-b", &app.etcd.endpoints(), &app.pki, &|c| {
+            c.region = Some("hall-b".into());
+            c.limits.requests_per_second = 1;
+            c.limits.request_burst = 5;
+        });
+        let sealed_dir = app.dir.path.join("sealed");
+        std::fs::create_dir_all(&sealed_dir).expect("sealed dir");
+        let sealed_etcd = Etcd::start(&sealed_dir, 1).await;
+        let sealed_controller = sealed_etcd.publish_policy(&sealed_dir, &classes, "").await;
+        let sealed = Arbiter::start(&sealed_dir, "arbiter-sealed", &sealed_etcd.endpoints(), &app.pki);
         let pg = Postgres::start(&app.dir.path);
         let config: tokio_postgres::Config = pg.url().parse().expect("postgres URL");
         holdfast_fence::PgFence::connect(&config, "holdfast_fence", holdfast_fence::FenceMode::Correct)
@@ -1064,8 +1096,10 @@ impl ConformanceLab {
             ("HOLDFAST_CONFORMANCE_SCRIPTS".into(), path(&scripts)),
             ("HOLDFAST_CONFORMANCE_PG_URL".into(), pg.url()),
             ("HOLDFAST_CONFORMANCE_HOLDFASTCTL".into(), path(&bin("holdfastctl"))),
+            ("HOLDFAST_CONFORMANCE_ELSEWHERE".into(), elsewhere.endpoint()),
+            ("HOLDFAST_CONFORMANCE_SEALED".into(), sealed.endpoint()),
         ];
-        ConformanceLab { app, pg, env }
+        ConformanceLab { app, pg, env, elsewhere, sealed, _sealed_controller: sealed_controller, _sealed_etcd: sealed_etcd }
     }
 
     /// The arbiter's pid (the suites SIGSTOP it; resume it with [`sigcont`]

@@ -294,6 +294,62 @@ func TestRefusalsReachGrpcGoWithTheirCodeAndDetail(t *testing.T) {
 	if err != nil && status.Code(err) == codes.Internal {
 		t.Fatalf("release on an unknown session: %v", err)
 	}
+
+	// The refusals that need another arbiter: one in another region that
+	// allows one request a second (HOLDFAST_CONFORMANCE_ELSEWHERE), one
+	// sealed (HOLDFAST_CONFORMANCE_SEALED).
+	elsewhere, sealed := os.Getenv("HOLDFAST_CONFORMANCE_ELSEWHERE"), os.Getenv("HOLDFAST_CONFORMANCE_SEALED")
+	if elsewhere == "" || sealed == "" {
+		t.Fatal("HOLDFAST_CONFORMANCE_ELSEWHERE and HOLDFAST_CONFORMANCE_SEALED must be set")
+	}
+	_, err = c.RPC().Inspect(ctx(t), &lockv1.InspectRequest{Namespace: "undeclared", Key: "k"})
+	refused(t, "a namespace no grant covers", err, codes.PermissionDenied, lockv1.ErrorReason_ERROR_REASON_DENIED, holdfast.ErrDenied)
+
+	s := clientAt(t, sealed, e.a)
+	open, err := s.RPC().OpenSession(ctx(t), &lockv1.OpenSessionRequest{Namespace: "jobs"})
+	if err != nil {
+		t.Fatalf("a sealed arbiter opens sessions: %v", err)
+	}
+	_, err = s.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: open.GetSessionId(), Namespace: "jobs", Key: "go-sealed"})
+	refused(t, "a sealed arbiter", err, codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_SEALED, holdfast.ErrSealed)
+
+	_, err = clientAt(t, elsewhere, e.b).RPC().Inspect(ctx(t), &lockv1.InspectRequest{Namespace: "homed", Key: "k"})
+	refused(t, "a class homed to another region", err, codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_WRONG_REGION, holdfast.ErrWrongRegion)
+
+	limited := clientAt(t, elsewhere, e.a)
+	for i := 0; ; i++ {
+		if _, err = limited.RPC().Inspect(ctx(t), &lockv1.InspectRequest{Namespace: "jobs", Key: "k"}); err != nil {
+			break
+		}
+		if i == 20 {
+			t.Fatal("20 calls in a row at one a second were all answered")
+		}
+	}
+	refused(t, "the request rate", err, codes.ResourceExhausted, lockv1.ErrorReason_ERROR_REASON_RATE_LIMITED, holdfast.ErrRateLimited)
+}
+
+// clientAt is a raw client of the arbiter at endpoint with cfg's identity.
+func clientAt(t *testing.T, endpoint string, cfg holdfast.Config) *holdfast.Client {
+	t.Helper()
+	cfg.Endpoints = []string{endpoint}
+	return client(t, cfg)
+}
+
+// refused asserts that err reached grpc-go with code and one
+// lock.v1.ErrorDetail of reason, and that the library maps it to sentinel.
+func refused(t *testing.T, what string, err error, code codes.Code, reason lockv1.ErrorReason, sentinel error) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code || len(st.Details()) != 1 {
+		t.Fatalf("%s: %v (want %v with one detail)", what, err, code)
+	}
+	if d, ok := st.Details()[0].(*lockv1.ErrorDetail); !ok || d.GetReason() != reason {
+		t.Fatalf("%s: detail %v, want %v", what, st.Details()[0], reason)
+	}
+	if !errors.Is(holdfast.FromError(err), sentinel) {
+		t.Fatalf("%s: %v is not %v", what, holdfast.FromError(err), sentinel)
+	}
+	t.Logf("%s: %v, %v", what, code, reason)
 }
 
 func TestACertificateWithoutASpiffeIDIsUnauthenticated(t *testing.T) {

@@ -154,7 +154,10 @@ fn denied(who: &str, key: &LockKey, action: Action) -> Refusal {
     Refusal::new(
         Code::PermissionDenied,
         ErrorReason::Denied,
-        format!("{who} may not {verb} {key}: no grant covers it; ask for a {verb} grant in grants.d/ (docs/policy.md)"),
+        format!(
+            "{who} may not {verb} {key}: no grant covers it; ask for {} {verb} grant in grants.d/ (docs/policy.md)",
+            if verb == "inspect" { "an" } else { "a" }
+        ),
     )
 }
 

@@ -39,11 +39,20 @@ pub struct FixtureClass {
     pub fairness: &'static str,
     /// The class's `on_quorum_loss`: "closed" (the default) or "open".
     pub on_quorum_loss: &'static str,
+    /// The class's `home_region`: none (the default: served everywhere).
+    pub home_region: Option<&'static str>,
 }
 
 impl FixtureClass {
     pub fn new(namespace: &str, ttl: Duration) -> Self {
-        FixtureClass { namespace: namespace.to_string(), ttl, tier: "entity", fairness: "best-effort", on_quorum_loss: "closed" }
+        FixtureClass {
+            namespace: namespace.to_string(),
+            ttl,
+            tier: "entity",
+            fairness: "best-effort",
+            on_quorum_loss: "closed",
+            home_region: None,
+        }
     }
 
     /// The same class failing open on quorum loss (it must be unfenced:
@@ -56,6 +65,13 @@ impl FixtureClass {
     /// The same class with durable fairness (waiters recorded under `/q/`).
     pub fn durable(mut self) -> Self {
         self.fairness = "durable";
+        self
+    }
+
+    /// The same class homed to `region`: an arbiter of another region
+    /// refuses it (WRONG_REGION).
+    pub fn homed(mut self, region: &'static str) -> Self {
+        self.home_region = Some(region);
         self
     }
 
@@ -89,6 +105,9 @@ pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], ex
             "\n[class.{ns}]\nnamespace = \"{ns}\"\n{rule}\nttl = \"{ttl}s\"\ntier = \"{}\"\nfairness = \"{}\"\non_quorum_loss = \"{}\"\n",
             c.tier, c.fairness, c.on_quorum_loss
         ));
+        if let Some(region) = c.home_region {
+            text.push_str(&format!("home_region = \"{region}\"\n"));
+        }
     }
     let prefixes: Vec<String> = classes.iter().map(|c| format!("\"{}/\"", c.namespace)).collect();
     let all = prefixes.join(", ");

@@ -209,6 +209,50 @@ def test_refusals_reach_grpcio_with_their_code_and_detail(env, client):
     except grpc.RpcError as err:
         assert err.code() != grpc.StatusCode.INTERNAL, err
 
+    # The refusals that need another arbiter: one in another region that
+    # allows one request a second (HOLDFAST_CONFORMANCE_ELSEWHERE), one
+    # sealed (HOLDFAST_CONFORMANCE_SEALED).
+    elsewhere, sealed = os.environ.get("HOLDFAST_CONFORMANCE_ELSEWHERE"), os.environ.get("HOLDFAST_CONFORMANCE_SEALED")
+    if not elsewhere or not sealed:
+        pytest.fail("HOLDFAST_CONFORMANCE_ELSEWHERE and HOLDFAST_CONFORMANCE_SEALED must be set")
+    with pytest.raises(grpc.RpcError) as e:
+        client.rpc.Inspect(lock_pb2.InspectRequest(namespace="undeclared", key="k"), timeout=30)
+    assert_refused("a namespace no grant covers", e.value, grpc.StatusCode.PERMISSION_DENIED, lock_pb2.ERROR_REASON_DENIED, holdfast.DeniedError)
+
+    with Client(sealed, env.a) as s:
+        opened = s.rpc.OpenSession(lock_pb2.OpenSessionRequest(namespace="jobs"), timeout=30)
+        with pytest.raises(grpc.RpcError) as e:
+            s.rpc.Acquire(lock_pb2.AcquireRequest(session_id=opened.session_id, namespace="jobs", key="py-sealed"), timeout=30)
+    assert_refused("a sealed arbiter", e.value, grpc.StatusCode.FAILED_PRECONDITION, lock_pb2.ERROR_REASON_SEALED, holdfast.SealedError)
+
+    with Client(elsewhere, env.b) as w, pytest.raises(grpc.RpcError) as e:
+        w.rpc.Inspect(lock_pb2.InspectRequest(namespace="homed", key="k"), timeout=30)
+    assert_refused("a class homed to another region", e.value, grpc.StatusCode.FAILED_PRECONDITION,
+                   lock_pb2.ERROR_REASON_WRONG_REGION, holdfast.WrongRegionError)
+
+    with Client(elsewhere, env.a) as limited:
+        for _ in range(21):
+            try:
+                limited.rpc.Inspect(lock_pb2.InspectRequest(namespace="jobs", key="k"), timeout=30)
+            except grpc.RpcError as err:
+                refusal = err
+                break
+        else:
+            pytest.fail("21 calls in a row at one a second were all answered")
+    assert_refused("the request rate", refusal, grpc.StatusCode.RESOURCE_EXHAUSTED, lock_pb2.ERROR_REASON_RATE_LIMITED,
+                   holdfast.RateLimitedError)
+
+
+def assert_refused(what: str, raw: grpc.RpcError, code: grpc.StatusCode, reason: int, typed: type) -> None:
+    """raw reached grpcio with code and one lock.v1.ErrorDetail of reason in
+    the trailer's google.rpc.Status, and the library maps it to typed."""
+    assert raw.code() == code, f"{what}: {raw}"
+    st = status_pb2.Status.FromString(dict(raw.trailing_metadata())["grpc-status-details-bin"])
+    d = lock_pb2.ErrorDetail()
+    assert st.code == code.value[0] and len(st.details) == 1 and st.details[0].Unpack(d) and d.reason == reason, f"{what}: {st}"
+    assert isinstance(holdfast.from_rpc_error(raw), typed), f"{what}: {holdfast.from_rpc_error(raw)!r}"
+    print(f"{what}: {code.name}, {lock_pb2.ErrorReason.Name(reason)}")
+
 
 def test_a_certificate_without_a_spiffe_id_is_unauthenticated(env, lockers):
     l, _ = lockers(env.plain)
