@@ -573,11 +573,17 @@ func TestAStoppedClientsLateWriteIsRejectedByThePostgresqlFence(t *testing.T) {
 	if err := take.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stopped := time.Now()
+	remaining, stopped := lock.RemainingTTL(), time.Now()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// kill returns before the stop reaches every thread: this sleep is
+	// where the process stops.
+	time.Sleep(200 * time.Millisecond)
 	resumed := time.Now()
+	if resumed.Sub(stopped) <= remaining {
+		t.Fatalf("stopped for %v, within the lock's remaining TTL %v", resumed.Sub(stopped), remaining)
+	}
 	if err := take.Wait(); err != nil || !strings.Contains(successor.String(), "accepted") {
 		t.Fatalf("the successor: %v: %s", err, successor.String())
 	}
@@ -601,5 +607,6 @@ func TestAStoppedClientsLateWriteIsRejectedByThePostgresqlFence(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(count)) != "2" {
 		t.Fatalf("accepted writes: %q (%v), want 2 (the holder's first and the successor's)", count, err)
 	}
-	t.Logf("LATE-WRITE go: the late write was rejected after a %v stop (TTL 10s)", resumed.Sub(stopped).Round(time.Millisecond))
+	t.Logf("LATE-WRITE go: the late write was rejected after a %v stop (%v of the lock's TTL was left when it stopped; TTL 10s)",
+		resumed.Sub(stopped).Round(time.Millisecond), remaining.Round(time.Millisecond))
 }

@@ -391,9 +391,11 @@ def test_a_stopped_clients_late_write_is_rejected_by_the_postgresql_fence(env, l
     assert fenced_write(scripts, lock.token, record), "the holder's first write was rejected"
     successor = subprocess.Popen([os.path.join(scripts, "take-over"), str(os.getpid()), k, record],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    stopped = time.monotonic()
+    remaining, stopped = lock.remaining_ttl(), time.monotonic()
     os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(0.2)  # kill returns before the stop reaches every thread: the process stops here
     resumed = time.monotonic()
+    assert resumed - stopped > remaining, f"stopped for {resumed - stopped:.3f}s, within the lock's remaining TTL {remaining:.3f}s"
     out, _ = successor.communicate(timeout=60)
     assert successor.returncode == 0 and "accepted" in out, f"the successor: exit {successor.returncode}: {out}"
     _, f = fences.q.get(timeout=5)
@@ -404,4 +406,5 @@ def test_a_stopped_clients_late_write_is_rejected_by_the_postgresql_fence(env, l
     assert not fenced_write(scripts, lock.token, record), "the stopped client's late write was accepted"
     count = subprocess.run([os.path.join(scripts, "fenced-write"), "--count", record], capture_output=True, text=True, timeout=60)
     assert count.stdout.strip() == "2", f"accepted writes: {count.stdout!r} {count.stderr!r} (want the holder's first and the successor's)"
-    print(f"LATE-WRITE python: the late write was rejected after a {resumed - stopped:.3f}s stop (TTL {env.ttl:g}s)")
+    print(f"LATE-WRITE python: the late write was rejected after a {resumed - stopped:.3f}s stop "
+          f"({remaining:.3f}s of the lock's TTL was left when it stopped; TTL {env.ttl:g}s)")
