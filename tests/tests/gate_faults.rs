@@ -215,13 +215,15 @@ fn an_arbiter_trusting_unconfirmed_keepalives_fails_the_gate_where_etcd_answers_
         // docs/gate.md describes), 0 since it waits out a deposed leader
         // (2026-12-07). Since then two stalls missed it in two runs (why
         // fewer keepalives reach the stalled leader now was not found); four
-        // caught it with 17 and 6.
+        // caught it with 17 and 6, then missed it in two seeds in a row in a
+        // fresh-clone run (2026-12-07): eight since.
         assert!(by_rule["C1/DeadlinePastSessionEnd"].as_u64().unwrap_or(0) >= 2, "caught by C1: {by_rule}");
     } else {
         let faults = catalog::mutation("no_keepalive_confirmation").unwrap().faults_arg();
         let run = gate(&["--faults", &faults, "--mutation", "no_keepalive_confirmation"]);
         assert_eq!(run.code, 0, "etcd {} answered a keepalive from a stalled leader:\n{}", etcd_binary().version_string(), run.output);
-        assert_eq!(run.summary["faults"]["leader-disk-stall"], 4, "every stall struck: {}", run.summary["faults_unconfirmed"]);
+        let stalls = faults.split(',').filter(|f| *f == "leader-disk-stall").count();
+        assert_eq!(run.summary["faults"]["leader-disk-stall"], stalls, "every stall struck: {}", run.summary["faults_unconfirmed"]);
     }
 }
 

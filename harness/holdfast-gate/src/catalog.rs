@@ -110,7 +110,7 @@ pub const MUTATIONS: &[Mutation] = &[
     Mutation {
         name: "no_keepalive_confirmation",
         breaks: "a keepalive counts without the quorum read of the Raft term",
-        plan: Plan::Gate(&["leader-disk-stall", "leader-disk-stall", "leader-disk-stall", "leader-disk-stall"]),
+        plan: Plan::Gate(&["leader-disk-stall"; 8]),
         rules: &["C1/DeadlinePastSessionEnd"],
         note: "etcd before 3.6 (3.6 answers no keepalive from a stalled leader: the gate passes, and the test \
                asserts that)",
