@@ -232,7 +232,11 @@ fn restore(dir: &Path, snapshot: &Path, cluster: &str) -> anyhow::Result<()> {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGUSR1)?;
     let end = Instant::now() + Duration::from_secs(120);
     while Instant::now() < end {
-        if let Ok(text) = std::fs::read_to_string(&result) {
+        // The supervisor ends its answer with a newline (and renames it into
+        // place whole): anything else is not an answer yet.
+        if let Ok(text) = std::fs::read_to_string(&result)
+            && text.ends_with('\n')
+        {
             let text = text.trim();
             if let Some(ok) = text.strip_prefix("ok: ") {
                 println!("{ok}");
@@ -630,7 +634,11 @@ async fn supervise(dir: Option<PathBuf>, detached: bool, group_commit: bool) -> 
                     Ok(what) => { say(&what); format!("ok: {what}\n") }
                     Err(e) => { say(&format!("restore failed: {e:#}")); format!("error: {e:#}\n") }
                 };
-                std::fs::write(dir.join("restore.result"), result)?;
+                // Written whole, then renamed: `dev restore` polls for the
+                // file and must never read it half written (it once read an
+                // empty one and failed with an empty message).
+                std::fs::write(dir.join("restore.result.partial"), result)?;
+                std::fs::rename(dir.join("restore.result.partial"), dir.join("restore.result"))?;
             }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
