@@ -1,21 +1,14 @@
 //! Running Go on the Go client (clients/go) from the tests.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// `target/`: Go's module and build caches live under it, so a fresh clone
-/// needs only Go and its module proxy.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.ancestors().nth(3).expect("target dir").to_path_buf()
-}
 
 /// `go` in clients/go, with the module graph read-only (go.sum decides),
 /// its caches under `target/` and the toolchain on the machine. Panics when
 /// Go is missing: the Go client's tests fail then, never skip.
 pub fn go_in_clients() -> Command {
     let go = holdfast_devkit::process::which("go").expect("go is not installed: the Go client's tests need Go 1.26 (go.dev/dl)");
-    let target = target_dir();
+    let target = crate::cargo_target_dir();
     let mut cmd = Command::new(go);
     cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/go"))
         .env("GOFLAGS", "-mod=readonly")

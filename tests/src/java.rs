@@ -3,13 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `target/`: Maven's local repository lives under it (`target/m2`), so a
-/// fresh clone needs only a JDK 17+, Maven and Maven Central.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.ancestors().nth(3).expect("target dir").to_path_buf()
-}
-
 /// clients/java.
 pub fn java_client_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/java")
@@ -24,7 +17,7 @@ fn mvn(build: &Path) -> Command {
     let mut cmd = Command::new(mvn);
     cmd.current_dir(java_client_dir())
         .arg("-B")
-        .arg(format!("-Dmaven.repo.local={}", target_dir().join("m2").display()))
+        .arg(format!("-Dmaven.repo.local={}", crate::cargo_target_dir().join("m2").display()))
         .arg(format!("-Dholdfast.buildDir={}", build.display()))
         // Only the tests that ask for it reach an arbiter.
         .env_remove("HOLDFAST_CONFORMANCE");
@@ -39,21 +32,15 @@ fn mvn(build: &Path) -> Command {
 /// command then runs offline. Panics when Maven or the JDK is missing, or
 /// when the download fails: the Java client's tests fail then, never skip.
 pub fn mvn_in_clients(build: &Path) -> Command {
-    let target = target_dir();
+    let target = crate::cargo_target_dir();
     {
         std::fs::create_dir_all(target.join("m2")).expect("create target/m2");
         let lock = std::fs::File::create(target.join("m2.lock")).expect("create target/m2.lock");
         lock.lock().expect("lock target/m2.lock");
         let mut warm = mvn(&target.join("java-build/warm"));
         warm.args(["-q", "test", "-Dtest=TokenTest"]);
-        let out = warm.output().unwrap_or_else(|e| panic!("run {warm:?}: {e}"));
-        assert!(
-            out.status.success(),
-            "{warm:?} failed ({}):\n--- stdout\n{}--- stderr\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = crate::Ran::of(&mut warm);
+        assert_eq!(out.code, 0, "{warm:?} failed:\n{out}");
         // Unlocked when `lock` drops.
     }
     let mut cmd = mvn(build);

@@ -26,6 +26,14 @@ pub mod peernet;
 pub mod python;
 pub mod recorder;
 
+/// cargo's `target/` of this test build: the clients' tool caches live under
+/// it (Go's module and build caches, the Python venv, Maven's repository),
+/// so a fresh clone needs only the toolchains and their registries.
+pub fn cargo_target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.ancestors().nth(3).expect("target dir").to_path_buf()
+}
+
 /// Where the workspace's binaries are: next to the test executable's deps dir.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

@@ -3,13 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `target/`: the venv lives under it, so a fresh clone needs only Python
-/// 3.11+ (with its venv module) and PyPI.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.ancestors().nth(3).expect("target dir").to_path_buf()
-}
-
 /// clients/python.
 pub fn python_client_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python")
@@ -38,7 +31,7 @@ fn run(cmd: &mut Command) {
 pub fn python_in_clients(site: &Path) -> Command {
     let python3 = holdfast_devkit::process::which("python3")
         .expect("python3 is not installed: the Python client's tests need Python 3.11+ with venv (apt-get install python3-venv)");
-    let target = target_dir();
+    let target = crate::cargo_target_dir();
     let venv = target.join("py-venv");
     let py = venv.join("bin/python");
     let dir = python_client_dir();

@@ -76,7 +76,7 @@ fn go_example(dir: &Path, clients: &Path, env: &HashMap<String, String>) {
     // An empty module cache, so the module can come only from the archive;
     // its dependencies from the tests' shared cache (itself a module proxy
     // directory), else the network.
-    let target = workspace().join("target");
+    let target = cargo_target_dir();
     let shared = target.join("go/path/pkg/mod/cache/download");
     let proxy = format!("file://{},file://{},https://proxy.golang.org", clients.join("go").display(), shared.display());
     let go_cmd = |args: &[&str]| {
