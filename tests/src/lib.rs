@@ -1032,45 +1032,129 @@ pub fn assert_conformance(
     assert!(unexpected.is_empty(), "{language} tests not listed in EXPECTED (add them): {unexpected:?}");
 }
 
+/// The classes the client conformance suites lock in, added to the dev
+/// appliance's class set as a drop-in (`classes.d/conformance.toml`):
+/// `conformance` and `re` (two classes with one TTL, so holds of both share
+/// a session), `fence` (the SIGSTOP scenarios' keys) and [`HOMED_CLASSES`]
+/// (homed to [`HOME_REGION`]); TTL 10 s, fenced (fixture pause-test records).
+pub const CONFORMANCE_CLASSES: &[(&str, u64)] = &[("conformance", 10), ("re", 10), ("fence", 10), (HOMED_CLASSES, 10)];
+
 /// What a client's conformance suite (clients/go, clients/python,
-/// clients/java) runs against: the lab appliance, a PostgreSQL with the
-/// reference fence's table, and the environment its tests read (two
-/// workload identities `{lang}/a` and `{lang}/b`, one certificate without
-/// a SPIFFE ID, the arbiter's pid for SIGSTOP, etcd's plain URL, and what
-/// the shared scripts in clients/conformance need), plus an arbiter in
-/// another region (`HOLDFAST_CONFORMANCE_ELSEWHERE`: it refuses the
-/// `homed` class and allows one request a second per identity) and a
-/// sealed one (`HOLDFAST_CONFORMANCE_SEALED`), for the refusals.
+/// clients/java) runs against: **the dev appliance itself** (`holdfastctl
+/// dev --detach`: its entity and coord etcd clusters with mTLS and
+/// authentication, controller, tailers and arbiter), with the classes in
+/// [`CONFORMANCE_CLASSES`] and a grant for `spiffe://holdfast.dev/conformance/`
+/// dropped into its policy directory (`classes.d/conformance.toml`,
+/// `grants.d/conformance.toml`) as an operator adds classes to it, and
+/// published by its controller. Beside it: a PostgreSQL with the reference
+/// fence's table, an arbiter in another region on the same etcd
+/// (`HOLDFAST_CONFORMANCE_ELSEWHERE`: it refuses the `homed` class and
+/// allows one request a second per identity) and a sealed one on an etcd
+/// whose epoch was never initialised (`HOLDFAST_CONFORMANCE_SEALED`), for
+/// the refusals. `env` is what the suites read: two workload identities
+/// `conformance/{lang}-a` and `-b`, one certificate without a SPIFFE ID, the
+/// dev arbiter's pid for SIGSTOP, the entity etcd's URL and etcd's
+/// administrator credentials (`DIR/env-etcd-root`) for
+/// clients/conformance/hold-in-etcd, and what the shared scripts need.
 pub struct ConformanceLab {
-    pub app: Appliance,
     pub pg: Postgres,
     pub env: Vec<(String, String)>,
     pub elsewhere: Arbiter,
     pub sealed: Arbiter,
+    /// The dev appliance's CA (its `tls/`), for more identities.
+    pub pki: Pki,
+    /// The dev appliance's arbiter.
+    pub endpoint: String,
+    arbiter_pid: u32,
     _sealed_controller: ControllerProcess,
     _sealed_etcd: Etcd,
+    _dev: DevStop,
+    pub dir: TestDir,
+}
+
+/// The pid of `parent`'s child process running the binary `name`.
+fn child_running(parent: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // pid (comm) state ppid ...: comm may hold spaces, so from the last ')'.
+        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        let exe = std::fs::read_link(e.path().join("exe")).ok()?;
+        (ppid == parent && exe.file_name().is_some_and(|f| f == name)).then_some(pid)
+    })
 }
 
 impl ConformanceLab {
     pub async fn start(lang: &str) -> Self {
         use holdfast_fence::Fence as _;
-        let mut classes = LAB_CLASSES.to_vec();
-        classes.push((HOMED_CLASSES, 10));
-        let app = Appliance::start_policy(&format!("client-{lang}"), 1, &defaults, &classes, "").await;
-        // Beside the lab's arbiter: one in another region that allows one
-        // request a second per identity (WRONG_REGION, RESOURCE_EXHAUSTED),
-        // and one on an etcd whose epoch was never initialised (SEALED).
-        let elsewhere = Arbiter::start_with(&app.dir.path, "arbiter-hall-b", &app.etcd.endpoints(), &app.pki, &|c| {
+        let dir = TestDir::new(&format!("client-{lang}"));
+        let state = dir.path.join("dev");
+        let (_, dev) = dev_detach(&state);
+        let root = env_file(&state.join("env-etcd-root"));
+        let operator = env_file(&state.join("env"));
+        let var = |env: &std::collections::HashMap<String, String>, k: &str| {
+            env.get(k).cloned().unwrap_or_else(|| panic!("holdfastctl dev wrote no {k} in its env files"))
+        };
+        let endpoint = var(&operator, "HOLDFAST_ENDPOINT");
+        let urls = |k: &str| var(&root, k).split(',').map(str::to_string).collect::<Vec<_>>();
+        let (entity, coord) = (urls("HOLDFAST_ETCD_ENDPOINT"), urls("HOLDFAST_COORD_ENDPOINT"));
+        let etcd_pki = EtcdPki::open_or_create(&state.join("etcd-tls")).expect("the dev appliance's etcd CA");
+        let ca = DevCa::open_or_create(&state.join("tls")).expect("the dev appliance's CA");
+        let server = ca.server("arbiter-conformance").expect("server cert");
+        let pki = Pki { ca, server };
+
+        // The drop-in: pause-test fixture records first (a fenced class
+        // without one is published demoted, and a 10 s advisory class is
+        // refused), then the files the dev controller rescans.
+        let fixtures: Vec<FixtureClass> = CONFORMANCE_CLASSES
+            .iter()
+            .map(|(ns, ttl)| {
+                let class = FixtureClass::new(ns, Duration::from_secs(*ttl));
+                if *ns == HOMED_CLASSES { class.homed(HOME_REGION) } else { class }
+            })
+            .collect();
+        let pausetest = etcd_pki.config_as(holdfast_store::roles::PAUSETEST.name, coord.clone()).expect("pausetest credentials");
+        holdfast_fixtures::policy::record_pause_tests(&pausetest, &fixtures).await.expect("record the fixture pause tests on coord");
+        let identities = format!("spiffe://{DEV_TRUST_DOMAIN}/conformance/");
+        holdfast_fixtures::policy::write_files(&state.join("policy"), "conformance", &identities, &fixtures, "")
+            .expect("write the conformance drop-in");
+
+        let a = pki.workload(&format!("{lang}-a"), &format!("conformance/{lang}-a"));
+        let b = pki.workload(&format!("{lang}-b"), &format!("conformance/{lang}-b"));
+        let plain = pki.no_spiffe(&format!("{lang}-plain"));
+        // Published once the dev arbiter inspects a conformance key (the
+        // controller rescans every 2 s).
+        let client = Client::connect(&pki.client_config(&endpoint, &a)).await.expect("connect to the dev arbiter");
+        let probe = holdfast_model::LockKey::parse("conformance/probe").expect("key");
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while let Err(e) = client.inspect(&probe).await {
+            assert!(std::time::Instant::now() < end, "the dev appliance did not publish the conformance classes in 60 s: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // Beside the dev arbiter: one in another region, on the same etcd
+        // clusters with the arbiter's etcd role, that allows one request a
+        // second per identity (WRONG_REGION, RESOURCE_EXHAUSTED), and one on
+        // an etcd whose epoch was never initialised (SEALED).
+        let as_arbiter = |urls: &[String]| EtcdConfig {
+            request_timeout: Duration::from_secs(2),
+            ..etcd_pki.config_as(holdfast_store::roles::ARBITER.name, urls.to_vec()).expect("arbiter credentials")
+        };
+        let (entity_cfg, coord_cfg) = (as_arbiter(&entity), as_arbiter(&coord));
+        let elsewhere = Arbiter::start_with(&dir.path, "arbiter-hall-b", &entity, &pki, &|c| {
+            c.etcd = entity_cfg.clone();
+            c.coord = Some(coord_cfg.clone());
+            c.cluster_name = "dev".into();
             c.region = Some("hall-b".into());
             c.limits.requests_per_second = 1;
             c.limits.request_burst = 5;
         });
-        let sealed_dir = app.dir.path.join("sealed");
+        let sealed_dir = dir.path.join("sealed");
         std::fs::create_dir_all(&sealed_dir).expect("sealed dir");
         let sealed_etcd = Etcd::start(&sealed_dir, 1).await;
-        let sealed_controller = sealed_etcd.publish_policy(&sealed_dir, &classes, "").await;
-        let sealed = Arbiter::start(&sealed_dir, "arbiter-sealed", &sealed_etcd.endpoints(), &app.pki);
-        let pg = Postgres::start(&app.dir.path);
+        let sealed_controller = sealed_etcd.publish_policy(&sealed_dir, CONFORMANCE_CLASSES, "").await;
+        let sealed = Arbiter::start(&sealed_dir, "arbiter-sealed", &sealed_etcd.endpoints(), &pki);
+        let pg = Postgres::start(&dir.path);
         let config: tokio_postgres::Config = pg.url().parse().expect("postgres URL");
         holdfast_fence::PgFence::connect(&config, "holdfast_fence", holdfast_fence::FenceMode::Correct)
             .await
@@ -1078,41 +1162,52 @@ impl ConformanceLab {
             .setup()
             .await
             .expect("create the fence table");
-        let a = app.pki.workload(&format!("{lang}-a"), &format!("{lang}/a"));
-        let b = app.pki.workload(&format!("{lang}-b"), &format!("{lang}/b"));
-        let plain = app.pki.no_spiffe(&format!("{lang}-plain"));
-        let pid = app.arbiter.pid().expect("arbiter pid");
-        let etcd = app.etcd.endpoints()[0].clone();
-        assert!(etcd.starts_with("http://"), "the conformance tests read etcd over plain HTTP: {etcd}");
+        let supervisor: u32 = std::fs::read_to_string(state.join("dev.pid")).ok().and_then(|p| p.trim().parse().ok()).expect("DIR/dev.pid");
+        let arbiter_pid = child_running(supervisor, "holdfast-arbiter").expect("the dev appliance's arbiter process");
         let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/conformance");
         let scripts = scripts.canonicalize().expect("clients/conformance");
         let path = |p: &Path| p.display().to_string();
         let env = vec![
             ("HOLDFAST_CONFORMANCE".into(), "1".into()),
-            ("HOLDFAST_ENDPOINT".into(), app.arbiter.endpoint()),
-            ("HOLDFAST_CA".into(), path(&app.pki.ca.ca_path())),
+            ("HOLDFAST_ENDPOINT".into(), endpoint.clone()),
+            ("HOLDFAST_CA".into(), path(&pki.ca.ca_path())),
             ("HOLDFAST_CERT".into(), path(&a.cert)),
             ("HOLDFAST_KEY".into(), path(&a.key)),
             ("HOLDFAST_CONFORMANCE_CERT2".into(), path(&b.cert)),
             ("HOLDFAST_CONFORMANCE_KEY2".into(), path(&b.key)),
             ("HOLDFAST_CONFORMANCE_PLAIN_CERT".into(), path(&plain.cert)),
             ("HOLDFAST_CONFORMANCE_PLAIN_KEY".into(), path(&plain.key)),
-            ("HOLDFAST_CONFORMANCE_ARBITER_PID".into(), pid.to_string()),
-            ("HOLDFAST_CONFORMANCE_ETCD".into(), etcd),
+            ("HOLDFAST_CONFORMANCE_ARBITER_PID".into(), arbiter_pid.to_string()),
+            ("HOLDFAST_CONFORMANCE_ETCD".into(), entity[0].clone()),
+            ("HOLDFAST_CONFORMANCE_ETCD_CA".into(), var(&root, "HOLDFAST_ETCD_CA")),
+            ("HOLDFAST_CONFORMANCE_ETCD_CERT".into(), var(&root, "HOLDFAST_ETCD_CERT")),
+            ("HOLDFAST_CONFORMANCE_ETCD_KEY".into(), var(&root, "HOLDFAST_ETCD_KEY")),
             ("HOLDFAST_CONFORMANCE_TTL".into(), "10".into()),
-            ("HOLDFAST_CONFORMANCE_IDENTITY".into(), format!("{lang}/a")),
+            ("HOLDFAST_CONFORMANCE_IDENTITY".into(), format!("conformance/{lang}-a")),
             ("HOLDFAST_CONFORMANCE_SCRIPTS".into(), path(&scripts)),
             ("HOLDFAST_CONFORMANCE_PG_URL".into(), pg.url()),
             ("HOLDFAST_CONFORMANCE_HOLDFASTCTL".into(), path(&bin("holdfastctl"))),
             ("HOLDFAST_CONFORMANCE_ELSEWHERE".into(), elsewhere.endpoint()),
             ("HOLDFAST_CONFORMANCE_SEALED".into(), sealed.endpoint()),
         ];
-        ConformanceLab { app, pg, env, elsewhere, sealed, _sealed_controller: sealed_controller, _sealed_etcd: sealed_etcd }
+        ConformanceLab {
+            pg,
+            env,
+            elsewhere,
+            sealed,
+            pki,
+            endpoint,
+            arbiter_pid,
+            _sealed_controller: sealed_controller,
+            _sealed_etcd: sealed_etcd,
+            _dev: dev,
+            dir,
+        }
     }
 
     /// The arbiter's pid (the suites SIGSTOP it; resume it with [`sigcont`]
     /// whatever they did).
     pub fn arbiter_pid(&self) -> u32 {
-        self.app.arbiter.pid().expect("arbiter pid")
+        self.arbiter_pid
     }
 }

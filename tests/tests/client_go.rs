@@ -1,5 +1,6 @@
-//! The Go client (clients/go) against a real etcd and arbiter: this test
-//! starts them, issues two workload certificates and runs the Go
+//! The Go client (clients/go) against the dev appliance: this test starts
+//! the conformance lab ([`ConformanceLab`]: `holdfastctl dev` with the
+//! conformance classes dropped in, and what the refusals need) and runs the Go
 //! conformance package (clients/go/conformance) with `go test -json`. It
 //! fails, never skips, when Go is missing or when any expected Go test did
 //! not run and pass (a Go test that skips counts as a failure).

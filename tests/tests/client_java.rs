@@ -1,7 +1,7 @@
-//! The Java client (clients/java) against a real etcd and arbiter: this
-//! test starts the conformance lab ([`ConformanceLab`]: the arbiter, one in
-//! another region, a sealed one, PostgreSQL with the reference fence, three
-//! workload certificates) and runs the Java conformance class
+//! The Java client (clients/java) against the dev appliance: this test
+//! starts the conformance lab ([`ConformanceLab`]: `holdfastctl dev` with the
+//! conformance classes dropped in, an arbiter in another region, a sealed
+//! one, PostgreSQL with the reference fence, three workload certificates) and runs the Java conformance class
 //! (clients/java/src/test/java/dev/holdfast/client/ConformanceTest.java)
 //! with Maven, reading surefire's XML reports. It fails, never skips, when
 //! the JDK or Maven is missing or when any expected test did not run and
@@ -29,7 +29,7 @@ const EXPECTED: &[&str] = &[
 async fn the_java_client_passes_its_conformance_suite_against_a_real_arbiter() {
     let lab = ConformanceLab::start("java").await;
     let pid = lab.arbiter_pid();
-    let build = lab.app.dir.path.join("java-build");
+    let build = lab.dir.path.join("java-build");
     let ran = tokio::task::spawn_blocking(move || {
         let ran = Ran::of(
             mvn_in_clients(&build).args(["test", "-Dtest=ConformanceTest", "-Dsurefire.failIfNoSpecifiedTests=true"]).envs(lab.env.clone()),

@@ -1,5 +1,6 @@
-//! The Python client (clients/python) against a real etcd and arbiter: this
-//! test starts them, issues two workload certificates and runs the Python
+//! The Python client (clients/python) against the dev appliance: this test
+//! starts the conformance lab ([`ConformanceLab`]: `holdfastctl dev` with the
+//! conformance classes dropped in, and what the refusals need) and runs the Python
 //! conformance suite (clients/python/tests/conformance) with pytest, from a
 //! venv under target/ and with the client installed from a wheel built from
 //! the checkout. It fails, never skips, when Python is missing or when any
@@ -51,7 +52,7 @@ fn results(stdout: &str) -> BTreeMap<String, String> {
 async fn the_python_client_passes_its_conformance_suite_against_a_real_arbiter() {
     let lab = ConformanceLab::start("py").await;
     let pid = lab.arbiter_pid();
-    let site = lab.app.dir.path.join("py-site");
+    let site = lab.dir.path.join("py-site");
     let ran = tokio::task::spawn_blocking(move || {
         let ran = Ran::of(
             python_in_clients(&site)

@@ -1,7 +1,7 @@
 //! Every typed refusal as a client no one here wrote sees it: grpcurl
 //! (through the arbiter's reflection service, no .proto) gets each refusal
 //! with its own gRPC status code and the lock.v1.ErrorDetail decoded, never
-//! INTERNAL. The lab is the one the Go, Python and Java conformance suites
+//! INTERNAL. The lab (the dev appliance with the conformance classes) is the one the Go, Python and Java conformance suites
 //! run against (`ConformanceLab`), whose own refusal tests check the same
 //! codes and reasons through grpc-go, grpcio and grpc-java.
 
@@ -15,7 +15,7 @@ fn grpcurl(lab: &ConformanceLab, cert: &holdfast_devkit::pki::Issued, endpoint: 
     let ran = Ran::of(
         std::process::Command::new(grpcurl)
             .args(["-max-time", "10", "-format-error", "-cacert"])
-            .arg(lab.app.pki.ca.ca_path())
+            .arg(lab.pki.ca.ca_path())
             .arg("-cert")
             .arg(&cert.cert)
             .arg("-key")
@@ -43,7 +43,7 @@ fn assert_refusal(what: &str, got: &(bool, Value), code: i64, reason: &str) {
 }
 
 fn session(lab: &ConformanceLab, cert: &holdfast_devkit::pki::Issued, endpoint: &str) -> String {
-    let (failed, v) = grpcurl(lab, cert, endpoint, "OpenSession", r#"{"namespace":"jobs"}"#);
+    let (failed, v) = grpcurl(lab, cert, endpoint, "OpenSession", r#"{"namespace":"conformance"}"#);
     assert!(!failed, "OpenSession: {v}");
     v["sessionId"].as_str().unwrap_or_else(|| panic!("no sessionId: {v}")).to_string()
 }
@@ -51,10 +51,11 @@ fn session(lab: &ConformanceLab, cert: &holdfast_devkit::pki::Issued, endpoint: 
 #[tokio::test]
 async fn grpcurl_sees_every_refusal_with_its_code_and_decoded_detail() {
     let lab = ConformanceLab::start("curl").await;
-    let main = lab.app.arbiter.endpoint();
-    let a = lab.app.pki.workload("curl-a", "curl/a");
-    let b = lab.app.pki.workload("curl-b", "curl/b");
-    let acquire = |session: &str, key: &str| format!(r#"{{"sessionId":"{session}","namespace":"jobs","key":"{key}","waitMillis":"0"}}"#);
+    let main = lab.endpoint.clone();
+    let a = lab.pki.workload("curl-a", "conformance/curl-a");
+    let b = lab.pki.workload("curl-b", "conformance/curl-b");
+    let acquire =
+        |session: &str, key: &str| format!(r#"{{"sessionId":"{session}","namespace":"conformance","key":"{key}","waitMillis":"0"}}"#);
 
     let got = grpcurl(&lab, &a, &main, "Acquire", &acquire("12345", "curl-none"));
     assert_refusal("an unknown session", &got, 5, "ERROR_REASON_SESSION_NOT_FOUND");
@@ -86,7 +87,7 @@ async fn grpcurl_sees_every_refusal_with_its_code_and_decoded_detail() {
 
     // One request a second, a burst of five: the sixth call in a row at most.
     let limited =
-        (0..20).map(|_| grpcurl(&lab, &a, &elsewhere, "Inspect", r#"{"namespace":"jobs","key":"k"}"#)).find(|(failed, _)| *failed);
+        (0..20).map(|_| grpcurl(&lab, &a, &elsewhere, "Inspect", r#"{"namespace":"conformance","key":"k"}"#)).find(|(failed, _)| *failed);
     let got = limited.expect("20 calls in a row at one a second were all answered");
     assert_refusal("the request rate", &got, 8, "ERROR_REASON_RATE_LIMITED");
 }

@@ -3,11 +3,8 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +25,7 @@ import (
 type env struct {
 	a, b, plain holdfast.Config
 	pid         int
-	etcd        string
+	scripts     string
 }
 
 func setup(t *testing.T) env {
@@ -47,11 +44,20 @@ func setup(t *testing.T) env {
 	if err != nil || b.CertFile == "" || b.KeyFile == "" || plain.CertFile == "" || plain.KeyFile == "" {
 		t.Fatalf("HOLDFAST_CONFORMANCE_CERT2, _KEY2, _PLAIN_CERT, _PLAIN_KEY and _ARBITER_PID must be set (pid: %v)", err)
 	}
-	etcd := os.Getenv("HOLDFAST_CONFORMANCE_ETCD")
-	if etcd == "" {
-		t.Fatal("HOLDFAST_CONFORMANCE_ETCD (etcd's client URL, plain HTTP) must be set")
+	scripts := os.Getenv("HOLDFAST_CONFORMANCE_SCRIPTS")
+	if scripts == "" || os.Getenv("HOLDFAST_CONFORMANCE_ETCD") == "" {
+		t.Fatal("HOLDFAST_CONFORMANCE_SCRIPTS (clients/conformance) and HOLDFAST_CONFORMANCE_ETCD (etcd's client URL) must be set")
 	}
-	return env{a, b, plain, pid, etcd}
+	return env{a, b, plain, pid, scripts}
+}
+
+// identity is A's SPIFFE path (HOLDFAST_CONFORMANCE_IDENTITY, default
+// conformance/go-a).
+func identity() string {
+	if id := os.Getenv("HOLDFAST_CONFORMANCE_IDENTITY"); id != "" {
+		return id
+	}
+	return "conformance/go-a"
 }
 
 // fences collects what OnFence receives.
@@ -110,24 +116,22 @@ func held(t *testing.T, c *holdfast.Client, k holdfast.Key) *lockv1.InspectRespo
 	return r
 }
 
-// holdInEtcd reads whether key exists in etcd, through etcd's JSON gateway
-// (no etcd client library: the conformance package needs only the Go
-// client). A test-only peek at the arbiter's layout: a hold is /l/NS/KEY.
-func holdInEtcd(t *testing.T, etcd, key string) bool {
+// holdInEtcd reads whether key exists in etcd itself, with the shared
+// script clients/conformance/hold-in-etcd (etcdctl with the credentials the
+// harness passes): a test-only peek at the arbiter's layout, where a hold is
+// /l/NS/KEY.
+func holdInEtcd(t *testing.T, scripts, key string) bool {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"key": base64.StdEncoding.EncodeToString([]byte(key)), "count_only": true})
-	resp, err := http.Post(etcd+"/v3/kv/range", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	out, err := exec.Command(filepath.Join(scripts, "hold-in-etcd"), key).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		return false
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Count string `json:"count"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("etcd range: %v (HTTP %d)", err, resp.StatusCode)
-	}
-	return r.Count != "" && r.Count != "0"
+	t.Fatalf("hold-in-etcd %s: %v: %s", key, err, out)
+	return false
 }
 
 func grantAttempts(t *testing.T, c *holdfast.Client) uint64 {
@@ -143,7 +147,7 @@ func TestAcquireAndRelease(t *testing.T) {
 	e := setup(t)
 	l, _ := locker(t, e.a)
 	c := client(t, e.a)
-	k := holdfast.MustParseKey("jobs/go-acquire")
+	k := holdfast.MustParseKey("conformance/go-acquire")
 	lock, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +159,7 @@ func TestAcquireAndRelease(t *testing.T) {
 		t.Fatalf("TTL %v (the class's is 10 s), %v left (at most TTL - 1 s)", lock.TTL(), lock.RemainingTTL())
 	}
 	in := held(t, c, k)
-	if !in.GetHeld() || in.GetSessionId() != lock.SessionID() || !strings.HasSuffix(in.GetHolderIdentity(), "/go/a") {
+	if !in.GetHeld() || in.GetSessionId() != lock.SessionID() || !strings.HasSuffix(in.GetHolderIdentity(), "/"+identity()) {
 		t.Fatalf("inspect: %v", in)
 	}
 	if released, err := lock.Release(ctx(t)); !released || err != nil {
@@ -170,8 +174,8 @@ func TestHoldsOfOneTTLShareOneSession(t *testing.T) {
 	e := setup(t)
 	l, _ := locker(t, e.a)
 	var ids []uint64
-	// jobs and re are two classes with one TTL (10 s) on one tier.
-	for _, k := range []string{"jobs/go-share-1", "jobs/go-share-2", "re/go-share-3"} {
+	// conformance and re are two classes with one TTL (10 s) on one tier.
+	for _, k := range []string{"conformance/go-share-1", "conformance/go-share-2", "re/go-share-3"} {
 		lock, err := l.Acquire(ctx(t), holdfast.MustParseKey(k), holdfast.AcquireOptions{})
 		if err != nil {
 			t.Fatal(k, err)
@@ -188,9 +192,9 @@ func TestReentrantAcquireReachesTheArbiterOnce(t *testing.T) {
 	e := setup(t)
 	l, _ := locker(t, e.a)
 	c := client(t, e.a)
-	k := holdfast.MustParseKey("jobs/go-reentrant")
+	k := holdfast.MustParseKey("conformance/go-reentrant")
 	// Open the session first: the grant count below is the key's alone.
-	warm, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-reentrant-warm"), holdfast.AcquireOptions{})
+	warm, err := l.Acquire(ctx(t), holdfast.MustParseKey("conformance/go-reentrant-warm"), holdfast.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,14 +226,14 @@ func TestContentionIsATypedErrorAfterAZeroWait(t *testing.T) {
 	e := setup(t)
 	la, _ := locker(t, e.a)
 	lb, _ := locker(t, e.b)
-	k := holdfast.MustParseKey("jobs/go-contended")
+	k := holdfast.MustParseKey("conformance/go-contended")
 	lock, err := lb.Acquire(ctx(t), k, holdfast.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _, _ = lock.Release(ctx(t)) }()
 	// Open A's session first, so the timing below is the acquire's alone.
-	other, err := la.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-contended-other"), holdfast.AcquireOptions{})
+	other, err := la.Acquire(ctx(t), holdfast.MustParseKey("conformance/go-contended-other"), holdfast.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +245,7 @@ func TestContentionIsATypedErrorAfterAZeroWait(t *testing.T) {
 	if !errors.Is(err, holdfast.ErrContention) || !errors.As(err, &herr) || herr.Code != codes.Aborted || status.Code(err) != codes.Aborted {
 		t.Fatalf("want a contention refusal (Aborted), got %T %v", err, err)
 	}
-	if errors.Is(err, holdfast.ErrLeak) || !strings.Contains(herr.Message, "jobs/go-contended") {
+	if errors.Is(err, holdfast.ErrLeak) || !strings.Contains(herr.Message, "conformance/go-contended") {
 		t.Fatalf("%+v", *herr)
 	}
 	if took > 2*time.Second {
@@ -253,7 +257,7 @@ func TestLeakIsATypedError(t *testing.T) {
 	e := setup(t)
 	first, _ := locker(t, e.a)
 	second, _ := locker(t, e.a)
-	k := holdfast.MustParseKey("jobs/go-leak")
+	k := holdfast.MustParseKey("conformance/go-leak")
 	lock, err := first.Acquire(ctx(t), k, holdfast.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +274,7 @@ func TestLeakIsATypedError(t *testing.T) {
 func TestRefusalsReachGrpcGoWithTheirCodeAndDetail(t *testing.T) {
 	e := setup(t)
 	c := client(t, e.a)
-	_, err := c.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: 0x3039, Namespace: "jobs", Key: "go-nosession"})
+	_, err := c.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: 0x3039, Namespace: "conformance", Key: "go-nosession"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("unknown session: %v (want NotFound, not Internal)", err)
 	}
@@ -290,7 +294,7 @@ func TestRefusalsReachGrpcGoWithTheirCodeAndDetail(t *testing.T) {
 		herr.Field != "namespace" || herr.Code != codes.InvalidArgument {
 		t.Fatalf("bad namespace: %v", err)
 	}
-	_, err = c.RPC().Release(ctx(t), &lockv1.ReleaseRequest{SessionId: 0x3039, Namespace: "jobs", Key: "go-nosession", Token: 1<<48 | 1})
+	_, err = c.RPC().Release(ctx(t), &lockv1.ReleaseRequest{SessionId: 0x3039, Namespace: "conformance", Key: "go-nosession", Token: 1<<48 | 1})
 	if err != nil && status.Code(err) == codes.Internal {
 		t.Fatalf("release on an unknown session: %v", err)
 	}
@@ -306,11 +310,11 @@ func TestRefusalsReachGrpcGoWithTheirCodeAndDetail(t *testing.T) {
 	refused(t, "a namespace no grant covers", err, codes.PermissionDenied, lockv1.ErrorReason_ERROR_REASON_DENIED, holdfast.ErrDenied)
 
 	s := clientAt(t, sealed, e.a)
-	open, err := s.RPC().OpenSession(ctx(t), &lockv1.OpenSessionRequest{Namespace: "jobs"})
+	open, err := s.RPC().OpenSession(ctx(t), &lockv1.OpenSessionRequest{Namespace: "conformance"})
 	if err != nil {
 		t.Fatalf("a sealed arbiter opens sessions: %v", err)
 	}
-	_, err = s.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: open.GetSessionId(), Namespace: "jobs", Key: "go-sealed"})
+	_, err = s.RPC().Acquire(ctx(t), &lockv1.AcquireRequest{SessionId: open.GetSessionId(), Namespace: "conformance", Key: "go-sealed"})
 	refused(t, "a sealed arbiter", err, codes.FailedPrecondition, lockv1.ErrorReason_ERROR_REASON_SEALED, holdfast.ErrSealed)
 
 	_, err = clientAt(t, elsewhere, e.b).RPC().Inspect(ctx(t), &lockv1.InspectRequest{Namespace: "homed", Key: "k"})
@@ -318,7 +322,7 @@ func TestRefusalsReachGrpcGoWithTheirCodeAndDetail(t *testing.T) {
 
 	limited := clientAt(t, elsewhere, e.a)
 	for i := 0; ; i++ {
-		if _, err = limited.RPC().Inspect(ctx(t), &lockv1.InspectRequest{Namespace: "jobs", Key: "k"}); err != nil {
+		if _, err = limited.RPC().Inspect(ctx(t), &lockv1.InspectRequest{Namespace: "conformance", Key: "k"}); err != nil {
 			break
 		}
 		if i == 20 {
@@ -355,7 +359,7 @@ func refused(t *testing.T, what string, err error, code codes.Code, reason lockv
 func TestACertificateWithoutASpiffeIDIsUnauthenticated(t *testing.T) {
 	e := setup(t)
 	l, _ := locker(t, e.plain)
-	_, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-plain"), holdfast.AcquireOptions{})
+	_, err := l.Acquire(ctx(t), holdfast.MustParseKey("conformance/go-plain"), holdfast.AcquireOptions{})
 	var herr *holdfast.Error
 	if !errors.Is(err, holdfast.ErrUnauthenticated) || !errors.As(err, &herr) || herr.Code != codes.Unauthenticated {
 		t.Fatalf("want an unauthenticated refusal, got %v", err)
@@ -367,7 +371,7 @@ func TestASessionClosedElsewhereIsFencedWithItsKeys(t *testing.T) {
 	l, f := locker(t, e.a)
 	c := client(t, e.a)
 	var lock *holdfast.Lock
-	for _, k := range []string{"jobs/go-fence-1", "jobs/go-fence-2"} {
+	for _, k := range []string{"conformance/go-fence-1", "conformance/go-fence-2"} {
 		var err error
 		if lock, err = l.Acquire(ctx(t), holdfast.MustParseKey(k), holdfast.AcquireOptions{}); err != nil {
 			t.Fatal(err)
@@ -383,7 +387,7 @@ func TestASessionClosedElsewhereIsFencedWithItsKeys(t *testing.T) {
 			keys = append(keys, x.Keys[1].String())
 		}
 		if len(x.Keys) != 2 || x.SessionID != lock.SessionID() || x.TTL != 10*time.Second ||
-			!(keys[0] == "jobs/go-fence-1" && keys[1] == "jobs/go-fence-2" || keys[1] == "jobs/go-fence-1" && keys[0] == "jobs/go-fence-2") {
+			!(keys[0] == "conformance/go-fence-1" && keys[1] == "conformance/go-fence-2" || keys[1] == "conformance/go-fence-1" && keys[0] == "conformance/go-fence-2") {
 			t.Fatalf("fence %v (session %x)", keys, x.SessionID)
 		}
 	case <-time.After(10 * time.Second):
@@ -393,7 +397,7 @@ func TestASessionClosedElsewhereIsFencedWithItsKeys(t *testing.T) {
 		t.Fatalf("health %v", lock.Health())
 	}
 	// The next acquire opens a new session.
-	again, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-fence-1"), holdfast.AcquireOptions{})
+	again, err := l.Acquire(ctx(t), holdfast.MustParseKey("conformance/go-fence-1"), holdfast.AcquireOptions{})
 	if err != nil || again.SessionID() == lock.SessionID() {
 		t.Fatalf("after the fence: %v", err)
 	}
@@ -403,7 +407,7 @@ func TestASessionClosedElsewhereIsFencedWithItsKeys(t *testing.T) {
 func TestTheTokenNeverPrints(t *testing.T) {
 	e := setup(t)
 	l, _ := locker(t, e.a)
-	lock, err := l.Acquire(ctx(t), holdfast.MustParseKey("jobs/go-redact"), holdfast.AcquireOptions{})
+	lock, err := l.Acquire(ctx(t), holdfast.MustParseKey("conformance/go-redact"), holdfast.AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +419,7 @@ func TestTheTokenNeverPrints(t *testing.T) {
 			t.Fatalf("the token (%s) shows in %q", form, out)
 		}
 	}
-	if !strings.Contains(out, "jobs/go-redact") || !strings.Contains(out, "redacted") {
+	if !strings.Contains(out, "conformance/go-redact") || !strings.Contains(out, "redacted") {
 		t.Fatalf("%q", out)
 	}
 }
@@ -499,7 +503,7 @@ func TestAStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire(t *testing.T) {
 	case <-time.After(2 * ttl):
 		t.Fatal("no fence")
 	}
-	// The lease's real end, read from etcd itself (its JSON gateway) while
+	// The lease's real end, read from etcd itself (hold-in-etcd) while
 	// the arbiter is still stopped: the hold must still exist after the
 	// fence, and disappear when etcd expires the lease.
 	first := true
@@ -508,7 +512,7 @@ func TestAStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire(t *testing.T) {
 		if time.Since(fenced) > ttl {
 			t.Fatal("the hold outlived the fence by a TTL")
 		}
-		switch holdInEtcd(t, e.etcd, "/l/"+k.String()) {
+		switch holdInEtcd(t, e.scripts, "/l/"+k.String()) {
 		case true:
 			first = false
 		case false:

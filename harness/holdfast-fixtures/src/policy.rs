@@ -89,6 +89,13 @@ impl FixtureClass {
 /// The policy directory's files for `classes` and a grant to every identity
 /// under `identity_prefix` (plus `extra_grants`).
 pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], extra_grants: &str) -> anyhow::Result<()> {
+    write_files(dir, "lab", identity_prefix, classes, extra_grants)
+}
+
+/// Like [`write_dir`], into `classes.d/NAME.toml` and `grants.d/NAME.toml`
+/// (beside the files already there: a drop-in for an existing policy
+/// directory, such as `holdfastctl dev`'s), the grant named `NAME`.
+pub fn write_files(dir: &Path, name: &str, identity_prefix: &str, classes: &[FixtureClass], extra_grants: &str) -> anyhow::Result<()> {
     let mut text = String::from("# Written by holdfast-fixtures (policy.rs): the lab's class set.\n");
     for c in classes {
         let ns = &c.namespace;
@@ -112,11 +119,11 @@ pub fn write_dir(dir: &Path, identity_prefix: &str, classes: &[FixtureClass], ex
     let prefixes: Vec<String> = classes.iter().map(|c| format!("\"{}/\"", c.namespace)).collect();
     let all = prefixes.join(", ");
     let grants = format!(
-        "# Written by holdfast-fixtures (policy.rs).\n\n[grant.lab]\nidentity = \"{identity_prefix}\"\nlock = [{all}]\ninspect = [{all}]\nforce_release = [{all}]\n\n{extra_grants}"
+        "# Written by holdfast-fixtures (policy.rs).\n\n[grant.{name}]\nidentity = \"{identity_prefix}\"\nlock = [{all}]\ninspect = [{all}]\nforce_release = [{all}]\n\n{extra_grants}"
     );
     for (sub, body) in [("classes.d", text), ("grants.d", grants)] {
         std::fs::create_dir_all(dir.join(sub))?;
-        let file = dir.join(sub).join("lab.toml");
+        let file = dir.join(sub).join(format!("{name}.toml"));
         std::fs::write(&file, body).with_context(|| format!("writing {}", file.display()))?;
     }
     Ok(())

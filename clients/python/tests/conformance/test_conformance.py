@@ -1,31 +1,29 @@
-"""The Python client against a real etcd and arbiter, the cases of
-clients/go/conformance. Skipped unless HOLDFAST_CONFORMANCE=1: run by
+"""The Python client against the dev appliance (`holdfastctl dev` with the
+conformance classes dropped in), the cases of clients/go/conformance. Skipped unless HOLDFAST_CONFORMANCE=1: run by
 `cargo test --test client_python` (tests/tests/client_python.rs), which
 fails unless every test here ran and passed.
 
 Environment (set by client_python.rs): HOLDFAST_ENDPOINT, HOLDFAST_CA,
 HOLDFAST_CERT, HOLDFAST_KEY (identity A); HOLDFAST_CONFORMANCE_CERT2/_KEY2
 (identity B); HOLDFAST_CONFORMANCE_PLAIN_CERT/_PLAIN_KEY (the right CA, no
-SPIFFE ID); HOLDFAST_CONFORMANCE_ARBITER_PID; HOLDFAST_CONFORMANCE_ETCD
-(etcd's client URL). Optional, for running against `holdfastctl dev`:
-HOLDFAST_CONFORMANCE_TTL (the TTL of the jobs, re and fence classes;
-default 10, the harness's lab classes), HOLDFAST_CONFORMANCE_IDENTITY
-(A's SPIFFE path; default py/a), and for an https etcd with client-cert
-authentication HOLDFAST_CONFORMANCE_ETCD_CA/_CERT/_KEY (read with etcdctl)."""
+SPIFFE ID); HOLDFAST_CONFORMANCE_ARBITER_PID; HOLDFAST_CONFORMANCE_SCRIPTS
+(clients/conformance: hold-in-etcd, fenced-write, take-over) with what they
+read: HOLDFAST_CONFORMANCE_ETCD (etcd's client URL) and, for an https etcd
+with client-certificate authentication, HOLDFAST_CONFORMANCE_ETCD_CA/_CERT/
+_KEY; HOLDFAST_CONFORMANCE_PG_URL. Optional: HOLDFAST_CONFORMANCE_TTL (the
+TTL of the conformance, re and fence classes; default 10),
+HOLDFAST_CONFORMANCE_IDENTITY (A's SPIFFE path; default conformance/py-a)."""
 
 from __future__ import annotations
 
 import asyncio
 import io
-import json
 import logging
 import os
 import queue
 import signal
 import subprocess
 import time
-import urllib.request
-import base64
 from dataclasses import dataclass, replace
 
 import grpc
@@ -43,7 +41,7 @@ class Env:
     b: Config
     plain: Config
     pid: int
-    etcd: str
+    scripts: str
     ttl: float
     identity: str
 
@@ -54,14 +52,15 @@ def env() -> Env:
         pytest.skip("HOLDFAST_CONFORMANCE is not 1: run through tests/tests/client_python.rs (cargo test --test client_python)")
     a = holdfast.config_from_env()
     need = ["HOLDFAST_CONFORMANCE_CERT2", "HOLDFAST_CONFORMANCE_KEY2", "HOLDFAST_CONFORMANCE_PLAIN_CERT",
-            "HOLDFAST_CONFORMANCE_PLAIN_KEY", "HOLDFAST_CONFORMANCE_ARBITER_PID", "HOLDFAST_CONFORMANCE_ETCD"]
+            "HOLDFAST_CONFORMANCE_PLAIN_KEY", "HOLDFAST_CONFORMANCE_ARBITER_PID", "HOLDFAST_CONFORMANCE_ETCD",
+            "HOLDFAST_CONFORMANCE_SCRIPTS"]
     missing = [n for n in need if not os.environ.get(n)]
     if missing:
         pytest.fail(f"{', '.join(missing)} must be set")
     b = replace(a, cert_file=os.environ["HOLDFAST_CONFORMANCE_CERT2"], key_file=os.environ["HOLDFAST_CONFORMANCE_KEY2"])
     plain = replace(a, cert_file=os.environ["HOLDFAST_CONFORMANCE_PLAIN_CERT"], key_file=os.environ["HOLDFAST_CONFORMANCE_PLAIN_KEY"])
-    return Env(a, b, plain, int(os.environ["HOLDFAST_CONFORMANCE_ARBITER_PID"]), os.environ["HOLDFAST_CONFORMANCE_ETCD"],
-               float(os.environ.get("HOLDFAST_CONFORMANCE_TTL", "10")), os.environ.get("HOLDFAST_CONFORMANCE_IDENTITY", "py/a"))
+    return Env(a, b, plain, int(os.environ["HOLDFAST_CONFORMANCE_ARBITER_PID"]), os.environ["HOLDFAST_CONFORMANCE_SCRIPTS"],
+               float(os.environ.get("HOLDFAST_CONFORMANCE_TTL", "10")), os.environ.get("HOLDFAST_CONFORMANCE_IDENTITY", "conformance/py-a"))
 
 
 class Fences:
@@ -98,50 +97,41 @@ def client(env):
 
 
 def hold_in_etcd(env: Env, key: str) -> bool:
-    """Whether key exists in etcd: a test-only peek at the arbiter's layout
-    (a hold is /l/NS/KEY), through etcd's JSON gateway for plain HTTP (as the
-    Go suite), or etcdctl with a client certificate."""
-    if env.etcd.startswith("http://"):
-        body = json.dumps({"key": base64.b64encode(key.encode()).decode(), "count_only": True}).encode()
-        with urllib.request.urlopen(urllib.request.Request(env.etcd + "/v3/kv/range", data=body), timeout=5) as r:
-            count = json.load(r).get("count", "0")
-        return count not in ("", "0")
-    out = subprocess.run(
-        ["etcdctl", "--endpoints", env.etcd, "--cacert", os.environ["HOLDFAST_CONFORMANCE_ETCD_CA"],
-         "--cert", os.environ["HOLDFAST_CONFORMANCE_ETCD_CERT"], "--key", os.environ["HOLDFAST_CONFORMANCE_ETCD_KEY"],
-         "--command-timeout=2s", "get", "--keys-only", key],
-        capture_output=True, text=True, timeout=10)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip() != ""
+    """Whether key exists in etcd itself, with the shared script
+    clients/conformance/hold-in-etcd: a test-only peek at the arbiter's
+    layout (a hold is /l/NS/KEY)."""
+    out = subprocess.run([os.path.join(env.scripts, "hold-in-etcd"), key], capture_output=True, text=True, timeout=10)
+    assert out.returncode in (0, 1), f"hold-in-etcd {key}: exit {out.returncode}: {out.stderr}"
+    return out.returncode == 0
 
 
 def test_acquire_and_release(env, lockers, client):
     l, _ = lockers(env.a)
-    with l.lock("jobs/py-acquire") as lock:
+    with l.lock("conformance/py-acquire") as lock:
         assert lock.token.expose() > 0 and lock.token.epoch > 0 and not lock.unprotected and lock.can_start()
         assert lock.ttl == env.ttl and 0 < lock.remaining_ttl() <= env.ttl - 1
-        got = client.inspect("jobs/py-acquire")
+        got = client.inspect("conformance/py-acquire")
         assert got.held and got.session_id == lock.session_id and got.holder_identity.endswith("/" + env.identity)
-    assert not client.inspect("jobs/py-acquire").held
+    assert not client.inspect("conformance/py-acquire").held
 
 
 def test_the_asyncio_api_acquires_and_releases(env, client):
     async def main():
         fences = Fences()
         async with holdfast.AsyncLocker(env.a, fences) as l:
-            async with l.lock("jobs/py-async", wait=5) as lock:
+            async with l.lock("conformance/py-async", wait=5) as lock:
                 assert lock.token.expose() > 0 and lock.can_start() and lock.ttl == env.ttl
-                return lock.session_id, await asyncio.to_thread(client.inspect, "jobs/py-async")
+                return lock.session_id, await asyncio.to_thread(client.inspect, "conformance/py-async")
 
     session, held = asyncio.run(main())
     assert held.held and held.session_id == session
-    assert not client.inspect("jobs/py-async").held
+    assert not client.inspect("conformance/py-async").held
 
 
 def test_holds_of_one_ttl_share_one_session(env, lockers):
     l, _ = lockers(env.a)
-    # jobs and re are two classes with one TTL on one tier.
-    locks = [l.acquire(k) for k in ("jobs/py-share-1", "jobs/py-share-2", "re/py-share-3")]
+    # conformance and re are two classes with one TTL on one tier.
+    locks = [l.acquire(k) for k in ("conformance/py-share-1", "conformance/py-share-2", "re/py-share-3")]
     try:
         assert len({k.session_id for k in locks}) == 1
     finally:
@@ -152,35 +142,35 @@ def test_holds_of_one_ttl_share_one_session(env, lockers):
 def test_reentrant_acquire_reaches_the_arbiter_once(env, lockers, client):
     l, _ = lockers(env.a)
     # Open the session first: the grant count below is the key's alone.
-    with l.lock("jobs/py-reentrant-warm"):
+    with l.lock("conformance/py-reentrant-warm"):
         before = client.server_status().grant_attempts
-        outer = l.acquire("jobs/py-reentrant")
-        inner = l.acquire("jobs/py-reentrant")
+        outer = l.acquire("conformance/py-reentrant")
+        inner = l.acquire("conformance/py-reentrant")
         assert client.server_status().grant_attempts - before == 1
         assert inner.token == outer.token
-        assert inner.release() is False and client.inspect("jobs/py-reentrant").held
-        assert outer.release() is True and not client.inspect("jobs/py-reentrant").held
+        assert inner.release() is False and client.inspect("conformance/py-reentrant").held
+        assert outer.release() is True and not client.inspect("conformance/py-reentrant").held
 
 
 def test_contention_is_a_typed_error_after_a_zero_wait(env, lockers):
     la, _ = lockers(env.a)
     lb, _ = lockers(env.b)
-    with lb.lock("jobs/py-contended"), la.lock("jobs/py-contended-other"):
+    with lb.lock("conformance/py-contended"), la.lock("conformance/py-contended-other"):
         start = time.monotonic()
         with pytest.raises(holdfast.ContentionError) as e:
-            la.acquire("jobs/py-contended", wait=0)
+            la.acquire("conformance/py-contended", wait=0)
         took = time.monotonic() - start
     err = e.value
     assert err.code == grpc.StatusCode.ABORTED and not isinstance(err, holdfast.LeakError)
-    assert "jobs/py-contended" in err.message and took < 2, (err, took)
+    assert "conformance/py-contended" in err.message and took < 2, (err, took)
 
 
 def test_leak_is_a_typed_error(env, lockers):
     first, _ = lockers(env.a)
     second, _ = lockers(env.a)
-    with first.lock("jobs/py-leak"):
+    with first.lock("conformance/py-leak"):
         with pytest.raises(holdfast.LeakError) as e:
-            second.acquire("jobs/py-leak")
+            second.acquire("conformance/py-leak")
     assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -188,7 +178,7 @@ def test_refusals_reach_grpcio_with_their_code_and_detail(env, client):
     # Raw grpcio: the status code itself, and the google.rpc.Status in the
     # trailer carrying the same code and message (no Internal anywhere).
     with pytest.raises(grpc.RpcError) as e:
-        client.rpc.Acquire(lock_pb2.AcquireRequest(session_id=0x3039, namespace="jobs", key="py-nosession"), timeout=30)
+        client.rpc.Acquire(lock_pb2.AcquireRequest(session_id=0x3039, namespace="conformance", key="py-nosession"), timeout=30)
     raw = e.value
     assert raw.code() == grpc.StatusCode.NOT_FOUND, raw
     details = dict(raw.trailing_metadata())["grpc-status-details-bin"]
@@ -205,7 +195,7 @@ def test_refusals_reach_grpcio_with_their_code_and_detail(env, client):
     assert typed.code == grpc.StatusCode.INVALID_ARGUMENT
 
     try:
-        client.rpc.Release(lock_pb2.ReleaseRequest(session_id=0x3039, namespace="jobs", key="py-nosession", token=(1 << 48) | 1), timeout=30)
+        client.rpc.Release(lock_pb2.ReleaseRequest(session_id=0x3039, namespace="conformance", key="py-nosession", token=(1 << 48) | 1), timeout=30)
     except grpc.RpcError as err:
         assert err.code() != grpc.StatusCode.INTERNAL, err
 
@@ -220,9 +210,9 @@ def test_refusals_reach_grpcio_with_their_code_and_detail(env, client):
     assert_refused("a namespace no grant covers", e.value, grpc.StatusCode.PERMISSION_DENIED, lock_pb2.ERROR_REASON_DENIED, holdfast.DeniedError)
 
     with Client(sealed, env.a) as s:
-        opened = s.rpc.OpenSession(lock_pb2.OpenSessionRequest(namespace="jobs"), timeout=30)
+        opened = s.rpc.OpenSession(lock_pb2.OpenSessionRequest(namespace="conformance"), timeout=30)
         with pytest.raises(grpc.RpcError) as e:
-            s.rpc.Acquire(lock_pb2.AcquireRequest(session_id=opened.session_id, namespace="jobs", key="py-sealed"), timeout=30)
+            s.rpc.Acquire(lock_pb2.AcquireRequest(session_id=opened.session_id, namespace="conformance", key="py-sealed"), timeout=30)
     assert_refused("a sealed arbiter", e.value, grpc.StatusCode.FAILED_PRECONDITION, lock_pb2.ERROR_REASON_SEALED, holdfast.SealedError)
 
     with Client(elsewhere, env.b) as w, pytest.raises(grpc.RpcError) as e:
@@ -233,7 +223,7 @@ def test_refusals_reach_grpcio_with_their_code_and_detail(env, client):
     with Client(elsewhere, env.a) as limited:
         for _ in range(21):
             try:
-                limited.rpc.Inspect(lock_pb2.InspectRequest(namespace="jobs", key="k"), timeout=30)
+                limited.rpc.Inspect(lock_pb2.InspectRequest(namespace="conformance", key="k"), timeout=30)
             except grpc.RpcError as err:
                 refusal = err
                 break
@@ -257,27 +247,27 @@ def assert_refused(what: str, raw: grpc.RpcError, code: grpc.StatusCode, reason:
 def test_a_certificate_without_a_spiffe_id_is_unauthenticated(env, lockers):
     l, _ = lockers(env.plain)
     with pytest.raises(holdfast.UnauthenticatedError) as e:
-        l.acquire("jobs/py-plain")
+        l.acquire("conformance/py-plain")
     assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_a_session_closed_elsewhere_is_fenced_with_its_keys(env, lockers, client):
     l, fences = lockers(env.a)
-    locks = [l.acquire(k) for k in ("jobs/py-fence-1", "jobs/py-fence-2")]
+    locks = [l.acquire(k) for k in ("conformance/py-fence-1", "conformance/py-fence-2")]
     lock = locks[-1]
     client.rpc.CloseSession(lock_pb2.CloseSessionRequest(session_id=lock.session_id), timeout=30)
     _, fenced = fences.q.get(timeout=env.ttl)
-    assert sorted(map(str, fenced.keys)) == ["jobs/py-fence-1", "jobs/py-fence-2"]
+    assert sorted(map(str, fenced.keys)) == ["conformance/py-fence-1", "conformance/py-fence-2"]
     assert fenced.session_id == lock.session_id and fenced.ttl == env.ttl
     assert lock.health is holdfast.Health.LOST and not lock.can_start() and lock.lost.is_set()
     # The next acquire opens a new session.
-    with l.lock("jobs/py-fence-1") as again:
+    with l.lock("conformance/py-fence-1") as again:
         assert again.session_id != lock.session_id
 
 
 def test_the_token_never_prints(env, lockers):
     l, _ = lockers(env.a)
-    with l.lock("jobs/py-redact") as lock:
+    with l.lock("conformance/py-redact") as lock:
         v = lock.token.expose()
         t = lock.token
         stream = io.StringIO()
@@ -293,7 +283,7 @@ def test_the_token_never_prints(env, lockers):
                         f"{t:x}", f"{t!r}", "%s %r" % (t, t), str([lock, t]), stream.getvalue()])
     for form in (str(v), f"{v:x}", str(v & ((1 << 48) - 1))):
         assert form not in out, f"the token ({form}) shows in {out!r}"
-    assert "jobs/py-redact" in out and "redacted" in out
+    assert "conformance/py-redact" in out and "redacted" in out
 
 
 def test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire(env, lockers):

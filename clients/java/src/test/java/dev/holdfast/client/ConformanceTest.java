@@ -9,20 +9,14 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
-import com.google.gson.JsonParser;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
 import java.io.IOException;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Base64;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -50,13 +44,15 @@ import org.junit.jupiter.api.TestMethodOrder;
 
 /**
  * The conformance scenarios of clients/go/conformance and
- * clients/python/tests/conformance, against a real arbiter and etcd: run
+ * clients/python/tests/conformance, against the dev appliance (`holdfastctl
+ * dev` with the conformance classes dropped in): run
  * through tests/tests/client_java.rs (cargo test --test client_java), which
  * sets HOLDFAST_CONFORMANCE=1, HOLDFAST_ENDPOINT, HOLDFAST_CA, HOLDFAST_CERT,
  * HOLDFAST_KEY (identity A), HOLDFAST_CONFORMANCE_CERT2/_KEY2 (identity B),
  * HOLDFAST_CONFORMANCE_PLAIN_CERT/_PLAIN_KEY (no SPIFFE ID),
  * HOLDFAST_CONFORMANCE_ARBITER_PID, HOLDFAST_CONFORMANCE_ETCD (etcd's client
- * URL, plain HTTP), HOLDFAST_CONFORMANCE_ELSEWHERE (an arbiter in another
+ * URL, with HOLDFAST_CONFORMANCE_ETCD_CA/_CERT/_KEY for TLS: read by
+ * clients/conformance/hold-in-etcd), HOLDFAST_CONFORMANCE_ELSEWHERE (an arbiter in another
  * region, one request a second), HOLDFAST_CONFORMANCE_SEALED (a sealed
  * arbiter), HOLDFAST_CONFORMANCE_SCRIPTS (clients/conformance),
  * HOLDFAST_CONFORMANCE_PG_URL and HOLDFAST_CONFORMANCE_HOLDFASTCTL (for the
@@ -71,7 +67,7 @@ class ConformanceTest {
     private Config b;
     private Config plain;
     private long pid;
-    private String etcd;
+    private String scripts;
     private Duration ttl;
     private String identity;
     private final List<AutoCloseable> cleanup = new ArrayList<>();
@@ -98,12 +94,12 @@ class ConformanceTest {
                 .keyFile(Path.of(need("HOLDFAST_CONFORMANCE_PLAIN_KEY")))
                 .build();
         pid = Long.parseLong(need("HOLDFAST_CONFORMANCE_ARBITER_PID"));
-        etcd = need("HOLDFAST_CONFORMANCE_ETCD");
-        assertTrue(etcd.startsWith("http://"), "HOLDFAST_CONFORMANCE_ETCD must be etcd's plain-HTTP client URL: " + etcd);
+        need("HOLDFAST_CONFORMANCE_ETCD");
+        scripts = need("HOLDFAST_CONFORMANCE_SCRIPTS");
         String t = System.getenv("HOLDFAST_CONFORMANCE_TTL");
         ttl = Duration.ofMillis((long) (Double.parseDouble(t == null || t.isEmpty() ? "10" : t) * 1000));
         String id = System.getenv("HOLDFAST_CONFORMANCE_IDENTITY");
-        identity = id == null || id.isEmpty() ? "java/a" : id;
+        identity = id == null || id.isEmpty() ? "conformance/java-a" : id;
     }
 
     @AfterEach
@@ -152,23 +148,17 @@ class ConformanceTest {
     }
 
     /**
-     * Whether key exists in etcd, through etcd's JSON gateway. A test-only
-     * peek at the arbiter's layout: a hold is /l/NS/KEY.
+     * Whether key exists in etcd itself, with the shared script
+     * clients/conformance/hold-in-etcd. A test-only peek at the arbiter's
+     * layout: a hold is /l/NS/KEY.
      */
     private boolean holdInEtcd(String key) throws IOException, InterruptedException {
-        String body = "{\"key\":\"" + Base64.getEncoder().encodeToString(key.getBytes(StandardCharsets.UTF_8))
-                + "\",\"count_only\":true}";
-        HttpResponse<String> resp = HttpClient.newHttpClient()
-                .send(HttpRequest.newBuilder(URI.create(etcd + "/v3/kv/range"))
-                                .timeout(Duration.ofSeconds(5))
-                                .header("Content-Type", "application/json")
-                                .POST(HttpRequest.BodyPublishers.ofString(body))
-                                .build(),
-                        HttpResponse.BodyHandlers.ofString());
-        assertEquals(200, resp.statusCode(), "etcd range: " + resp.body());
-        var json = JsonParser.parseString(resp.body()).getAsJsonObject();
-        String count = json.has("count") ? json.get("count").getAsString() : "";
-        return !count.isEmpty() && !count.equals("0");
+        Process p = new ProcessBuilder(Path.of(scripts, "hold-in-etcd").toString(), key).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(10, TimeUnit.SECONDS), "hold-in-etcd " + key + " did not end");
+        int code = p.exitValue();
+        assertTrue(code == 0 || code == 1, "hold-in-etcd " + key + ": exit " + code + ": " + out);
+        return code == 0;
     }
 
     private void signal(String sig) throws IOException, InterruptedException {
@@ -193,7 +183,7 @@ class ConformanceTest {
     void acquireAndRelease() {
         Locker l = locker(a).locker();
         HoldfastClient c = client(a);
-        Key k = Key.parse("jobs/java-acquire");
+        Key k = Key.parse("conformance/java-acquire");
         Lock lock = l.acquire(k);
         assertTrue(lock.token().expose() != 0 && lock.token().epoch() != 0 && !lock.unprotected() && lock.canStart(),
                 "token above 0 in epoch " + lock.token().epoch() + ", unprotected " + lock.unprotected());
@@ -219,8 +209,8 @@ class ConformanceTest {
         Locker l = locker(a).locker();
         List<Lock> locks = new ArrayList<>();
         try {
-            // jobs and re are two classes with one TTL on one tier.
-            for (String k : List.of("jobs/java-share-1", "jobs/java-share-2", "re/java-share-3")) {
+            // conformance and re are two classes with one TTL on one tier.
+            for (String k : List.of("conformance/java-share-1", "conformance/java-share-2", "re/java-share-3")) {
                 locks.add(l.acquire(k));
             }
             assertEquals(1, locks.stream().map(Lock::sessionId).distinct().count(), "one session");
@@ -234,9 +224,9 @@ class ConformanceTest {
     void reentrantAcquireReachesTheArbiterOnce() {
         Locker l = locker(a).locker();
         HoldfastClient c = client(a);
-        Key k = Key.parse("jobs/java-reentrant");
+        Key k = Key.parse("conformance/java-reentrant");
         // Open the session first: the grant count below is the key's alone.
-        try (Lock warm = l.acquire("jobs/java-reentrant-warm")) {
+        try (Lock warm = l.acquire("conformance/java-reentrant-warm")) {
             long before = grantAttempts(c);
             Lock outer = l.acquire(k);
             Lock inner = l.acquire(k);
@@ -256,17 +246,17 @@ class ConformanceTest {
     void contentionIsATypedErrorAfterAZeroWait() {
         Locker la = locker(a).locker();
         Locker lb = locker(b).locker();
-        Key k = Key.parse("jobs/java-contended");
+        Key k = Key.parse("conformance/java-contended");
         try (Lock lock = lb.acquire(k);
                 // Open A's session first, so the timing below is the acquire's alone.
-                Lock other = la.acquire("jobs/java-contended-other")) {
+                Lock other = la.acquire("conformance/java-contended-other")) {
             long start = now();
             HoldfastException e = assertThrows(HoldfastException.class,
                     () -> la.acquire(k, AcquireOptions.DEFAULT.withWait(Duration.ZERO)));
             long took = now() - start;
             assertTrue(e.is(ErrorReason.ERROR_REASON_CONTENTION) && e.code() == Status.Code.ABORTED, e.toString());
             assertFalse(e.is(ErrorReason.ERROR_REASON_LEAK));
-            assertTrue(e.getMessage().contains("jobs/java-contended"), e.toString());
+            assertTrue(e.getMessage().contains("conformance/java-contended"), e.toString());
             assertTrue(took <= TimeUnit.SECONDS.toNanos(2), "a zero wait took " + ms(took));
             assertTrue(lock.canStart() && other.canStart());
         }
@@ -277,7 +267,7 @@ class ConformanceTest {
     void leakIsATypedError() {
         Locker first = locker(a).locker();
         Locker second = locker(a).locker();
-        Key k = Key.parse("jobs/java-leak");
+        Key k = Key.parse("conformance/java-leak");
         try (Lock lock = first.acquire(k)) {
             HoldfastException e = assertThrows(HoldfastException.class, () -> second.acquire(k));
             assertTrue(e.is(ErrorReason.ERROR_REASON_LEAK) && e.code() == Status.Code.FAILED_PRECONDITION, e.toString());
@@ -295,7 +285,7 @@ class ConformanceTest {
         HoldfastClient c = client(a);
         StatusRuntimeException raw = assertThrows(StatusRuntimeException.class, () -> c.rpc()
                 .withDeadlineAfter(30, TimeUnit.SECONDS)
-                .acquire(AcquireRequest.newBuilder().setSessionId(0x3039).setNamespace("jobs").setKey("java-nosession").build()));
+                .acquire(AcquireRequest.newBuilder().setSessionId(0x3039).setNamespace("conformance").setKey("java-nosession").build()));
         assertEquals(Status.Code.NOT_FOUND, raw.getStatus().getCode(), "unknown session: " + raw + " (want NOT_FOUND, not INTERNAL)");
         com.google.rpc.Status st = StatusProto.fromThrowable(raw);
         assertNotNull(st, "no grpc-status-details-bin");
@@ -316,7 +306,7 @@ class ConformanceTest {
 
         try {
             c.rpc().withDeadlineAfter(30, TimeUnit.SECONDS).release(ReleaseRequest.newBuilder()
-                    .setSessionId(0x3039).setNamespace("jobs").setKey("java-nosession").setToken(1L << 48 | 1).build());
+                    .setSessionId(0x3039).setNamespace("conformance").setKey("java-nosession").setToken(1L << 48 | 1).build());
         } catch (StatusRuntimeException e) {
             assertNotEquals(Status.Code.INTERNAL, e.getStatus().getCode(), "release on an unknown session: " + e);
         }
@@ -333,11 +323,11 @@ class ConformanceTest {
 
         HoldfastClient s = clientAt(sealed, a);
         long session = s.rpc().withDeadlineAfter(30, TimeUnit.SECONDS)
-                .openSession(OpenSessionRequest.newBuilder().setNamespace("jobs").build())
+                .openSession(OpenSessionRequest.newBuilder().setNamespace("conformance").build())
                 .getSessionId();
         refused("a sealed arbiter",
                 () -> s.rpc().withDeadlineAfter(30, TimeUnit.SECONDS).acquire(AcquireRequest.newBuilder()
-                        .setSessionId(session).setNamespace("jobs").setKey("java-sealed").build()),
+                        .setSessionId(session).setNamespace("conformance").setKey("java-sealed").build()),
                 Status.Code.FAILED_PRECONDITION, ErrorReason.ERROR_REASON_SEALED);
 
         HoldfastClient homed = clientAt(elsewhere, b);
@@ -350,7 +340,7 @@ class ConformanceTest {
         refused("the request rate", () -> {
             for (int i = 0; i <= 20; i++) {
                 limited.rpc().withDeadlineAfter(30, TimeUnit.SECONDS)
-                        .inspect(InspectRequest.newBuilder().setNamespace("jobs").setKey("k").build());
+                        .inspect(InspectRequest.newBuilder().setNamespace("conformance").setKey("k").build());
             }
             fail("20 calls in a row at one a second were all answered");
         }, Status.Code.RESOURCE_EXHAUSTED, ErrorReason.ERROR_REASON_RATE_LIMITED);
@@ -382,7 +372,7 @@ class ConformanceTest {
     @Order(7)
     void aCertificateWithoutASpiffeIdIsUnauthenticated() {
         Locker l = locker(plain).locker();
-        HoldfastException e = assertThrows(HoldfastException.class, () -> l.acquire("jobs/java-plain"));
+        HoldfastException e = assertThrows(HoldfastException.class, () -> l.acquire("conformance/java-plain"));
         assertTrue(e.is(ErrorReason.ERROR_REASON_UNAUTHENTICATED) && e.code() == Status.Code.UNAUTHENTICATED, e.toString());
     }
 
@@ -393,7 +383,7 @@ class ConformanceTest {
         Locker l = m.locker();
         HoldfastClient c = client(a);
         Lock lock = null;
-        for (String k : List.of("jobs/java-fence-1", "jobs/java-fence-2")) {
+        for (String k : List.of("conformance/java-fence-1", "conformance/java-fence-2")) {
             lock = l.acquire(k);
         }
         c.rpc().withDeadlineAfter(30, TimeUnit.SECONDS)
@@ -401,7 +391,7 @@ class ConformanceTest {
         Fenced x = m.fences().got.poll(ttl.toMillis(), TimeUnit.MILLISECONDS);
         assertNotNull(x, "no fence within the TTL of the session's close");
         List<String> keys = x.keys().stream().map(Key::toString).sorted().toList();
-        assertEquals(List.of("jobs/java-fence-1", "jobs/java-fence-2"), keys);
+        assertEquals(List.of("conformance/java-fence-1", "conformance/java-fence-2"), keys);
         assertEquals(lock.sessionId(), x.sessionId());
         assertEquals(ttl, x.ttl());
         assertEquals(Health.LOST, lock.health());
@@ -409,7 +399,7 @@ class ConformanceTest {
         assertTrue(lock.lost().toCompletableFuture().isDone());
         assertEquals(Duration.ZERO, lock.remainingTtl());
         // The next acquire opens a new session.
-        try (Lock again = l.acquire("jobs/java-fence-1")) {
+        try (Lock again = l.acquire("conformance/java-fence-1")) {
             assertNotEquals(lock.sessionId(), again.sessionId());
         }
     }
@@ -418,7 +408,7 @@ class ConformanceTest {
     @Order(9)
     void theTokenNeverPrints() {
         Locker l = locker(a).locker();
-        try (Lock lock = l.acquire("jobs/java-redact")) {
+        try (Lock lock = l.acquire("conformance/java-redact")) {
             long v = lock.token().expose();
             Token t = lock.token();
             java.io.ByteArrayOutputStream logged = new java.io.ByteArrayOutputStream();
@@ -441,7 +431,7 @@ class ConformanceTest {
             for (String form : List.of(Long.toUnsignedString(v), Long.toHexString(v), Long.toString(v & ((1L << 48) - 1)))) {
                 assertFalse(out.contains(form), "the token (" + form + ") shows in " + out);
             }
-            assertTrue(out.contains("jobs/java-redact") && out.contains("redacted"), out);
+            assertTrue(out.contains("conformance/java-redact") && out.contains("redacted"), out);
         }
     }
 
@@ -547,7 +537,7 @@ class ConformanceTest {
     @Test
     @Order(11)
     void aStoppedClientsLateWriteIsRejectedByThePostgresqlFence() throws Exception {
-        String scripts = need("HOLDFAST_CONFORMANCE_SCRIPTS");
+        need("HOLDFAST_CONFORMANCE_SCRIPTS");
         need("HOLDFAST_CONFORMANCE_PG_URL");
         Made m = locker(a);
         Key k = Key.parse("fence/java-late-write");
