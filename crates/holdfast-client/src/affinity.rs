@@ -4,34 +4,14 @@
 //! together; removing an arbiter moves only the keys it ranked first for.
 //! Correctness never depends on affinity: any arbiter can grant any key.
 //!
-//! The hash is FNV-1a with a SplitMix64 finalizer: stable across Rust
-//! versions and platforms (std's hasher is not), a dozen lines, no state.
+//! The score is [`holdfast_model::rendezvous::score`] (FNV-1a with a
+//! SplitMix64 finalizer), which the shard map homes keys with too.
 
-fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The weight of `endpoint` for `key`.
-pub fn score(endpoint: &str, key: &str) -> u64 {
-    let h = fnv1a(0xcbf2_9ce4_8422_2325, endpoint.as_bytes());
-    mix(fnv1a(h ^ 0xff, key.as_bytes()))
-}
+pub use holdfast_model::rendezvous::score;
 
 /// Endpoint indexes in the order to try for `key`: best first.
 pub fn ranked(key: &str, endpoints: &[String]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..endpoints.len()).collect();
-    order.sort_by(|a, b| score(&endpoints[*b], key).cmp(&score(&endpoints[*a], key)).then(a.cmp(b)));
-    order
+    holdfast_model::rendezvous::ranked(key, endpoints)
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl fmt::Display for LockKey {
     }
 }
 
-fn validate_namespace(ns: &str) -> Result<(), FieldError> {
+pub(crate) fn validate_namespace(ns: &str) -> Result<(), FieldError> {
     let bad = |m: String| Err(FieldError::new("namespace", m));
     if ns.is_empty() {
         return bad("is empty; every key lives in a namespace such as \"payments\"".into());

@@ -103,6 +103,10 @@ pub struct NonceRecord {
 /// PublishedPolicy`) and watched by every arbiter. Replaced on each good
 /// change; never written with an invalid set.
 pub const POLICY_KEY: &str = "/sys/policy";
+/// The shard map (`crate::shardmap::ShardMap`), on the coord cluster: which
+/// entity cluster each key lives on, what operators asked for, and the
+/// moves in flight.
+pub const SHARDMAP_KEY: &str = "/sys/shardmap";
 /// The controller's report on the published set and on the last refused
 /// change (`holdfast_store::policy::PolicyStatus`), for `holdfastctl status`.
 pub const POLICY_STATUS_KEY: &str = "/sys/policy-status";

@@ -2,7 +2,9 @@
 
 pub mod key;
 pub mod layout;
+pub mod rendezvous;
 pub mod seal;
+pub mod shardmap;
 pub mod spool;
 pub mod token;
 pub mod ttl;
