@@ -9,6 +9,8 @@
 //!   controller's status document, the pause-test results, and the
 //!   leader-guarded transactions that write them.
 //! - [`force`]: the two-person force-release of one hold.
+//! - [`shardmap`]: the shard map on the coord cluster, edited by
+//!   compare-and-swap.
 //! - [`roles`]: the etcd role of each tool and its key ranges, and making a
 //!   cluster match them (`holdfastctl etcd roles`).
 //! - `mutation` (feature `mutations`, test builds only): deliberate bugs for
@@ -21,6 +23,7 @@ pub mod force;
 pub mod mutation;
 pub mod policy;
 pub mod roles;
+pub mod shardmap;
 pub mod txn;
 
 pub use etcd::Etcd;

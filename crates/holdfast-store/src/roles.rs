@@ -139,6 +139,13 @@ pub const FORCE_RELEASE: Role = Role {
     ],
 };
 
+pub const SHARD: Role = Role {
+    name: "holdfast-shard",
+    used_by: "holdfastctl shard init|add|remove|assign|segments: creates the shard map and edits its desired layout (on the coord cluster)",
+    read: &[],
+    read_write: &[Range::Key(layout::SHARDMAP_KEY)],
+};
+
 pub const OBSERVER: Role = Role {
     name: "holdfast-observer",
     used_by: "holdfastctl status and epoch status: reads /sys/ (class set, epoch, seal, controller leader), never a hold",
@@ -147,7 +154,7 @@ pub const OBSERVER: Role = Role {
 };
 
 /// Every role, in the order `holdfastctl etcd roles` prints them.
-pub const ROLES: [Role; 7] = [ARBITER, CONTROLLER, TAILER, PAUSETEST, EPOCH, FORCE_RELEASE, OBSERVER];
+pub const ROLES: [Role; 8] = [ARBITER, CONTROLLER, TAILER, PAUSETEST, EPOCH, FORCE_RELEASE, SHARD, OBSERVER];
 
 /// etcd's administrator: needed to enable auth, manage roles, take snapshots.
 pub const ROOT: &str = "root";

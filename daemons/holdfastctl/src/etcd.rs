@@ -23,7 +23,9 @@ Then give each tool a client certificate whose CN is its user:
   holdfast-controller  controller.toml [etcd]
   holdfast-pausetest   holdfast-pausetest --etcd-cert/--etcd-key
   holdfast-epoch       holdfastctl epoch init, the epoch advance
-  holdfast-observer    holdfastctl status
+  holdfast-force-release  holdfastctl force-release apply
+  holdfast-shard       holdfastctl shard init|add|remove|assign|segments
+  holdfast-observer    holdfastctl status, shard list|status|where
   holdfast-tailer      the audit tailer (read-only)
 
 Examples:

@@ -13,6 +13,7 @@ mod health;
 mod inspect;
 mod lock;
 mod risk;
+mod shard;
 mod status;
 mod validate;
 
@@ -72,6 +73,10 @@ enum Command {
     Approve(approve::ApproveArgs),
     /// End one hold with two signed approvals: request, then apply.
     ForceRelease(force::ForceArgs),
+    /// The shard map: which entity cluster each key lives on; edit the
+    /// desired layout (init, add, remove, assign, segments) and see moves.
+    #[command(after_long_help = shard::SHARD_HELP)]
+    Shard(shard::ShardArgs),
     /// Lock classes and grants: validate a policy directory offline, and
     /// what a class costs etcd.
     Class(class::ClassArgs),
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
             Command::Approve(args) => approve::run(args),
             Command::ForceRelease(args) => force::run(args).await,
             Command::RiskRegister(args) => risk::run(args).await,
+            Command::Shard(args) => shard::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::Audit(args) => audit::run(args),
             Command::GenerateDocs { .. } => exit::OK,
