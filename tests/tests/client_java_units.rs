@@ -5,7 +5,8 @@
 //! clients/conformance/vectors.json, and the session loop against an
 //! in-process fake arbiter: drain then fence at the send-time deadline,
 //! unconfirmed keepalives, a session the arbiter calls gone, shared sessions
-//! and re-entrancy), compiled with every javac lint. Run
+//! and re-entrancy; the client SVID read again when its files change),
+//! compiled with every javac lint. Run
 //! once, not per etcd target (scripts/test). The conformance class skips
 //! here (it needs HOLDFAST_CONFORMANCE=1: tests/tests/client_java.rs).
 
@@ -13,7 +14,8 @@ use holdfast_tests::Ran;
 use holdfast_tests::java::{mvn_in_clients, surefire_results};
 
 /// The unit test classes; each must have run with no failure and no skip.
-const UNIT_CLASSES: &[&str] = &["TokenTest", "KeyTest", "RendezvousTest", "ErrorsTest", "DeadlineTest", "VectorsTest", "SessionTest"];
+const UNIT_CLASSES: &[&str] =
+    &["TokenTest", "KeyTest", "RendezvousTest", "ErrorsTest", "DeadlineTest", "VectorsTest", "SessionTest", "ReloadingKeyManagerTest"];
 
 #[test]
 fn the_java_client_builds_and_passes_its_unit_tests() {

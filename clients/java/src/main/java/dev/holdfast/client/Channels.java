@@ -58,8 +58,8 @@ final class Channels {
             throw new HoldfastConfigException("CA bundle " + cfg.caFile() + " (HOLDFAST_CA): " + e.getMessage(), e);
         }
         try {
-            b.keyManager(cfg.certFile().toFile(), cfg.keyFile().toFile());
-        } catch (IOException | RuntimeException e) {
+            b.keyManager(new ReloadingKeyManager(cfg.certFile(), cfg.keyFile()));
+        } catch (IOException | java.security.GeneralSecurityException | RuntimeException e) {
             throw new HoldfastConfigException("client SVID (HOLDFAST_CERT " + cfg.certFile() + ", HOLDFAST_KEY "
                     + cfg.keyFile() + "): " + e.getMessage(), e);
         }
