@@ -112,6 +112,29 @@ fn the_dev_tour_works_as_the_readme_says() {
         );
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
+    // One history over both clusters' stores: merged by time, each event
+    // with its cluster.
+    let both = format!("{},{coord_store}", state.join("audit").display());
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = ctl(&first, &["audit", "--store", &both, "--kind", "grant", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let events: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let keys: Vec<(&str, &str)> =
+            events.iter().map(|e| (e["key"].as_str().unwrap_or(""), e["cluster_id"].as_str().unwrap_or(""))).collect();
+        let (demo, jobs) = (keys.iter().find(|k| k.0 == "demo/report"), keys.iter().find(|k| k.0 == "jobs/nightly"));
+        if let (Some(demo), Some(jobs)) = (demo, jobs) {
+            assert_ne!(demo.1, jobs.1, "the two grants were recorded on two clusters: {keys:?}");
+            let times: Vec<u64> = events.iter().map(|e| e["time_unix_ms"].as_u64().unwrap()).collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "merged by time: {times:?}");
+            let out = ctl(&first, &["audit", "--store", &both, "--kind", "grant"]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.starts_with("CLUSTER") && text.contains(jobs.1) && text.contains(demo.1), "{text}");
+            break;
+        }
+        assert!(std::time::Instant::now() < end, "the two stores did not show both grants in 30 s: {keys:?}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
     // `holdfastctl status` reads etcd as the observer, from the shell's env.
     let out = ctl(&first, &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);

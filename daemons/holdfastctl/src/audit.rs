@@ -51,6 +51,7 @@ Examples:
   holdfastctl audit --report expiries --since 7d
   holdfastctl audit --unprotected --since 24h      # what to reconcile after an outage
   holdfastctl audit --kind force-release --csv > force-releases.csv
+  holdfastctl audit orders/ledger-7 --store /var/lib/holdfast/audit,/var/lib/holdfast/audit-coord
   holdfastctl audit export --since 365d --out grants-2026.parquet
 
 Exit status:
@@ -66,9 +67,11 @@ pub struct AuditArgs {
     /// Only this lock key (`<namespace>/<key>`).
     #[arg(value_name = "KEY")]
     lock_key: Option<String>,
-    /// The tailer's store_dir.
-    #[arg(long, value_name = "DIR", env = "HOLDFAST_AUDIT_STORE", default_value = "/var/lib/holdfast/audit")]
-    store: PathBuf,
+    /// The tailer's store_dir. Several (repeat, or separate with commas):
+    /// one history over several clusters' stores (the entity clusters and
+    /// coord), merged by time, with a CLUSTER column.
+    #[arg(long, value_name = "DIR", env = "HOLDFAST_AUDIT_STORE", default_value = "/var/lib/holdfast/audit", value_delimiter = ',')]
+    store: Vec<PathBuf>,
     /// Only events of this SPIFFE ID (holder, session owner).
     #[arg(long, value_name = "SPIFFE_ID")]
     identity: Option<String>,
@@ -210,15 +213,28 @@ pub fn run(args: AuditArgs) -> u8 {
             return exit::USAGE;
         }
     };
-    let mut events = match holdfast_audit::store::read_events(&args.store) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("holdfastctl audit: {e}");
-            eprintln!("(pass --store with the tailer's store_dir, or set HOLDFAST_AUDIT_STORE)");
-            return exit::CONFIG;
+    // Each store is one cluster's trail: a live grant is found per store
+    // (one etcd key can be held on two clusters over time), then the trails
+    // are merged by time.
+    let mut events = Vec::new();
+    for store in &args.store {
+        match holdfast_audit::store::read_events(store) {
+            Ok(mut e) => {
+                query::withhold_live_grant_revisions(&mut e);
+                events.extend(e);
+            }
+            Err(e) => {
+                eprintln!("holdfastctl audit: {e}");
+                eprintln!("(pass --store with the tailer's store_dir, or set HOLDFAST_AUDIT_STORE)");
+                return exit::CONFIG;
+            }
         }
-    };
-    query::withhold_live_grant_revisions(&mut events);
+    }
+    if args.store.len() > 1 {
+        events.sort_by(|a, b| {
+            (a.time_unix_ms, &a.cluster_id, a.revision, a.index).cmp(&(b.time_unix_ms, &b.cluster_id, b.revision, b.index))
+        });
+    }
     let all = args.all || filter.kinds.contains(&Kind::Record);
     let events: Vec<Event> = events.into_iter().filter(|e| (all || e.kind != Kind::Record) && filter.matches(e)).collect();
     let printed = match args.report.as_deref() {
@@ -243,6 +259,20 @@ pub fn run(args: AuditArgs) -> u8 {
             },
             &["NAMESPACE", "KEY", "IDENTITY", "HELD", "ENDED BY", "ENDED"],
         ),
+        None if args.store.len() > 1 => {
+            let mut header = vec!["CLUSTER"];
+            header.extend(EVENT_COLUMNS);
+            print_rows(
+                &args,
+                &events,
+                |e| {
+                    let mut row = vec![e.cluster_id.clone()];
+                    row.extend(event_row(e));
+                    row
+                },
+                &header,
+            )
+        }
         None => print_rows(&args, &events, event_row, &EVENT_COLUMNS),
     };
     match printed {
