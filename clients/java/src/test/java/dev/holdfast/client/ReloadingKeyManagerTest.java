@@ -41,34 +41,32 @@ class ReloadingKeyManagerTest {
         Files.move(tmp, dst, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
     }
 
+    /** A manager over cert.pem and key.pem, holding svid-a's pair. */
+    private ReloadingKeyManager managerOfA() throws Exception {
+        Path[] a = issue("svid-a");
+        rotate(a[0], dir.resolve("cert.pem"));
+        rotate(a[1], dir.resolve("key.pem"));
+        return new ReloadingKeyManager(dir.resolve("cert.pem"), dir.resolve("key.pem"));
+    }
+
     @Test
     void aRotatedSvidIsWhatTheNextHandshakePresents() throws Exception {
-        Path[] a = issue("svid-a");
-        Path[] b = issue("svid-b");
-        Path cert = dir.resolve("cert.pem");
-        Path key = dir.resolve("key.pem");
-        rotate(a[0], cert);
-        rotate(a[1], key);
-        ReloadingKeyManager m = new ReloadingKeyManager(cert, key);
+        ReloadingKeyManager m = managerOfA();
         assertEquals("CN=svid-a", presented(m));
-        rotate(b[0], cert);
-        rotate(b[1], key);
+        Path[] b = issue("svid-b");
+        rotate(b[0], dir.resolve("cert.pem"));
+        rotate(b[1], dir.resolve("key.pem"));
         assertEquals("CN=svid-b", presented(m));
     }
 
     @Test
     void aHalfRotatedPairKeepsTheLastGoodOne() throws Exception {
-        Path[] a = issue("svid-a");
+        ReloadingKeyManager m = managerOfA();
         Path[] b = issue("svid-b");
-        Path cert = dir.resolve("cert.pem");
-        Path key = dir.resolve("key.pem");
-        rotate(a[0], cert);
-        rotate(a[1], key);
-        ReloadingKeyManager m = new ReloadingKeyManager(cert, key);
         // The new certificate lands before its key: not a pair, never presented.
-        rotate(b[0], cert);
+        rotate(b[0], dir.resolve("cert.pem"));
         assertEquals("CN=svid-a", presented(m));
-        rotate(b[1], key);
+        rotate(b[1], dir.resolve("key.pem"));
         assertEquals("CN=svid-b", presented(m));
     }
 
