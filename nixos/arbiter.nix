@@ -18,33 +18,15 @@ let
   # "0.0.0.0:7420", "[::]:7420" -> 7420
   portMatch = builtins.match ".*:([0-9]+)" cfg.settings.listen;
   port = if portMatch == null then 0 else lib.toInt (builtins.head portMatch);
-  configFile = common.checkedConfig {
-    name = "holdfast-arbiter.toml";
-    inherit (cfg) package settings;
-    program = "holdfast-arbiter";
-    enable = cfg.checkConfig;
-  };
-  exe = "${cfg.package}/bin/holdfast-arbiter";
   stateDir = "/var/lib/holdfast/arbiter";
 in
 {
-  options.services.holdfast.arbiter = {
-    enable = lib.mkEnableOption "the holdfast arbiter";
-    package = common.packageOption;
-    checkConfig = mkOption {
-      type = types.bool;
-      default = true;
-      description = "Check the generated arbiter.toml at build time with `holdfast-arbiter check` (TLS files outside the store get stand-ins; ExecStartPre= checks the real ones).";
-    };
-    openFirewall = mkOption {
-      type = types.bool;
-      default = false;
-      description = "Open the lock.v1 port (from settings.listen) in the firewall.";
-    };
-    settings = mkOption {
-      default = { };
-      description = "arbiter.toml (see config/arbiter.toml for every key). Only the keys below are read by the module.";
-      type = common.settingsType {
+  options.services.holdfast.arbiter =
+    common.daemonOptions {
+      title = "the holdfast arbiter";
+      checkDescription = "Check the generated arbiter.toml at build time with `holdfast-arbiter check` (TLS files outside the store get stand-ins; ExecStartPre= checks the real ones).";
+      settingsDescription = "arbiter.toml (see config/arbiter.toml for every key). Only the keys below are read by the module.";
+      settingsOptions = {
         listen = mkOption {
           type = types.str;
           default = "0.0.0.0:7420";
@@ -56,73 +38,50 @@ in
           description = "The arbiter's own state (served-epochs.json). Must be /var/lib/holdfast/arbiter or under it, the unit's only writable directory (ProtectSystem=strict, StateDirectory=holdfast/arbiter, holdfast-arbiter 0700).";
         };
       };
+    }
+    // {
+      openFirewall = mkOption {
+        type = types.bool;
+        default = false;
+        description = "Open the lock.v1 port (from settings.listen) in the firewall.";
+      };
+    };
+
+  config = common.daemonConfig {
+    inherit cfg;
+    name = "arbiter";
+    userDescription = "holdfast arbiter";
+    description = "holdfast arbiter (lock service with fencing tokens)";
+    state = {
+      dir = "arbiter";
+      mode = "0700";
+      setting = "state_dir";
+    };
+    after = [ "holdfast-arbiter.socket" ];
+    requires = [ "holdfast-arbiter.socket" ];
+    serviceConfig = {
+      Sockets = "holdfast-arbiter.socket";
+      LimitNOFILE = 65536;
+    };
+    config = {
+      assertions = [
+        {
+          assertion = port > 0 && port < 65536;
+          message = "services.holdfast.arbiter.settings.listen = \"${cfg.settings.listen}\" has no port: write ADDRESS:PORT";
+        }
+      ];
+      networking.firewall.allowedTCPPorts = lib.optional cfg.openFirewall port;
+      systemd.sockets.holdfast-arbiter = {
+        description = "holdfast arbiter lock.v1 socket (port ${toString port})";
+        wantedBy = [ "sockets.target" ];
+        socketConfig = {
+          ListenStream = toString port;
+          FileDescriptorName = "lock";
+          Service = "holdfast-arbiter.service";
+          NoDelay = "yes";
+          Backlog = 4096;
+        };
+      };
     };
   };
-
-  config = lib.mkIf cfg.enable (
-    lib.mkMerge [
-      (common.daemonUser "holdfast-arbiter" "holdfast arbiter")
-      {
-        assertions = [
-          {
-            assertion = port > 0 && port < 65536;
-            message = "services.holdfast.arbiter.settings.listen = \"${cfg.settings.listen}\" has no port: write ADDRESS:PORT";
-          }
-          {
-            assertion = common.within stateDir cfg.settings.state_dir;
-            message = "services.holdfast.arbiter.settings.state_dir = \"${cfg.settings.state_dir}\" is not in ${stateDir}, the only directory the unit may write (StateDirectory=holdfast/arbiter, ProtectSystem=strict)";
-          }
-        ];
-        systemd.tmpfiles.settings.holdfast = common.etcDirs // common.stateParent;
-        networking.firewall.allowedTCPPorts = lib.optional cfg.openFirewall port;
-        environment.systemPackages = [ cfg.package ];
-
-        systemd.sockets.holdfast-arbiter = {
-          description = "holdfast arbiter lock.v1 socket (port ${toString port})";
-          wantedBy = [ "sockets.target" ];
-          socketConfig = {
-            ListenStream = toString port;
-            FileDescriptorName = "lock";
-            Service = "holdfast-arbiter.service";
-            NoDelay = "yes";
-            Backlog = 4096;
-          };
-        };
-
-        systemd.services.holdfast-arbiter = {
-          description = "holdfast arbiter (lock service with fencing tokens)";
-          after = [
-            "network-online.target"
-            "holdfast-arbiter.socket"
-          ];
-          wants = [ "network-online.target" ];
-          requires = [ "holdfast-arbiter.socket" ];
-          wantedBy = [ "multi-user.target" ];
-          restartTriggers = [ configFile ];
-          serviceConfig = common.hardening // {
-            Type = "notify";
-            NotifyAccess = "main";
-            Sockets = "holdfast-arbiter.socket";
-            ExecStartPre = "${exe} check --config ${configFile}";
-            ExecStart = "${exe} --config ${configFile} --log-format plain";
-            ExecReload = [
-              "${exe} check --config ${configFile}"
-              "${pkgs.coreutils}/bin/kill -HUP $MAINPID"
-            ];
-            TimeoutStartSec = "90s";
-            WatchdogSec = "30s";
-            TimeoutStopSec = "30s";
-            Restart = "on-failure";
-            RestartSec = "2s";
-            User = "holdfast-arbiter";
-            Group = "holdfast-arbiter";
-            RuntimeDirectory = "holdfast-arbiter";
-            StateDirectory = "holdfast/arbiter";
-            StateDirectoryMode = "0700";
-            LimitNOFILE = 65536;
-          };
-        };
-      }
-    ]
-  );
 }

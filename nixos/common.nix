@@ -1,7 +1,9 @@
 # Shared by the holdfast NixOS modules: the hardening of systemd/*.service
 # (the one source of unit files; tests/tests/nixos.rs compares these key by
 # key with the unit files), the build-time config check, the daemons' users
-# (systemd/sysusers.d) and directories (systemd/tmpfiles.d).
+# (systemd/sysusers.d) and directories (systemd/tmpfiles.d), and the options
+# and unit every daemon module has (daemonOptions, daemonConfig): a daemon's
+# module is its own options and settings plus one call of each.
 { lib, pkgs }:
 rec {
   # systemd/holdfast-{arbiter,controller,tailer}.service, "# Hardening.".
@@ -143,4 +145,118 @@ rec {
     defaultText = lib.literalExpression "pkgs.callPackage ./package.nix { }";
     description = "The holdfast package (daemons and holdfastctl).";
   };
+
+  # The options of a module whose program reads a TOML file and has a
+  # `check` subcommand: enable, package, checkConfig and settings (any
+  # TOML, plus the typed `settingsOptions` the module reads).
+  daemonOptions =
+    {
+      title,
+      checkDescription,
+      settingsDescription,
+      settingsOptions ? { },
+    }:
+    {
+      enable = lib.mkEnableOption title;
+      package = packageOption;
+      checkConfig = lib.mkOption {
+        type = lib.types.bool;
+        default = true;
+        description = checkDescription;
+      };
+      settings = lib.mkOption {
+        default = { };
+        description = settingsDescription;
+        type = settingsType settingsOptions;
+      };
+    };
+
+  # The config of a long-running daemon's module (from daemonOptions), as
+  # systemd/holdfast-{arbiter,controller,tailer}.service run it: its own
+  # user and group holdfast-NAME (daemonUser), the config file checked at
+  # build time and by ExecStartPre=, Type=notify with the watchdog, the
+  # hardening, restarted when the config changes. `state` (optional):
+  # { dir; mode; setting; } is its one writable directory,
+  # /var/lib/holdfast/DIR (StateDirectory=holdfast/DIR, mode MODE), and the
+  # settings key that must lie in it (asserted). `config`: the module's
+  # other config (its assertions come before the state one).
+  daemonConfig =
+    {
+      cfg,
+      name,
+      userDescription,
+      description,
+      checkArgs ? [ ],
+      reload ? true,
+      state ? null,
+      tmpfiles ? { },
+      after ? [ ],
+      requires ? [ ],
+      serviceConfig ? { },
+      config ? { },
+    }:
+    let
+      program = "holdfast-${name}";
+      exe = "${cfg.package}/bin/${program}";
+      configFile = checkedConfig {
+        name = "${program}.toml";
+        inherit (cfg) package settings;
+        inherit program checkArgs;
+        enable = cfg.checkConfig;
+      };
+      check = lib.concatStringsSep " " ([ "${exe} check" ] ++ checkArgs ++ [ "--config ${configFile}" ]);
+      stateDir = "/var/lib/holdfast/${state.dir}";
+      stateValue = cfg.settings.${state.setting};
+    in
+    lib.mkIf cfg.enable (
+      lib.mkMerge [
+        (daemonUser program userDescription)
+        (removeAttrs config [ "assertions" ])
+        {
+          assertions =
+            config.assertions or [ ]
+            ++ lib.optional (state != null) {
+              assertion = within stateDir stateValue;
+              message = "services.holdfast.${name}.settings.${state.setting} = \"${stateValue}\" is not in ${stateDir}, the only directory the unit may write (StateDirectory=holdfast/${state.dir}, ProtectSystem=strict)";
+            };
+          systemd.tmpfiles.settings.holdfast = etcDirs // lib.optionalAttrs (state != null) stateParent // tmpfiles;
+          environment.systemPackages = [ cfg.package ];
+          systemd.services.${program} = {
+            inherit description;
+            after = [ "network-online.target" ] ++ after;
+            wants = [ "network-online.target" ];
+            wantedBy = [ "multi-user.target" ];
+            restartTriggers = [ configFile ];
+            serviceConfig =
+              hardening
+              // {
+                Type = "notify";
+                NotifyAccess = "main";
+                ExecStartPre = check;
+                ExecStart = "${exe} --config ${configFile} --log-format plain";
+                TimeoutStartSec = "90s";
+                WatchdogSec = "30s";
+                TimeoutStopSec = "30s";
+                Restart = "on-failure";
+                RestartSec = "2s";
+                User = program;
+                Group = program;
+                RuntimeDirectory = program;
+              }
+              // lib.optionalAttrs reload {
+                ExecReload = [
+                  check
+                  "${pkgs.coreutils}/bin/kill -HUP $MAINPID"
+                ];
+              }
+              // lib.optionalAttrs (state != null) {
+                StateDirectory = "holdfast/${state.dir}";
+                StateDirectoryMode = state.mode;
+              }
+              // serviceConfig;
+          }
+          // lib.optionalAttrs (requires != [ ]) { inherit requires; };
+        }
+      ]
+    );
 }

@@ -60,15 +60,6 @@ let
     bash ${./policy-dir.sh} ${classesFile} ${if cfg.grants != { } then "${grantsFile}" else "-"} $out
   '';
 
-  configFile = common.checkedConfig {
-    name = "holdfast-controller.toml";
-    inherit (cfg) package settings;
-    program = "holdfast-controller";
-    checkArgs = [ "--offline" ];
-    enable = cfg.checkConfig;
-  };
-  exe = "${cfg.package}/bin/holdfast-controller";
-
   classAssertions = lib.concatMap (
     name:
     let
@@ -92,28 +83,12 @@ let
   ) (lib.attrNames cfg.classes);
 in
 {
-  options.services.holdfast.controller = {
-    enable = lib.mkEnableOption "the holdfast controller";
-    package = common.packageOption;
-    checkConfig = mkOption {
-      type = types.bool;
-      default = true;
-      description = "Check controller.toml and the class set at build time with `holdfast-controller check --offline`.";
-    };
-    classes = mkOption {
-      type = types.attrsOf classType;
-      default = { };
-      description = "Lock classes, [class.NAME] of classes.d (see config/classes.d/dev.toml, docs/policy.md).";
-    };
-    grants = mkOption {
-      type = types.attrsOf toml.type;
-      default = { };
-      description = "Grants, [grant.NAME] of grants.d (see config/grants.d/dev.toml).";
-    };
-    settings = mkOption {
-      default = { };
-      description = "controller.toml (see config/controller.toml). Only the keys below are read by the module.";
-      type = common.settingsType {
+  options.services.holdfast.controller =
+    common.daemonOptions {
+      title = "the holdfast controller";
+      checkDescription = "Check controller.toml and the class set at build time with `holdfast-controller check --offline`.";
+      settingsDescription = "controller.toml (see config/controller.toml). Only the keys below are read by the module.";
+      settingsOptions = {
         policy_dir = mkOption {
           type = types.str;
           default = "${policyDir}";
@@ -121,45 +96,30 @@ in
           description = "The directory holding classes.d/ and grants.d/. Elsewhere than the store (e.g. /etc/holdfast, as on Debian): readable by holdfast-controller, written by root only.";
         };
       };
+    }
+    // {
+      classes = mkOption {
+        type = types.attrsOf classType;
+        default = { };
+        description = "Lock classes, [class.NAME] of classes.d (see config/classes.d/dev.toml, docs/policy.md).";
+      };
+      grants = mkOption {
+        type = types.attrsOf toml.type;
+        default = { };
+        description = "Grants, [grant.NAME] of grants.d (see config/grants.d/dev.toml).";
+      };
     };
-  };
 
-  config = lib.mkIf cfg.enable (
-    lib.mkMerge [
-      (common.daemonUser "holdfast-controller" "holdfast controller")
-      {
-        assertions = classAssertions;
-        systemd.tmpfiles.settings.holdfast = common.etcDirs // {
-          "/etc/holdfast/classes.d" = common.tmpfile "0750" "root" "holdfast-controller";
-          "/etc/holdfast/grants.d" = common.tmpfile "0750" "root" "holdfast-controller";
-        };
-        environment.systemPackages = [ cfg.package ];
-        systemd.services.holdfast-controller = {
-          description = "holdfast controller (publishes the validated class set)";
-          after = [ "network-online.target" ];
-          wants = [ "network-online.target" ];
-          wantedBy = [ "multi-user.target" ];
-          restartTriggers = [ configFile ];
-          serviceConfig = common.hardening // {
-            Type = "notify";
-            NotifyAccess = "main";
-            ExecStartPre = "${exe} check --offline --config ${configFile}";
-            ExecStart = "${exe} --config ${configFile} --log-format plain";
-            ExecReload = [
-              "${exe} check --offline --config ${configFile}"
-              "${pkgs.coreutils}/bin/kill -HUP $MAINPID"
-            ];
-            TimeoutStartSec = "90s";
-            WatchdogSec = "30s";
-            TimeoutStopSec = "30s";
-            Restart = "on-failure";
-            RestartSec = "2s";
-            User = "holdfast-controller";
-            Group = "holdfast-controller";
-            RuntimeDirectory = "holdfast-controller";
-          };
-        };
-      }
-    ]
-  );
+  config = common.daemonConfig {
+    inherit cfg;
+    name = "controller";
+    userDescription = "holdfast controller";
+    description = "holdfast controller (publishes the validated class set)";
+    checkArgs = [ "--offline" ];
+    tmpfiles = {
+      "/etc/holdfast/classes.d" = common.tmpfile "0750" "root" "holdfast-controller";
+      "/etc/holdfast/grants.d" = common.tmpfile "0750" "root" "holdfast-controller";
+    };
+    config.assertions = classAssertions;
+  };
 }

@@ -26,50 +26,42 @@ let
   exe = "${cfg.package}/bin/holdfast-provision";
 in
 {
-  options.services.holdfast.provision = {
-    enable = lib.mkEnableOption "holdfast provisioning (Clevis/Tang unlock, fsync probe, CPU/IO tuning)";
-    package = common.packageOption;
-    checkConfig = mkOption {
-      type = types.bool;
-      default = true;
-      description = "Check the generated provision.toml at build time with `holdfast-provision check`.";
-    };
-    settings = mkOption {
-      default = { };
-      description = "provision.toml (see config/provision.toml). Only the keys below are read by the module.";
-      type = freeform {
-        tang = mkOption {
-          default = { };
-          type = freeform {
-            threshold = mkOption {
-              type = types.int;
-              default = 1;
-              description = "How many Tang servers must answer (sss threshold). 1: the loss of one hall never keeps a node locked.";
-            };
-            servers = mkOption {
-              default = [ ];
-              description = "The Tang servers, each in its own hall.";
-              type = types.listOf (freeform {
-                url = mkOption {
-                  type = types.str;
-                  description = "The Tang server's URL.";
-                };
-                hall = mkOption {
-                  type = types.str;
-                  description = "The hall the Tang server stands in.";
-                };
-              });
-            };
+  options.services.holdfast.provision = common.daemonOptions {
+    title = "holdfast provisioning (Clevis/Tang unlock, fsync probe, CPU/IO tuning)";
+    checkDescription = "Check the generated provision.toml at build time with `holdfast-provision check`.";
+    settingsDescription = "provision.toml (see config/provision.toml). Only the keys below are read by the module.";
+    settingsOptions = {
+      tang = mkOption {
+        default = { };
+        type = freeform {
+          threshold = mkOption {
+            type = types.int;
+            default = 1;
+            description = "How many Tang servers must answer (sss threshold). 1: the loss of one hall never keeps a node locked.";
+          };
+          servers = mkOption {
+            default = [ ];
+            description = "The Tang servers, each in its own hall.";
+            type = types.listOf (freeform {
+              url = mkOption {
+                type = types.str;
+                description = "The Tang server's URL.";
+              };
+              hall = mkOption {
+                type = types.str;
+                description = "The hall the Tang server stands in.";
+              };
+            });
           };
         };
-        tune = mkOption {
-          default = { };
-          type = freeform {
-            unit_dir = mkOption {
-              type = types.str;
-              default = "/run/systemd/system";
-              description = "Where `tune` writes the holdfast-etcd@.service.d/ drop-in. On NixOS /etc/systemd/system is read-only (the store), so the default is the runtime directory: the unit runs at every boot.";
-            };
+      };
+      tune = mkOption {
+        default = { };
+        type = freeform {
+          unit_dir = mkOption {
+            type = types.str;
+            default = "/run/systemd/system";
+            description = "Where `tune` writes the holdfast-etcd@.service.d/ drop-in. On NixOS /etc/systemd/system is read-only (the store), so the default is the runtime directory: the unit runs at every boot.";
           };
         };
       };

@@ -24,13 +24,6 @@ let
   cfg = config.services.holdfast.tailer;
   common = import ./common.nix { inherit lib pkgs; };
   inherit (lib) mkOption types;
-  configFile = common.checkedConfig {
-    name = "holdfast-tailer.toml";
-    inherit (cfg) package settings;
-    program = "holdfast-tailer";
-    enable = cfg.checkConfig;
-  };
-  exe = "${cfg.package}/bin/holdfast-tailer";
   storeDir = "/var/lib/holdfast/audit";
   # The etcd client keys the settings name ([etcd] and [coord] key_file),
   # except those already under /run/credentials: credential ID = file name.
@@ -43,75 +36,49 @@ let
   keyNames = map baseNameOf keyFiles;
 in
 {
-  options.services.holdfast.tailer = {
-    enable = lib.mkEnableOption "the holdfast audit tailer";
-    package = common.packageOption;
-    checkConfig = mkOption {
-      type = types.bool;
-      default = true;
-      description = "Check the generated tailer.toml at build time with `holdfast-tailer check`.";
-    };
-    settings = mkOption {
-      default = { };
-      description = "tailer.toml (see config/tailer.toml). The module reads the keys below, and etcd.key_file and coord.key_file: each is handed to the unit with LoadCredential= under its file name (keep the key root:root 0600).";
-      type = common.settingsType {
-        store_dir = mkOption {
-          type = types.str;
-          default = storeDir;
-          description = "The audit store. Must be /var/lib/holdfast/audit or under it, the unit's only writable directory (ProtectSystem=strict, StateDirectory=holdfast/audit: holdfast-tailer:holdfast-audit 0750).";
-        };
+  options.services.holdfast.tailer = common.daemonOptions {
+    title = "the holdfast audit tailer";
+    checkDescription = "Check the generated tailer.toml at build time with `holdfast-tailer check`.";
+    settingsDescription = "tailer.toml (see config/tailer.toml). The module reads the keys below, and etcd.key_file and coord.key_file: each is handed to the unit with LoadCredential= under its file name (keep the key root:root 0600).";
+    settingsOptions = {
+      store_dir = mkOption {
+        type = types.str;
+        default = storeDir;
+        description = "The audit store. Must be /var/lib/holdfast/audit or under it, the unit's only writable directory (ProtectSystem=strict, StateDirectory=holdfast/audit: holdfast-tailer:holdfast-audit 0750).";
       };
     };
   };
 
-  config = lib.mkIf cfg.enable (
-    lib.mkMerge [
-      (common.daemonUser "holdfast-tailer" "holdfast audit tailer")
-      {
-        users.groups.holdfast-audit = { };
-        assertions = [
-          {
-            assertion = common.within storeDir cfg.settings.store_dir;
-            message = "services.holdfast.tailer.settings.store_dir = \"${cfg.settings.store_dir}\" is not in ${storeDir}, the only directory the unit may write (StateDirectory=holdfast/audit, ProtectSystem=strict)";
-          }
-          {
-            assertion = lib.length (lib.unique keyNames) == lib.length keyNames;
-            message = "services.holdfast.tailer.settings: etcd.key_file and coord.key_file are different files with one file name (${lib.concatStringsSep ", " keyFiles}): each is handed to the unit as a credential named after its file, so rename one";
-          }
-        ];
-        systemd.tmpfiles.settings.holdfast = common.etcDirs // common.stateParent;
-        environment.systemPackages = [ cfg.package ];
-        systemd.services.holdfast-tailer = {
-          description = "holdfast audit tailer (records etcd's lock history)";
-          after = [ "network-online.target" ];
-          wants = [ "network-online.target" ];
-          wantedBy = [ "multi-user.target" ];
-          restartTriggers = [ configFile ];
-          serviceConfig = common.hardening // {
-            Type = "notify";
-            NotifyAccess = "main";
-            ExecStartPre = "${exe} check --config ${configFile}";
-            ExecStart = "${exe} --config ${configFile} --log-format plain";
-            TimeoutStartSec = "90s";
-            WatchdogSec = "30s";
-            TimeoutStopSec = "30s";
-            Restart = "on-failure";
-            RestartSec = "2s";
-            User = "holdfast-tailer";
-            Group = "holdfast-audit";
-            RuntimeDirectory = "holdfast-tailer";
-            StateDirectory = "holdfast/audit";
-            StateDirectoryMode = "0750";
-            # The store's files 0640, readable by group holdfast-audit
-            # (checkpoint.json and withheld.jsonl 0600: they may name a
-            # live hold's revision).
-            UMask = "0027";
-          }
-          // lib.optionalAttrs (keyFiles != [ ]) {
-            LoadCredential = map (f: "${baseNameOf f}:${f}") keyFiles;
-          };
-        };
-      }
-    ]
-  );
+  config = common.daemonConfig {
+    inherit cfg;
+    name = "tailer";
+    userDescription = "holdfast audit tailer";
+    description = "holdfast audit tailer (records etcd's lock history)";
+    # The tailer does not handle SIGHUP.
+    reload = false;
+    state = {
+      dir = "audit";
+      mode = "0750";
+      setting = "store_dir";
+    };
+    serviceConfig = {
+      Group = "holdfast-audit";
+      # The store's files 0640, readable by group holdfast-audit
+      # (checkpoint.json and withheld.jsonl 0600: they may name a
+      # live hold's revision).
+      UMask = "0027";
+    }
+    // lib.optionalAttrs (keyFiles != [ ]) {
+      LoadCredential = map (f: "${baseNameOf f}:${f}") keyFiles;
+    };
+    config = {
+      users.groups.holdfast-audit = { };
+      assertions = [
+        {
+          assertion = lib.length (lib.unique keyNames) == lib.length keyNames;
+          message = "services.holdfast.tailer.settings: etcd.key_file and coord.key_file are different files with one file name (${lib.concatStringsSep ", " keyFiles}): each is handed to the unit as a credential named after its file, so rename one";
+        }
+      ];
+    };
+  };
 }

@@ -1,11 +1,15 @@
-//! What the holdfast daemons (arbiter, controller, tailer) share: the
-//! Prometheus text endpoint each serves on `metrics_listen`, systemd
-//! readiness and watchdog ([`Notifier`]), the stop signals ([`Stop`]), the
-//! process's name in elections and records ([`identity`]), and the etcd
-//! election of the single-active daemons ([`election`]).
+//! What the holdfast daemons (arbiter, controller, tailer) share: their
+//! start-up in `main` ([`startup`]: `--log-format`, config load, runtime,
+//! exit statuses), their metrics' plumbing ([`metrics`]) and the Prometheus
+//! text endpoint each serves on `metrics_listen` ([`serve_metrics`]),
+//! systemd readiness and watchdog ([`Notifier`]), the stop signals
+//! ([`Stop`]), the process's name in elections and records ([`identity`]),
+//! and the etcd election of the single-active daemons ([`election`]).
 
 pub mod election;
+pub mod metrics;
 pub mod route;
+pub mod startup;
 
 use http_body_util::Full;
 use hyper::body::Bytes;

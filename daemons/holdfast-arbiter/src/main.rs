@@ -1,8 +1,9 @@
 //! holdfast-arbiter: reads arguments, loads the config, runs the server.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use holdfast_arbiter::config::{ArbiterConfig, DEFAULT_PATH};
 use holdfast_arbiter::telemetry::Telemetry;
+use holdfast_daemon::startup::{Daemon, LogFormat, exit_code};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,71 +41,43 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Plain,
-    Json,
-}
+const DAEMON: Daemon = Daemon::new("holdfast-arbiter");
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    exit_code(start(Args::parse()))
+}
+
+fn start(args: Args) -> Result<ExitCode, ExitCode> {
     if let Some(Command::GenerateDocs { out }) = &args.command {
-        return ExitCode::from(holdfast_cli::docs::run_daemon(
+        return Ok(ExitCode::from(holdfast_cli::docs::run_daemon(
             <Args as clap::CommandFactory>::command(),
             out,
             &[holdfast_cli::docs::ConfigPage { file: "holdfast-arbiter.toml", heading: "## arbiter.toml" }],
-        ));
+        )));
     }
-    let config = match ArbiterConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("holdfast-arbiter: {e}");
-            return ExitCode::from(78); // EX_CONFIG
-        }
-    };
+    let config = DAEMON.config(ArbiterConfig::load(&args.config))?;
     if let Some(Command::Check) = args.command {
         holdfast_arbiter::server::install_crypto_provider();
-        if let Err(e) = holdfast_arbiter::tls::load(&config.tls) {
-            eprintln!("holdfast-arbiter: {}: [tls]: {e}", args.config.display());
-            return ExitCode::from(78); // EX_CONFIG
-        }
+        let path = args.config.display();
+        DAEMON.config(holdfast_arbiter::tls::load(&config.tls).map_err(|e| format!("{path}: [tls]: {e}")))?;
         // A [mutation] table passes only in the gate's test builds (the
         // deliberate bugs are compiled out of every other arbiter).
-        if let Err(e) = holdfast_arbiter::server::apply_mutations(&config.mutation) {
-            eprintln!("holdfast-arbiter: {}: {e}", args.config.display());
-            return ExitCode::from(78); // EX_CONFIG
-        }
-        println!("{}: ok", args.config.display());
-        return ExitCode::SUCCESS;
+        DAEMON.config(holdfast_arbiter::server::apply_mutations(&config.mutation).map_err(|e| format!("{path}: {e}")))?;
+        println!("{path}: ok");
+        return Ok(ExitCode::SUCCESS);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("holdfast-arbiter: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime = DAEMON.runtime()?;
     // The exporter's connections live on the runtime: build it there.
-    let telemetry = match runtime.block_on(async { Telemetry::start(&config.tracing, &config.cluster_name) }) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("holdfast-arbiter: {e:#}");
-            return ExitCode::from(78);
-        }
-    };
+    let telemetry = runtime
+        .block_on(async { Telemetry::start(&config.tracing, &config.cluster_name) })
+        .map_err(|e| DAEMON.config_error(format_args!("{e:#}")))?;
     init_logging(args.log_format, telemetry.as_ref());
     let outcome = runtime.block_on(holdfast_arbiter::server::run(config));
     // Flush queued spans while the runtime that sends them still runs.
     if let Some(t) = telemetry {
         t.shutdown();
     }
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("holdfast-arbiter: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    Ok(DAEMON.outcome(outcome))
 }
 
 /// Logs through holdfast-daemon's layer (journald natively under systemd,
@@ -113,7 +86,7 @@ fn main() -> ExitCode {
 /// does not decide what is exported).
 fn init_logging(format: LogFormat, telemetry: Option<&Telemetry>) {
     use tracing_subscriber::prelude::*;
-    let log = holdfast_daemon::log_layer(matches!(format, LogFormat::Json));
+    let log = holdfast_daemon::log_layer(format.json());
     let spans = telemetry.map(|t| t.layer().boxed());
     tracing_subscriber::registry().with(log).with(spans).init();
 }

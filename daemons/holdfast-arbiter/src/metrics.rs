@@ -11,6 +11,8 @@
 //! fails on any other label and on a missing one. Per-key questions go to
 //! `holdfastctl inspect`.
 
+pub use holdfast_daemon::metrics::Labels;
+use holdfast_daemon::metrics::ProcessMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -18,28 +20,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::{LazyLock, OnceLock};
-
-static CLUSTER: OnceLock<String> = OnceLock::new();
 
 /// The process's metrics. Call [`init`] first with the configured name.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(CLUSTER.get().map(String::as_str).unwrap_or("default")));
+pub static METRICS: ProcessMetrics<Metrics> = ProcessMetrics::new(Metrics::new);
 
 /// Sets the `cluster` label value (from configuration). First call wins.
 pub fn init(cluster: &str) {
-    let _ = CLUSTER.set(cluster.to_string());
-    LazyLock::force(&METRICS);
+    METRICS.init(cluster);
 }
 
 /// Increments a counter of this process.
 pub fn inc(f: fn(&Metrics) -> &Family<Labels, Counter>) {
     let m = &*METRICS;
     f(m).get_or_create(&m.labels).inc();
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Labels {
-    pub cluster: String,
 }
 
 /// Labels of per-class counters: the class of the call's key, from the
@@ -355,9 +348,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        holdfast_daemon::metrics::encode(&self.registry)
     }
 }
 

@@ -1,7 +1,8 @@
 //! holdfast-controller: reads arguments, loads the config, runs the loop.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use holdfast_config::controller::{ControllerConfig, DEFAULT_PATH};
+use holdfast_daemon::startup::{Daemon, LogFormat, exit_code};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -48,44 +49,24 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Plain,
-    Json,
-}
+const DAEMON: Daemon = Daemon::new("holdfast-controller");
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    exit_code(start(Args::parse()))
+}
+
+fn start(args: Args) -> Result<ExitCode, ExitCode> {
     if let Some(Command::GenerateDocs { out }) = &args.command {
-        return ExitCode::from(holdfast_cli::docs::run_daemon(
+        return Ok(ExitCode::from(holdfast_cli::docs::run_daemon(
             <Args as clap::CommandFactory>::command(),
             out,
             &[holdfast_cli::docs::ConfigPage { file: "holdfast-controller.toml", heading: "## controller.toml" }],
-        ));
+        )));
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("holdfast-controller: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime = DAEMON.runtime()?;
     if let Some(Command::Check { offline }) = args.command {
-        return ExitCode::from(runtime.block_on(holdfast_controller::check::run(&args.config, offline)));
+        return Ok(ExitCode::from(runtime.block_on(holdfast_controller::check::run(&args.config, offline))));
     }
-    let config = match ControllerConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("holdfast-controller: {e}");
-            return ExitCode::from(holdfast_controller::check::CONFIG);
-        }
-    };
-    holdfast_daemon::init_logging(matches!(args.log_format, LogFormat::Json));
-    match runtime.block_on(holdfast_controller::server::run(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("holdfast-controller: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let config = DAEMON.config(ControllerConfig::load(&args.config))?;
+    Ok(DAEMON.serve(&runtime, args.log_format, holdfast_controller::server::run(config)))
 }

@@ -3,28 +3,20 @@
 //! Names follow `holdfast_controller_<thing>_<unit|total>`; the only label is
 //! `cluster` (the configured `cluster_name`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+pub use holdfast_daemon::metrics::Labels;
+use holdfast_daemon::metrics::{ProcessMetrics, register};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::{LazyLock, OnceLock};
-
-static CLUSTER: OnceLock<String> = OnceLock::new();
 
 /// The process's metrics. Call [`init`] first with the configured name.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(CLUSTER.get().map(String::as_str).unwrap_or("default")));
+pub static METRICS: ProcessMetrics<Metrics> = ProcessMetrics::new(Metrics::new);
 
 /// Sets the `cluster` label value (from configuration). First call wins.
 pub fn init(cluster: &str) {
-    let _ = CLUSTER.set(cluster.to_string());
-    LazyLock::force(&METRICS);
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Labels {
-    pub cluster: String,
+    METRICS.init(cluster);
 }
 
 pub struct Metrics {
@@ -38,37 +30,33 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(cluster: &str) -> Self {
-        let mut registry = Registry::with_prefix("holdfast_controller");
-        let m = Metrics {
-            registry: Registry::default(),
-            labels: Labels { cluster: cluster.to_string() },
-            refusals: Default::default(),
-            published_version: Default::default(),
-            demoted_classes: Default::default(),
-            leader: Default::default(),
-        };
-        registry.register(
-            "refusals",
-            "Changes of the policy directory refused by this controller as leader (invalid, unreadable or unchecked); the last good set stayed in force",
-            m.refusals.clone(),
-        );
-        registry.register(
-            "published_version",
-            "Version of the set at /sys/policy as this controller last read it (0: none)",
-            m.published_version.clone(),
-        );
-        registry.register(
-            "demoted_classes",
-            "Classes of the set at /sys/policy, as this controller last read or published it as leader, declared fenced but demoted to advisory: no passing, unexpired pause-test result for their resource at their schema version (0 on a standby)",
-            m.demoted_classes.clone(),
-        );
-        registry.register("leader", "1 while this controller is the active (elected) one, else 0", m.leader.clone());
-        // Present from the start, so a rate or an alert works before the first event.
-        let _ = m.refusals.get_or_create(&m.labels);
-        let _ = m.published_version.get_or_create(&m.labels);
-        let _ = m.demoted_classes.get_or_create(&m.labels);
-        let _ = m.leader.get_or_create(&m.labels);
-        Metrics { registry, ..m }
+        let mut r = Registry::with_prefix("holdfast_controller");
+        let labels = Labels { cluster: cluster.to_string() };
+        let l = &labels;
+        Metrics {
+            refusals: register(
+                &mut r,
+                l,
+                "refusals",
+                "Changes of the policy directory refused by this controller as leader (invalid, unreadable or unchecked); the last good set stayed in force",
+            ),
+            published_version: register(
+                &mut r,
+                l,
+                "published_version",
+                "Version of the set at /sys/policy as this controller last read it (0: none)",
+            ),
+            demoted_classes: register(
+                &mut r,
+                l,
+                "demoted_classes",
+                "Classes of the set at /sys/policy, as this controller last read or published it as leader, declared fenced but demoted to advisory: no passing, unexpired pause-test result for their resource at their schema version (0 on a standby)",
+            ),
+            leader: register(&mut r, l, "leader", "1 while this controller is the active (elected) one, else 0"),
+            // Last: the fields above borrow them.
+            labels,
+            registry: r,
+        }
     }
 
     pub fn refused(&self) {
@@ -92,9 +80,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        holdfast_daemon::metrics::encode(&self.registry)
     }
 }
 

@@ -1,7 +1,8 @@
 //! holdfast-tailer: reads arguments, loads the config, runs the loop.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use holdfast_config::tailer::{DEFAULT_PATH, TailerConfig};
+use holdfast_daemon::startup::{Daemon, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,11 +60,7 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Plain,
-    Json,
-}
+const DAEMON: Daemon = Daemon::new("holdfast-tailer");
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -81,27 +78,9 @@ fn main() -> ExitCode {
         }
         Some(Command::Run) | None => {}
     }
-    let config = match TailerConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("holdfast-tailer: {e}");
-            return ExitCode::from(holdfast_tailer::check::CONFIG);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("holdfast-tailer: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    holdfast_daemon::init_logging(matches!(args.log_format, LogFormat::Json));
-    match runtime.block_on(holdfast_tailer::server::run(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("holdfast-tailer: {e:#}");
-            ExitCode::FAILURE
-        }
+    match DAEMON.config(TailerConfig::load(&args.config)) {
+        Ok(config) => DAEMON.start(args.log_format, holdfast_tailer::server::run(config)),
+        Err(code) => code,
     }
 }
 

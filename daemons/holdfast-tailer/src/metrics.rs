@@ -3,51 +3,20 @@
 //! Names follow `holdfast_tailer_<thing>_<unit|total>`; the only label is
 //! `cluster` (the configured `cluster_name`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+pub use holdfast_daemon::metrics::Labels;
+use holdfast_daemon::metrics::{ProcessMetrics, register};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::{LazyLock, OnceLock};
-
-static CLUSTER: OnceLock<String> = OnceLock::new();
 
 /// The process's metrics. Call [`init`] first with the configured name.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics::new(CLUSTER.get().map(String::as_str).unwrap_or("default")));
+pub static METRICS: ProcessMetrics<Metrics> = ProcessMetrics::new(Metrics::new);
 
 /// Sets the `cluster` label value (from configuration). First call wins.
 pub fn init(cluster: &str) {
-    let _ = CLUSTER.set(cluster.to_string());
-    LazyLock::force(&METRICS);
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Labels {
-    pub cluster: String,
-}
-
-/// One gauge or counter with the `cluster` label.
-fn register<
-    M: prometheus_client::metrics::TypedMetric
-        + prometheus_client::encoding::EncodeMetric
-        + Clone
-        + Default
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
->(
-    registry: &mut Registry,
-    labels: &Labels,
-    name: &str,
-    help: &str,
-) -> Family<Labels, M> {
-    let family: Family<Labels, M> = Family::default();
-    registry.register(name, help, family.clone());
-    // Present from the start, so an alert works before the first event.
-    let _ = family.get_or_create(labels);
-    family
+    METRICS.init(cluster);
 }
 
 pub struct Metrics {
@@ -92,14 +61,10 @@ impl Metrics {
                 "withheld_revisions",
                 "Revisions kept out of the store and every sink because a hold they granted is still live (with the epoch, the revision is its token); stored when the hold ends",
             ),
-            registry: Registry::default(),
+            // Last: the fields above borrow them.
             labels,
+            registry: r,
         }
-        .with_registry(r)
-    }
-
-    fn with_registry(self, registry: Registry) -> Self {
-        Metrics { registry, ..self }
     }
 
     /// `events` more stored. No revision is exported: on a quiet cluster
@@ -129,9 +94,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        holdfast_daemon::metrics::encode(&self.registry)
     }
 }
 
