@@ -1,11 +1,13 @@
 //! A Stateright model of holdfast's lock protocol, checked exhaustively to a
 //! bound: grants and releases (the transactions of `holdfast_store::txn`,
-//! compare for compare), sessions, keepalives and send-time deadlines, lease
-//! expiry, the arbiter's seal and its record of served epochs, snapshots and
-//! restores of any earlier snapshot, the two-person epoch advance with its
-//! allocator on coord, key moves between entity clusters, and a fenced
-//! resource. Nine deliberate bugs ([`Mutation`]) each produce a
-//! counterexample. See docs/protocol.md.
+//! compare for compare; lost grant answers and their retries), sessions,
+//! keepalives and send-time deadlines, lease expiry, the arbiter's seal and
+//! its record of served epochs, snapshots and restores of any earlier
+//! snapshot, the two-person epoch advance with its allocator on coord, key
+//! moves between entity clusters, and a fenced resource; etcd leader
+//! changes, with a deposed leader that still answers keepalives (the
+//! arbiter's Raft-term confirmation). Ten deliberate bugs ([`Mutation`])
+//! each produce a counterexample. See docs/protocol.md.
 //!
 //! Lab only (`harness/`), never packaged.
 
@@ -24,7 +26,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 impl Mutation {
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::NoEpochCompare,
         Mutation::TokenFromCounter,
         Mutation::NoSealCheck,
@@ -34,6 +36,7 @@ impl Mutation {
         Mutation::MoveWithoutDrain,
         Mutation::DeadlineFromReceiveTime,
         Mutation::ReleaseUnguarded,
+        Mutation::NoKeepaliveConfirmation,
     ];
 
     /// The scenario whose bound exposes it.
@@ -41,6 +44,7 @@ impl Mutation {
         match self {
             Mutation::MoveWithoutAdvance | Mutation::MoveWithoutDrain => Scenario::Move,
             Mutation::DeadlineFromReceiveTime | Mutation::ReleaseUnguarded => Scenario::Time,
+            Mutation::NoKeepaliveConfirmation => Scenario::Leader,
             _ => Scenario::Restore,
         }
     }
@@ -57,6 +61,7 @@ impl Mutation {
             Mutation::MoveWithoutDrain => NO_TWO_LIVE_HOLDERS,
             Mutation::DeadlineFromReceiveTime => NO_TWO_LIVE_HOLDERS,
             Mutation::ReleaseUnguarded => NO_TWO_LIVE_HOLDERS,
+            Mutation::NoKeepaliveConfirmation => NO_TWO_LIVE_HOLDERS,
         }
     }
 }
@@ -159,10 +164,27 @@ pub fn render(model: &ProtocolModel, steps: Vec<(State, Option<Action>)>, proper
 fn effect(prev: &State, next: &State, action: &Action) -> String {
     use state::{Serve, show_token};
     match *action {
-        Action::Acquire { client, key, .. } => {
+        Action::Acquire { client, key, answer_lost, .. } => {
             let c = usize::from(client);
-            match next.clients[c].held[usize::from(key)] {
-                Some(h) => format!(" → granted {} on {}", show_token(h.token), (b'X' + h.cluster) as char),
+            let ki = usize::from(key);
+            let cluster = |h: u8| (b'X' + h) as char;
+            match next.clients[c].held[ki] {
+                // No transaction committed: the retry found its own hold.
+                Some(h) if prev.budget.grants == next.budget.grants => {
+                    format!(" → its own hold (the session's): granted {} on {}", show_token(h.token), cluster(h.cluster))
+                }
+                Some(h) => format!(" → granted {} on {}", show_token(h.token), cluster(h.cluster)),
+                None if answer_lost => {
+                    let ci = usize::from(next.coord.map[ki]);
+                    match next.clusters[ci].store.holds[ki] {
+                        Some(h) => format!(
+                            " → committed {} on {}, never received",
+                            show_token(state::token(h.epoch, u64::from(h.create_revision))),
+                            cluster(ci as u8)
+                        ),
+                        None => " → committed, never received".into(),
+                    }
+                }
                 None => " → committed, but the token is withheld and the arbiter seals".into(),
             }
         }
@@ -199,10 +221,17 @@ fn effect(prev: &State, next: &State, action: &Action) -> String {
                 " → nothing deleted".into()
             }
         }
-        Action::KeepaliveAnswer { client, cluster } => match next.clients[usize::from(client)].sessions[usize::from(cluster)] {
-            Some(s) => format!(" → local deadline {}", s.deadline),
-            None => String::new(),
-        },
+        Action::KeepaliveAnswer { client, cluster } => {
+            let ci = usize::from(cluster);
+            let answer = prev.clients[usize::from(client)].sessions[ci].and_then(|s| s.keepalive).and_then(|k| k.answer);
+            match (answer, next.clients[usize::from(client)].sessions[ci]) {
+                (Some(state::Renewal::Renewed { confirmed: false }), Some(s)) => {
+                    format!(" → renewed, but in an unconfirmed term: not counted (local deadline stays {})", s.deadline)
+                }
+                (_, Some(s)) => format!(" → local deadline {}", s.deadline),
+                (_, None) => String::new(),
+            }
+        }
         Action::KeepaliveAtLeader { client, cluster } => {
             let ci = usize::from(cluster);
             let lease = prev.clients[usize::from(client)].sessions[ci].map(|s| s.lease).unwrap_or(0);
@@ -210,6 +239,27 @@ fn effect(prev: &State, next: &State, action: &Action) -> String {
                 Some(l) => format!(" (t={}) → lease expires at {}", next.now, l.expiry),
                 None => " → lease gone".into(),
             }
+        }
+        Action::KeepaliveAtDeposed { client, cluster } => {
+            let ci = usize::from(cluster);
+            let lease = prev.clients[usize::from(client)].sessions[ci].map(|s| s.lease).unwrap_or(0);
+            let answer = next.clients[usize::from(client)].sessions[ci].and_then(|s| s.keepalive).and_then(|k| k.answer);
+            let real = next.clusters[ci].store.lease(lease).map(|l| l.expiry);
+            let term = prev.clusters[ci].deposed.as_ref().map(|d| d.term).unwrap_or(0);
+            match (answer, real) {
+                (Some(state::Renewal::Renewed { .. }), Some(e)) => {
+                    format!(" (t={}) → answers TTL in term {term}; the real lease still expires at {e}", next.now)
+                }
+                (Some(state::Renewal::Renewed { .. }), None) => {
+                    format!(" (t={}) → answers TTL in term {term}; the real lease is gone", next.now)
+                }
+                _ => " → lease not found".into(),
+            }
+        }
+        Action::LeaderChange { cluster } => {
+            let cl = &next.clusters[usize::from(cluster)];
+            let leases: Vec<String> = cl.store.leases.iter().map(|l| format!("{} until {}", l.id, l.expiry)).collect();
+            format!(" (t={}) → term {}, leases {}", next.now, cl.term, leases.join(", "))
         }
         Action::Tick => format!(" → t={}", next.now),
         _ => String::new(),

@@ -4,12 +4,13 @@
 use crate::state::*;
 use stateright::{Model, Property};
 
-/// The lease TTL, in model time units.
+/// The lease TTL, in model time units (`Config::ttl`; the scenario with
+/// leader changes needs a finer clock, see [`Config::ci`]).
 pub const TTL: u8 = 2;
-/// `holdfast_client::session::FENCE_MARGIN`.
+/// `holdfast_client::session::FENCE_MARGIN`, in model time units.
 pub const FENCE_MARGIN: u8 = 1;
 
-/// The nine deliberate bugs. Each must produce a counterexample.
+/// The ten deliberate bugs. Each must produce a counterexample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutation {
     /// `grant_txn` without `Compare::value(EPOCH_KEY, ..)`
@@ -38,6 +39,10 @@ pub enum Mutation {
     /// `release_txn_for` without the create-revision, lease and session
     /// guard (`mutation::RELEASE_UNGUARDED`).
     ReleaseUnguarded,
+    /// A keepalive answered with a TTL counts without the quorum read of
+    /// the Raft term (`mutation::NO_KEEPALIVE_CONFIRMATION` in
+    /// `LockService::renew`): a deposed leader's answer moves the deadline.
+    NoKeepaliveConfirmation,
 }
 
 /// Which environment a check runs in (each a bound of one model).
@@ -53,6 +58,10 @@ pub enum Scenario {
     /// One cluster with a clock: keepalives (send, leader renews, answer,
     /// loss), client deadlines, lease expiry by the clock.
     Time,
+    /// The Time scenario's cluster with a finer clock (TTL 3) and an etcd
+    /// leader change: the deposed leader stalls and still answers
+    /// keepalives in its old term; the arbiter confirms the term.
+    Leader,
     /// A holder and a waiter; the holder releases or stops (its lease then
     /// expires); every path ends, and the waiter must be granted.
     Liveness,
@@ -68,6 +77,12 @@ pub struct Config {
     pub clients: u8,
     pub arbiters: u8,
     pub clock: bool,
+    /// The lease TTL and the client's fence margin, in model time units.
+    pub ttl: u8,
+    pub fence_margin: u8,
+    /// Clients 0..renewers send keepalives (the others live on their
+    /// sessions' first deadline, and new sessions).
+    pub renewers: u8,
     pub budget: Budget,
     /// Test-only knob for the liveness check's vacuity: the waiter does not
     /// retry a refused acquire.
@@ -79,6 +94,14 @@ pub struct Config {
     /// re-checks before granting there again. An assumption of the real
     /// protocol; `false` shows what it rests on.
     pub restore_breaks_connections: bool,
+    /// A client does not acquire a key again on a session while a release
+    /// of that key from that session may still be in flight (a release
+    /// whose answer it has not had). The arbiter answers an acquire that
+    /// finds the session's own hold with that hold's token (the retry of a
+    /// lost grant answer), so a release still in flight would delete the
+    /// hold the client now believes it has. An assumption about the client;
+    /// `false` shows what it rests on.
+    pub reacquire_waits_for_release: bool,
 }
 
 impl Config {
@@ -94,19 +117,31 @@ impl Config {
             crashes: 0,
             stops: 0,
             ticks: 0,
+            lost_answers: 0,
+            leader_changes: 0,
             grants: 3,
         };
         let (clusters, separate_coord, arbiters, clock, budget) = match scenario {
             Scenario::Restore => (1, false, 2, false, Budget { snapshots: 1, restores: 1, advances: 2, sessions: 2, grants: 2, ..none }),
-            Scenario::Move => (2, true, 1, false, Budget { advances: 1, moves: 1, sessions: 1, ..none }),
+            Scenario::Move => (2, true, 1, false, Budget { advances: 1, moves: 1, sessions: 1, lost_answers: 1, ..none }),
             Scenario::Time => (1, false, 1, true, Budget { sessions: 1, ticks: 2, redeliveries: 1, ..none }),
-            Scenario::Liveness => (1, false, 1, false, Budget { crashes: 1, stops: 1, grants: 1, ..none }),
+            // The clock to t = 3: a deposed leader's answers can outrun the
+            // real lease only from two renewals on, sent more than the
+            // fence margin after the change.
+            Scenario::Leader => (1, false, 1, true, Budget { sessions: 1, ticks: 3, leader_changes: 1, grants: 2, ..none }),
+            Scenario::Liveness => (1, false, 1, false, Budget { crashes: 1, stops: 1, grants: 1, lost_answers: 1, ..none }),
         };
         // Restore: one client (a second multiplies the space by ~10; the
         // deep bound has two); the resource is written in Move (two
         // clients, tokens across clusters).
         let clients = if scenario == Scenario::Restore { 1 } else { 2 };
         let writes = scenario == Scenario::Move;
+        // Leader: TTL 3 (with TTL 2 and margin 1 a client can renew only in
+        // the time unit it last sent in, so no deadline moves past the
+        // change); only client 0 renews (client 1 lives on its sessions'
+        // first deadline: two renewers multiply the space by ~27, and the
+        // Time scenario has both renewing).
+        let (ttl, renewers) = if scenario == Scenario::Leader { (3, 1) } else { (TTL, clients) };
         Config {
             scenario,
             mutation: None,
@@ -116,10 +151,14 @@ impl Config {
             clients,
             arbiters,
             clock,
+            ttl,
+            fence_margin: FENCE_MARGIN,
+            renewers,
             budget,
             waiter_polls: true,
             writes,
             restore_breaks_connections: true,
+            reacquire_waits_for_release: true,
         }
     }
 
@@ -136,8 +175,13 @@ impl Config {
             }
             // Both arbiters.
             Scenario::Move => c.arbiters = 2,
-            // A longer clock.
-            Scenario::Time => b.ticks = 3,
+            // A longer clock, and a lost grant answer.
+            Scenario::Time => {
+                b.ticks = 3;
+                b.lost_answers = 1;
+            }
+            // Both clients renew.
+            Scenario::Leader => c.renewers = 2,
             Scenario::Liveness => {
                 b.crashes = 2;
                 c.arbiters = 2;
@@ -176,11 +220,13 @@ pub enum Action {
     Crash {
         arbiter: u8,
     },
-    /// `grant::attempt` with `txn::grant_txn`.
+    /// `grant::attempt` with `txn::grant_txn`; `answer_lost`: the grant
+    /// commits but its answer never reaches the client, which asks again.
     Acquire {
         client: u8,
         arbiter: u8,
         key: u8,
+        answer_lost: bool,
     },
     /// The client asks for a release (`Hold::release`); the request travels.
     Release {
@@ -217,6 +263,11 @@ pub enum Action {
         client: u8,
         cluster: u8,
     },
+    /// The keepalive reaches a deposed leader that still answers.
+    KeepaliveAtDeposed {
+        client: u8,
+        cluster: u8,
+    },
     KeepaliveAnswer {
         client: u8,
         cluster: u8,
@@ -230,6 +281,11 @@ pub enum Action {
         client: u8,
     },
     Tick,
+    /// etcd elects a new leader (`lessor.Promote`); the old one stalls
+    /// without learning it and keeps answering keepalives.
+    LeaderChange {
+        cluster: u8,
+    },
     /// The leader expires a lease: the lease and its keys go.
     Expire {
         cluster: u8,
@@ -287,7 +343,7 @@ impl ProtocolModel {
         let clients = c.clients;
         let mut clusters = Vec::new();
         for i in 0..c.clusters {
-            let leases: Vec<Lease> = (0..clients).map(|k| Lease { id: 1 + k, expiry: TTL }).collect();
+            let leases: Vec<Lease> = (0..clients).map(|k| Lease { id: 1 + k, expiry: c.ttl }).collect();
             let store = Store {
                 revision: 1,
                 epoch: EpochRecord { epoch: u32::from(i) + 1, cluster_id: i, log_floor: 0, mint: i },
@@ -298,7 +354,16 @@ impl ProtocolModel {
                 sessions: leases.iter().map(|l| l.id).collect(),
                 leases,
             };
-            clusters.push(Cluster { store, log_offset: 0, snapshots: vec![], rewound: false, max_issued: 0, pre_restore_max: 0 });
+            clusters.push(Cluster {
+                store,
+                log_offset: 0,
+                snapshots: vec![],
+                rewound: false,
+                max_issued: 0,
+                pre_restore_max: 0,
+                term: 1,
+                deposed: None,
+            });
         }
         let arbiter = Arbiter {
             serve: vec![Serve::Unverified; usize::from(c.clusters)],
@@ -306,7 +371,7 @@ impl ProtocolModel {
             served: vec![None; usize::from(c.clusters)],
             counter: 0,
         };
-        let session = |k: u8| Some(Session { lease: 1 + k, deadline: TTL - FENCE_MARGIN, keepalive: None });
+        let session = |k: u8| Some(Session { lease: 1 + k, deadline: c.ttl - c.fence_margin, keepalive: None });
         let mut s = State {
             now: 0,
             coord: Coord {
@@ -340,7 +405,7 @@ impl ProtocolModel {
             // Client 0 holds key 0, granted by arbiter A at revision 2.
             let record = s.clusters[0].store.epoch.clone();
             s.clusters[0].store.revision = 2;
-            s.clusters[0].store.holds[0] = Some(Hold { lease: 1, create_revision: 2 });
+            s.clusters[0].store.holds[0] = Some(Hold { lease: 1, create_revision: 2, epoch: record.epoch, grant: 1 });
             let t = token(record.epoch, 2);
             s.arbiters[0].serve[0] = Serve::Serving(record.clone());
             s.arbiters[0].served[0] = Some(record.clone());
@@ -454,8 +519,10 @@ impl ProtocolModel {
         }
     }
 
-    /// `grant::attempt_txn`, with `txn::grant_txn`.
-    fn acquire(&self, s: &mut State, client: u8, arbiter: u8, key: u8) {
+    /// `grant::attempt_txn`, with `txn::grant_txn`. `answer_lost`: the
+    /// answer never reaches the client (it retries: the same session asks
+    /// again).
+    fn acquire(&self, s: &mut State, client: u8, arbiter: u8, key: u8, answer_lost: bool) {
         let (ai, ki, cli) = (usize::from(arbiter), usize::from(key), usize::from(client));
         let ci = usize::from(s.coord.map[ki]);
         let c = &s.clients[cli];
@@ -463,6 +530,11 @@ impl ProtocolModel {
             return;
         }
         let Some(sess) = c.sessions[ci] else { return };
+        if self.cfg.reacquire_waits_for_release
+            && s.net.iter().any(|m| m.client == client && m.key == key && m.cluster == ci as u8 && m.lease == sess.lease)
+        {
+            return;
+        }
         // `can_start`.
         if self.cfg.clock && s.now >= sess.deadline {
             return;
@@ -473,7 +545,13 @@ impl ProtocolModel {
             return;
         }
         let Serve::Serving(current) = s.arbiters[ai].serve[ci].clone() else { return };
-        if s.budget.grants == 0 {
+        let own_hold = s.clusters[ci].store.holds[ki].filter(|h| h.lease == sess.lease);
+        // The bound: successful grant transactions (a retry that finds its
+        // own hold commits nothing).
+        if s.budget.grants == 0 && own_hold.is_none() {
+            return;
+        }
+        if answer_lost && (s.budget.lost_answers == 0 || own_hold.is_some()) {
             return;
         }
         let epoch = current.epoch;
@@ -488,12 +566,38 @@ impl ProtocolModel {
             // The or_else reads, classified in `attempt_txn`'s order: a seal
             // (another arbiter sealed: re-check), the session record (a
             // refusal, nothing else), the epoch record (re-read it), else
-            // held by another session (the revision is observed).
+            // the revision is observed and the hold read: held by another
+            // session, or by this very session (a retried acquire: the same
+            // hold, its token again).
             let a = &mut s.arbiters[ai];
             if !unsealed || (session_same && st.epoch != current) {
                 Self::etcd_failed(a, ci);
-            } else if session_same {
-                Self::observe(a, ci, epoch, st.revision);
+                return;
+            }
+            if !session_same {
+                return;
+            }
+            Self::observe(a, ci, epoch, st.revision);
+            let Some(hold) = st.holds[ki] else { return };
+            if hold.lease != sess.lease || hold.epoch != epoch {
+                return;
+            }
+            let t = token(hold.epoch, u64::from(hold.create_revision));
+            let grant = Self::deliver(s, ci, ki, t, hold.grant);
+            if let Some(h) = s.clusters[ci].store.holds[ki].as_mut() {
+                h.grant = grant;
+            }
+            s.clients[cli].held[ki] = Some(Held {
+                cluster: ci as u8,
+                token: t,
+                lease: sess.lease,
+                create_revision: hold.create_revision,
+                arbiter,
+                grant,
+                ended: false,
+            });
+            if client == 1 {
+                s.waiter_granted = true;
             }
             return;
         }
@@ -501,14 +605,14 @@ impl ProtocolModel {
         s.budget.grants -= 1;
         let st = &mut s.clusters[ci].store;
         let revision = Self::write(st);
-        st.holds[ki] = Some(Hold { lease: sess.lease, create_revision: revision });
+        st.holds[ki] = Some(Hold { lease: sess.lease, create_revision: revision, epoch, grant: 0 });
         // The response: cluster ID equals the record's (always, here).
         let withhold = revision <= highest_before && !self.cfg.on(Mutation::NoSealCheck);
         let a = &mut s.arbiters[ai];
         if withhold {
             // Rewound: seal, and `withdraw_txn` (guarded like a release).
             a.serve[ci] = Serve::Sealed(epoch);
-            if st.holds[ki] == Some(Hold { lease: sess.lease, create_revision: revision }) && st.has_session(sess.lease) {
+            if st.holds[ki].is_some_and(|h| h.lease == sess.lease && h.create_revision == revision) && st.has_session(sess.lease) {
                 st.holds[ki] = None;
                 Self::write(st);
             }
@@ -522,13 +626,37 @@ impl ProtocolModel {
             revision
         };
         let t = token(epoch, u64::from(minted));
-        // Ghost history for the properties.
+        if answer_lost {
+            // The token never reaches anyone: it counts as issued when
+            // the retry delivers it (ghost: grant 0 until then).
+            s.budget.lost_answers -= 1;
+            return;
+        }
+        let grant = Self::deliver(s, ci, ki, t, 0);
+        if let Some(h) = s.clusters[ci].store.holds[ki].as_mut() {
+            h.grant = grant;
+        }
+        s.clients[cli].held[ki] =
+            Some(Held { cluster: ci as u8, token: t, lease: sess.lease, create_revision: revision, arbiter, grant, ended: false });
+        if client == 1 {
+            s.waiter_granted = true;
+        }
+    }
+
+    /// Ghost history for the properties: token `t` reaches a client.
+    /// `grant` is the grant it already is (a retry answered with a hold
+    /// delivered before), or 0: a new grant in the key's order. Returns
+    /// the grant's number.
+    fn deliver(s: &mut State, ci: usize, ki: usize, t: u64, grant: u8) -> u8 {
         let cl = &mut s.clusters[ci];
         if cl.rewound || cl.store.seal {
             s.broken.sealed = true;
         }
         if cl.pre_restore_max > 0 && t <= cl.pre_restore_max {
             s.broken.reissue = true;
+        }
+        if grant > 0 {
+            return grant;
         }
         cl.max_issued = cl.max_issued.max(t);
         let h = &mut s.keys[ki];
@@ -542,12 +670,7 @@ impl ProtocolModel {
         h.issued.sort_unstable();
         h.last = t;
         h.grants += 1;
-        let grant = h.grants;
-        s.clients[cli].held[ki] =
-            Some(Held { cluster: ci as u8, token: t, lease: sess.lease, create_revision: revision, arbiter, grant, ended: false });
-        if client == 1 {
-            s.waiter_granted = true;
-        }
+        h.grants
     }
 
     /// `grant::release` → `txn::release_txn_for`.
@@ -649,7 +772,7 @@ impl ProtocolModel {
                     s.budget.crashes -= 1;
                 }
             }
-            Action::Acquire { client, arbiter, key } => {
+            Action::Acquire { client, arbiter, key, answer_lost } => {
                 // Liveness: the holder releases or stops; only the waiter asks.
                 if self.cfg.scenario == Scenario::Liveness && client != 1 {
                     return;
@@ -657,7 +780,7 @@ impl ProtocolModel {
                 if client == 1 && !self.cfg.waiter_polls && s.clients[0].held[0].is_none() {
                     return;
                 }
-                self.acquire(s, client, arbiter, key)
+                self.acquire(s, client, arbiter, key, answer_lost)
             }
             Action::Release { client, key } => {
                 let c = &mut s.clients[usize::from(client)];
@@ -731,11 +854,11 @@ impl ProtocolModel {
                 let id = s.next_lease;
                 s.next_lease += 1;
                 let st = &mut s.clusters[ci].store;
-                st.leases.push(Lease { id, expiry: s.now + TTL });
+                st.leases.push(Lease { id, expiry: s.now + self.cfg.ttl });
                 st.sessions.push(id);
                 Self::write(st);
                 s.clients[usize::from(client)].sessions[ci] =
-                    Some(Session { lease: id, deadline: s.now + TTL - FENCE_MARGIN, keepalive: None });
+                    Some(Session { lease: id, deadline: s.now + self.cfg.ttl - self.cfg.fence_margin, keepalive: None });
             }
             Action::KeepaliveSend { client, cluster } => {
                 let now = s.now;
@@ -747,44 +870,88 @@ impl ProtocolModel {
                     && sess.keepalive.is_none()
                     && now < sess.deadline
                 {
-                    sess.keepalive = Some(Keepalive { sent_at: now, renewed: None });
+                    sess.keepalive = Some(Keepalive { sent_at: now, answer: None });
                 }
             }
             Action::KeepaliveAtLeader { client, cluster } => {
+                // `renewal::Renewer::renew` → etcd `LeaseKeepAlive` at the
+                // leader: `lessor.Renew` sets the expiry to now + TTL. The
+                // answer's header carries the leader's term; the arbiter's
+                // quorum read (`Confirmer::term_after`) is taken at once,
+                // before the term can move (the most a keepalive can count).
                 let ci = usize::from(cluster);
                 let now = s.now;
+                let ttl = self.cfg.ttl;
                 let Some(sess) = s.clients[usize::from(client)].sessions[ci] else { return };
-                let Some(ka) = sess.keepalive.filter(|k| k.renewed.is_none()) else { return };
-                let st = &mut s.clusters[ci].store;
-                let renewed = match st.leases.iter_mut().find(|l| l.id == sess.lease) {
+                let Some(ka) = sess.keepalive.filter(|k| k.answer.is_none()) else { return };
+                let cl = &mut s.clusters[ci];
+                let answer = match cl.store.leases.iter_mut().find(|l| l.id == sess.lease) {
                     Some(l) => {
-                        l.expiry = now + TTL;
-                        true
+                        l.expiry = now + ttl;
+                        // acked_term = the leader's term = the read's term.
+                        Renewal::Renewed { confirmed: true }
                     }
-                    None => false,
+                    None => Renewal::Gone,
                 };
                 if let Some(x) = s.clients[usize::from(client)].sessions[ci].as_mut() {
-                    x.keepalive = Some(Keepalive { renewed: Some(renewed), ..ka });
+                    x.keepalive = Some(Keepalive { answer: Some(answer), ..ka });
+                }
+            }
+            Action::KeepaliveAtDeposed { client, cluster } => {
+                // The keepalive stream reaches the deposed leader: its
+                // `lessor.Renew` renews a lease it holds unexpired in its
+                // own memory (an expired one waits for a revoke that never
+                // comes: no answer, as a lost keepalive), and answers in its
+                // old term. The real lease (the current leader's) is not
+                // extended. `LockService::renew` counts the answer only if
+                // `Confirmer::term_after(sent_at) == acked_term`: the quorum
+                // read reports the current term, never the deposed one.
+                let ci = usize::from(cluster);
+                let now = s.now;
+                let ttl = self.cfg.ttl;
+                let unconfirmed_counts = self.cfg.on(Mutation::NoKeepaliveConfirmation);
+                let Some(sess) = s.clients[usize::from(client)].sessions[ci] else { return };
+                let Some(ka) = sess.keepalive.filter(|k| k.answer.is_none()) else { return };
+                let cl = &mut s.clusters[ci];
+                let current_term = cl.term;
+                let Some(d) = cl.deposed.as_mut() else { return };
+                let answer = match d.leases.iter_mut().find(|l| l.id == sess.lease) {
+                    Some(l) if now < l.expiry => {
+                        l.expiry = now + ttl;
+                        Renewal::Renewed { confirmed: unconfirmed_counts || d.term == current_term }
+                    }
+                    Some(_) => return,
+                    // Granted after it stalled: ErrLeaseNotFound.
+                    None => Renewal::Gone,
+                };
+                if let Some(x) = s.clients[usize::from(client)].sessions[ci].as_mut() {
+                    x.keepalive = Some(Keepalive { answer: Some(answer), ..ka });
                 }
             }
             Action::KeepaliveAnswer { client, cluster } => {
                 let now = s.now;
                 let receive_time = self.cfg.on(Mutation::DeadlineFromReceiveTime);
+                let (ttl, margin) = (self.cfg.ttl, self.cfg.fence_margin);
                 let c = &mut s.clients[usize::from(client)];
                 let Some(sess) = c.sessions[usize::from(cluster)].as_mut() else { return };
                 let Some(ka) = sess.keepalive else { return };
-                match ka.renewed {
+                match ka.answer {
                     None => return,
-                    Some(true) => {
+                    // `Round::Acked(sent_at)`.
+                    Some(Renewal::Renewed { confirmed: true }) => {
                         // `fence_deadline(fence_anchor(sent_at), ttl)`.
                         let from = if receive_time { now } else { ka.sent_at };
-                        let deadline = from + TTL - FENCE_MARGIN;
+                        let deadline = from + ttl - margin;
                         // An answer read after the deadline it sets: lost.
                         if deadline > now {
                             sess.deadline = deadline;
                         }
                     }
-                    Some(false) => sess.deadline = now,
+                    // Renewed in an unconfirmed term: `Round::Failed`, the
+                    // deadline stays.
+                    Some(Renewal::Renewed { confirmed: false }) => {}
+                    // `Round::Gone`.
+                    Some(Renewal::Gone) => sess.deadline = now,
                 }
                 sess.keepalive = None;
             }
@@ -808,6 +975,26 @@ impl ProtocolModel {
                 }
                 s.budget.ticks -= 1;
                 s.now += 1;
+            }
+            Action::LeaderChange { cluster } => {
+                if s.budget.leader_changes == 0 {
+                    return;
+                }
+                s.budget.leader_changes -= 1;
+                let now = s.now;
+                let ttl = self.cfg.ttl;
+                let cl = &mut s.clusters[usize::from(cluster)];
+                // The old leader's Raft loop stalls (its disk: etcd #15247);
+                // its lessor keeps its expiries and stays primary. (A leader
+                // deposed earlier has learned it by now.)
+                cl.deposed = Some(Deposed { term: cl.term, leases: cl.store.leases.clone() });
+                cl.term += 1;
+                // The new leader's `lessor.Promote(extend)`: every lease's
+                // expiry refreshed to now + TTL + extend (extend, the
+                // election timeout, taken as 0: the shortest). Every expiry
+                // was set at or before now to at most its time + TTL, so
+                // leases only lengthen.
+                cl.store.leases.iter_mut().for_each(|l| l.expiry = l.expiry.max(now + ttl));
             }
             Action::Expire { cluster, lease } => {
                 let ci = usize::from(cluster);
@@ -854,7 +1041,9 @@ impl ProtocolModel {
                 cl.pre_restore_max = cl.pre_restore_max.max(cl.max_issued);
                 cl.store = snap;
                 // Restored leases get their TTL again.
-                cl.store.leases.iter_mut().for_each(|l| l.expiry = now + TTL);
+                cl.store.leases.iter_mut().for_each(|l| l.expiry = now + self.cfg.ttl);
+                // Every member was restarted: no deposed leader survives.
+                cl.deposed = None;
                 // The new log starts near index 0; the revision is kept.
                 cl.log_offset = -(cl.store.revision as i16);
                 cl.rewound = true;
@@ -925,7 +1114,11 @@ impl ProtocolModel {
         match *action {
             Action::Check { arbiter, cluster } => format!("arbiter {} checks cluster {}", arb_name(arbiter), cluster_name(cluster)),
             Action::Crash { arbiter } => format!("arbiter {} crashes and restarts (disk kept)", arb_name(arbiter)),
-            Action::Acquire { client, arbiter, key } => format!("client {client} acquires key {key} through arbiter {}", arb_name(arbiter)),
+            Action::Acquire { client, arbiter, key, answer_lost } => format!(
+                "client {client} acquires key {key} through arbiter {}{}",
+                arb_name(arbiter),
+                if answer_lost { "; the answer is lost" } else { "" }
+            ),
             Action::Release { client, key } => format!("client {client} sends a release of key {key}"),
             Action::DeliverRelease { msg, retry } => format!(
                 "arbiter {} runs client {}'s release of key {} ({}){}",
@@ -942,12 +1135,18 @@ impl ProtocolModel {
             Action::KeepaliveAtLeader { client, cluster } => {
                 format!("the leader of {} renews client {client}'s lease", cluster_name(cluster))
             }
+            Action::KeepaliveAtDeposed { client, cluster } => {
+                format!("the deposed leader of {} renews client {client}'s lease in its memory", cluster_name(cluster))
+            }
             Action::KeepaliveAnswer { client, cluster } => {
                 format!("client {client} reads its keepalive answer ({})", cluster_name(cluster))
             }
             Action::KeepaliveLost { client, cluster } => format!("client {client}'s keepalive to {} is lost", cluster_name(cluster)),
             Action::Stop { client } => format!("client {client} stops (crash or endless pause)"),
             Action::Tick => "time passes".into(),
+            Action::LeaderChange { cluster } => {
+                format!("{} elects a new leader; the old one stalls, still answering keepalives", cluster_name(cluster))
+            }
             Action::Expire { cluster, lease } => format!("{} expires lease {lease}", cluster_name(cluster)),
             Action::Snapshot { cluster } => format!("operator snapshots {}", cluster_name(cluster)),
             Action::Restore { cluster, snapshot } => {
@@ -986,7 +1185,12 @@ impl Model for ProtocolModel {
         for client in 0..c.clients {
             for key in 0..c.keys {
                 for arbiter in 0..c.arbiters {
-                    out.push(Action::Acquire { client, arbiter, key });
+                    // The lost answer first: when both end a counterexample,
+                    // Stateright keeps the later one, the plain grant.
+                    if s.budget.lost_answers > 0 {
+                        out.push(Action::Acquire { client, arbiter, key, answer_lost: true });
+                    }
+                    out.push(Action::Acquire { client, arbiter, key, answer_lost: false });
                 }
                 if s.clients[usize::from(client)].held[usize::from(key)].is_some() {
                     out.push(Action::Release { client, key });
@@ -1000,9 +1204,12 @@ impl Model for ProtocolModel {
                 if s.budget.sessions > 0 {
                     out.push(Action::OpenSession { client, cluster });
                 }
-                if c.clock {
+                if c.clock && client < c.renewers {
                     out.push(Action::KeepaliveSend { client, cluster });
                     out.push(Action::KeepaliveAtLeader { client, cluster });
+                    if s.clusters[usize::from(cluster)].deposed.is_some() {
+                        out.push(Action::KeepaliveAtDeposed { client, cluster });
+                    }
                     out.push(Action::KeepaliveAnswer { client, cluster });
                     out.push(Action::KeepaliveLost { client, cluster });
                 }
@@ -1035,6 +1242,9 @@ impl Model for ProtocolModel {
             }
             if s.budget.advances > 0 {
                 out.push(Action::Advance { cluster });
+            }
+            if s.budget.leader_changes > 0 {
+                out.push(Action::LeaderChange { cluster });
             }
         }
         for key in 0..c.keys {

@@ -39,9 +39,15 @@ pub struct EpochRecord {
 pub struct Hold {
     pub lease: u8,
     pub create_revision: u16,
+    /// `HoldRecord::epoch`: the epoch it was granted in.
+    pub epoch: u32,
+    /// Ghost: the grant it is (its place in the key's grant order); 0 while
+    /// its answer was lost and no retry has delivered it.
+    pub grant: u8,
 }
 
-/// An etcd lease and the time it expires at (the leader's view).
+/// An etcd lease and the time it expires at (the leader's view: etcd's
+/// lessor keeps expiries in the leader's memory only, `server/lease/lessor.go`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub id: u8,
@@ -94,6 +100,24 @@ pub struct Cluster {
     pub max_issued: u64,
     /// Ghost: the highest token issued here before the latest restore.
     pub pre_restore_max: u64,
+    /// The Raft term of the current leader (the term a quorum read reports:
+    /// `ResponseHeader::raft_term`).
+    pub term: u8,
+    /// The leader of an earlier term that has not learned it was deposed
+    /// (its disk stalls: etcd #15247), and still answers keepalives.
+    pub deposed: Option<Deposed>,
+}
+
+/// A deposed etcd leader whose Raft loop is stalled while its gRPC serves:
+/// its lessor still believes it is primary and renews leases in its own
+/// memory, in its old term. Nothing it does reaches the log.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Deposed {
+    /// The term it led (and answers in).
+    pub term: u8,
+    /// Its lessor's leases and expiries: those it had when it was deposed,
+    /// as it has renewed them since.
+    pub leases: Vec<Lease>,
 }
 
 /// A key move in progress (the rebalancer's record on coord).
@@ -144,9 +168,20 @@ pub struct Arbiter {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Keepalive {
     pub sent_at: u8,
-    /// None: not yet at the leader; Some(true): renewed; Some(false): the
-    /// lease was gone.
-    pub renewed: Option<bool>,
+    /// None: not yet answered by etcd.
+    pub answer: Option<Renewal>,
+}
+
+/// What the arbiter answers a keepalive with (`KeepAliveResponse`), once
+/// etcd answered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Renewal {
+    /// Renewed (`ttl_millis > 0`); `confirmed`: the term etcd answered in
+    /// is the term a quorum read issued after the send reports
+    /// (`Confirmer::term_after(sent_at) == acked_term`).
+    Renewed { confirmed: bool },
+    /// The lease is gone (`ttl_millis = 0`).
+    Gone,
 }
 
 /// A client's session on one cluster (`holdfast_client::session`).
@@ -233,6 +268,10 @@ pub struct Budget {
     pub crashes: u8,
     pub stops: u8,
     pub ticks: u8,
+    /// Grant answers lost on the way to the client (it retries).
+    pub lost_answers: u8,
+    /// etcd leader elections.
+    pub leader_changes: u8,
     /// Successful grant transactions left.
     pub grants: u8,
 }
