@@ -85,11 +85,17 @@ fn the_short_profile_passes_with_every_fault_kind_and_non_vacuous_counts() {
 fn mutation_gate(mutation: &str) -> GateRun {
     let m = catalog::mutation(mutation).unwrap_or_else(|| panic!("{mutation} is not in the gate's catalog"));
     let mut run = gate(&["--faults", &m.faults_arg(), "--mutation", mutation]);
-    if run.code == 0 {
-        // Whether a fault meets the broken path depends on the seed (a
-        // client paused between operations holds nothing to release late):
-        // the gate must catch the mutation within two runs, each with a
-        // seed of its own.
+    // Whether a fault meets the broken path depends on the seed (a client
+    // paused between operations holds nothing to release late; a woken
+    // leader revokes only leases whose expiry it passed while stopped): the
+    // gate must catch the mutation within three runs, each with a seed of
+    // its own. (no_deposed_leader_check with twelve leader pauses missed two
+    // seeds in a row once on 3.4.23, in a fresh-clone run on 2026-12-07;
+    // most runs catch it with the first.)
+    for _ in 1..3 {
+        if run.code != 0 {
+            break;
+        }
         eprintln!("{mutation} not caught with seed {}; once more with another seed", run.summary["seed"]);
         run = gate(&["--faults", &m.faults_arg(), "--mutation", mutation]);
     }
@@ -234,7 +240,9 @@ fn an_arbiter_trusting_unconfirmed_keepalives_fails_the_gate_where_etcd_answers_
 /// past the revoke. Leader stops up to two TTLs, on every etcd target (16
 /// violations in the first run on 3.6.17, 0 with the real arbiter). Twelve
 /// stops: on 3.4.23 four missed it twice in a row in a CI run, and eight
-/// missed it once and then caught it with one violation.
+/// missed it once and then caught it with one violation; twelve missed it
+/// in two seeds in a row once (a fresh-clone run, 2026-12-07), hence the
+/// third seed [`mutation_gate`] allows.
 #[test]
 fn an_arbiter_counting_keepalives_while_a_deposed_leader_is_silent_fails_the_gate() {
     mutation_gate("no_deposed_leader_check");
