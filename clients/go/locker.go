@@ -48,9 +48,18 @@ type slot struct {
 	// unprotected session.
 	home int
 
-	mu       sync.Mutex
-	holds    map[Key]*entry
-	keyLocks map[Key]chan struct{}
+	mu    sync.Mutex
+	holds map[Key]*entry
+	// Final releases sent without an answer: the hold may still be live,
+	// and the release may still be applied. Acquire sends it again first.
+	releasing map[Key]unanswered
+	keyLocks  map[Key]chan struct{}
+}
+
+// unanswered is a final release that got no answer from any arbiter.
+type unanswered struct {
+	token Token
+	via   int
 }
 
 // keyLock serialises acquire and release of one key in the slot.
@@ -208,7 +217,7 @@ func (l *Locker) slot(ctx context.Context, key Key, ttl time.Duration) (*slot, e
 			_ = sess.close(ctx)
 			return s, nil
 		}
-		s := &slot{session: sess, key: k, home: i, holds: map[Key]*entry{}, keyLocks: map[Key]chan struct{}{}}
+		s := &slot{session: sess, key: k, home: i, holds: map[Key]*entry{}, releasing: map[Key]unanswered{}, keyLocks: map[Key]chan struct{}{}}
 		l.slots[k] = s
 		go l.fenceWhenLost(s)
 		return s, nil
@@ -245,7 +254,11 @@ func (l *Locker) fenceWhenLost(s *slot) {
 
 // Acquire acquires key. A key already held through this Locker's session of
 // the same TTL is re-entered: its count goes up and nothing is sent; the
-// returned Lock shares the hold's token.
+// returned Lock shares the hold's token. If the key's last release in this
+// session got no answer, it is sent again first, and Acquire fails (with that
+// error: unavailable, or the arbiter's refusal) until it is answered; the
+// arbiter would otherwise hand the session its old hold back, which the late
+// release could then delete under the new holder.
 func (l *Locker) Acquire(ctx context.Context, key Key, opts AcquireOptions) (*Lock, error) {
 	if key.Namespace() == "" {
 		return nil, invalid("key", "the zero Key; build one with ParseKey or NewKey")
@@ -259,6 +272,14 @@ func (l *Locker) Acquire(ctx context.Context, key Key, opts AcquireOptions) (*Lo
 		return nil, err
 	}
 	defer unlock()
+	s.mu.Lock()
+	u, pending := s.releasing[key]
+	s.mu.Unlock()
+	if pending {
+		if _, err := l.sendRelease(ctx, s, key, u.token, u.via); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	if e, ok := s.holds[key]; ok {
 		e.count++
@@ -306,6 +327,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	for _, s := range slots {
 		s.mu.Lock()
 		clear(s.holds)
+		clear(s.releasing)
 		s.mu.Unlock()
 		if err := s.session.close(ctx); err != nil {
 			errs = append(errs, err)
@@ -361,6 +383,9 @@ func (k *Lock) TTL() time.Duration { return k.slot.session.ttl }
 // Release ends one level of nesting; the last one releases the hold at the
 // arbiter. It reports whether a hold was deleted there (false while still
 // nested, if the hold was already gone, or if this Lock was released before).
+// An unavailable error means the outcome is unknown: the hold may live until
+// its session ends. Call Release again to retry; the next Acquire of the key
+// through this Locker also sends the release again before anything else.
 func (k *Lock) Release(ctx context.Context) (bool, error) {
 	if k.released.Swap(true) {
 		return false, nil
@@ -374,7 +399,16 @@ func (k *Lock) Release(ctx context.Context) (bool, error) {
 	defer unlock()
 	s.mu.Lock()
 	e, ok := s.holds[k.key]
+	u, pending := s.releasing[k.key]
 	switch {
+	case !ok && pending && u.token == k.token:
+		// This Lock's release is still unanswered: send it again.
+		s.mu.Unlock()
+		released, err := k.locker.sendRelease(ctx, s, k.key, u.token, u.via)
+		if err != nil {
+			k.released.Store(false)
+		}
+		return released, err
 	case !ok || e.token != k.token:
 		// Fenced or replaced meanwhile: nothing of ours to release.
 		s.mu.Unlock()
@@ -387,12 +421,27 @@ func (k *Lock) Release(ctx context.Context) (bool, error) {
 	via := e.via
 	delete(s.holds, k.key)
 	s.mu.Unlock()
-	req := &lockv1.ReleaseRequest{SessionId: s.session.id, Namespace: k.key.Namespace(), Key: k.key.Path(), Token: k.token.Expose()}
-	n := len(k.locker.clients)
+	released, err := k.locker.sendRelease(ctx, s, k.key, k.token, via)
+	if err != nil && unavailable(err) {
+		k.released.Store(false)
+	}
+	return released, err
+}
+
+// sendRelease sends the final release of key's hold token, from arbiter via
+// on (failing over while unavailable). Without an answer the release is kept
+// in the slot as unanswered; only an answer clears it (a refusal says this
+// attempt did nothing, not what became of an earlier unanswered one).
+func (l *Locker) sendRelease(ctx context.Context, s *slot, key Key, token Token, via int) (bool, error) {
+	req := &lockv1.ReleaseRequest{SessionId: s.session.id, Namespace: key.Namespace(), Key: key.Path(), Token: token.Expose()}
+	n := len(l.clients)
 	var last error
 	for step := range n {
-		r, err := k.locker.clients[(via+step)%n].Release(ctx, req)
+		r, err := l.clients[(via+step)%n].Release(ctx, req)
 		if err == nil {
+			s.mu.Lock()
+			delete(s.releasing, key)
+			s.mu.Unlock()
 			return r.GetReleased(), nil
 		}
 		err = FromError(err)
@@ -400,6 +449,12 @@ func (k *Lock) Release(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		last = err
+	}
+	s.mu.Lock()
+	s.releasing[key] = unanswered{token: token, via: via}
+	s.mu.Unlock()
+	if last == nil {
+		last = configError("no arbiter endpoints")
 	}
 	return false, last
 }

@@ -1051,7 +1051,9 @@ pub const CONFORMANCE_CLASSES: &[(&str, u64)] = &[("conformance", 10), ("re", 10
 /// (`HOLDFAST_CONFORMANCE_ELSEWHERE`: it refuses the `homed` class and
 /// allows one request a second per identity) and a sealed one on an etcd
 /// whose epoch was never initialised (`HOLDFAST_CONFORMANCE_SEALED`), for
-/// the refusals. `env` is what the suites read: two workload identities
+/// the refusals, and a proxy to the dev arbiter that drops everything while
+/// a file exists (`HOLDFAST_CONFORMANCE_CUTTABLE`, `HOLDFAST_CONFORMANCE_CUT`),
+/// for a release that gets no answer. `env` is what the suites read: two workload identities
 /// `conformance/{lang}-a` and `-b`, one certificate without a SPIFFE ID, the
 /// dev arbiter's pid for SIGSTOP, the entity etcd's URL and etcd's
 /// administrator credentials (`DIR/env-etcd-root`) for
@@ -1070,6 +1072,54 @@ pub struct ConformanceLab {
     _sealed_etcd: Etcd,
     _dev: DevStop,
     pub dir: TestDir,
+}
+
+/// A TCP proxy on loopback to `target` that a client suite can cut: while
+/// the file `cut` exists nothing passes, either way (a request sent then
+/// never reaches the arbiter, and no answer comes back), and a connection
+/// that lost bytes that way is closed once the file is gone, so nothing it
+/// dropped is ever half-delivered; new connections pass as before. Returns
+/// the proxy's `host:port`.
+async fn start_cut_proxy(target: String, cut: PathBuf) -> String {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind the cut proxy");
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(relay_unless_cut(client, target.clone(), cut.clone()));
+        }
+    });
+    addr
+}
+
+async fn relay_unless_cut(client: tokio::net::TcpStream, target: String, cut: PathBuf) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(server) = tokio::net::TcpStream::connect(&target).await else { return };
+    let (mut client_in, mut client_out) = client.into_split();
+    let (mut server_in, mut server_out) = server.into_split();
+    let (mut up, mut down) = (vec![0u8; 16384], vec![0u8; 16384]);
+    let mut dropped = false;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            n = client_in.read(&mut up) => {
+                let n = match n { Ok(0) | Err(_) => return, Ok(n) => n };
+                if cut.exists() {
+                    dropped = true;
+                } else if dropped || server_out.write_all(&up[..n]).await.is_err() {
+                    return;
+                }
+            }
+            n = server_in.read(&mut down) => {
+                let n = match n { Ok(0) | Err(_) => return, Ok(n) => n };
+                if cut.exists() {
+                    dropped = true;
+                } else if dropped || client_out.write_all(&down[..n]).await.is_err() {
+                    return;
+                }
+            }
+            _ = tick.tick() => if dropped && !cut.exists() { return },
+        }
+    }
 }
 
 /// The pid of `parent`'s child process running the binary `name`.
@@ -1164,6 +1214,9 @@ impl ConformanceLab {
             .expect("create the fence table");
         let supervisor: u32 = std::fs::read_to_string(state.join("dev.pid")).ok().and_then(|p| p.trim().parse().ok()).expect("DIR/dev.pid");
         let arbiter_pid = child_running(supervisor, "holdfast-arbiter").expect("the dev appliance's arbiter process");
+        // The unanswered-release scenario's way to the dev arbiter.
+        let cut = dir.path.join("cut");
+        let cuttable = start_cut_proxy(endpoint.clone(), cut.clone()).await;
         let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/conformance");
         let scripts = scripts.canonicalize().expect("clients/conformance");
         let path = |p: &Path| p.display().to_string();
@@ -1189,6 +1242,8 @@ impl ConformanceLab {
             ("HOLDFAST_CONFORMANCE_HOLDFASTCTL".into(), path(&bin("holdfastctl"))),
             ("HOLDFAST_CONFORMANCE_ELSEWHERE".into(), elsewhere.endpoint()),
             ("HOLDFAST_CONFORMANCE_SEALED".into(), sealed.endpoint()),
+            ("HOLDFAST_CONFORMANCE_CUTTABLE".into(), cuttable),
+            ("HOLDFAST_CONFORMANCE_CUT".into(), path(&cut)),
         ];
         ConformanceLab {
             pg,

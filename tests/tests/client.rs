@@ -365,6 +365,44 @@ async fn waiters_now(etcd: &Etcd) -> i64 {
     etcd.client().await.get(layout::WAITER_PREFIX, Some(opts)).await.unwrap().count()
 }
 
+/// A release no arbiter answered may still be applied later. Until it is
+/// answered, the key stays blocked in the locker: the next acquire sends the
+/// release again first (and fails while that goes unanswered), so the
+/// arbiter never hands the session its old hold back for a late release to
+/// delete (the two-holder trace the protocol model found).
+#[tokio::test]
+async fn an_unanswered_release_is_sent_again_before_the_key_is_acquired_again() {
+    let mut app = Appliance::start("release-unanswered", 1).await;
+    let locker = app.locker("svc/unanswered", &[&app.arbiter], no_fence());
+    let k = key("orders/unanswered");
+    // 30 s sessions: the session outlives the arbiter's absence.
+    let g = locker.acquire(&k, opts(30, 0)).await.unwrap();
+    let (first, session) = (g.token(), g.session_id());
+    let port = app.arbiter.port;
+    app.arbiter.stop();
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.reason(), Some(ErrorReason::Unavailable), "no arbiter: the release's outcome is unknown: {e}");
+    let holds = app.etcd.client().await.get(layout::HOLD_PREFIX, Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    assert_eq!(holds.kvs().len(), 1, "the hold is still in etcd");
+    let e = locker.acquire(&k, opts(30, 0)).await.err().expect("no acquire while the release is unanswered");
+    assert_eq!(e.reason(), Some(ErrorReason::Unavailable), "{e}");
+    // An arbiter is back at the same address: the acquire first has the
+    // release answered, then gets a hold of its own.
+    app.arbiter = Arbiter::start_with(&app.dir.path, "arbiter", &app.etcd.endpoints(), &app.pki, &move |c| {
+        c.listen = ([127, 0, 0, 1], port).into();
+    });
+    let again = locker.acquire(&k, opts(30, 0)).await.unwrap();
+    assert_eq!(again.session_id(), session, "the same session");
+    assert!(again.token() > first, "a new hold, not the old one handed back to its session");
+    let holds = app.etcd.client().await.get(layout::HOLD_PREFIX, Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    assert_eq!(holds.kvs().len(), 1);
+    assert_eq!(holds.kvs()[0].create_revision() as u64, again.token().revision(), "etcd holds the new hold");
+    assert!(again.release().await.unwrap());
+    // An answered release leaves nothing to send: the next acquire is one grant.
+    let g = locker.acquire(&k, opts(30, 0)).await.unwrap();
+    assert!(g.release().await.unwrap());
+}
+
 #[tokio::test]
 async fn fairness_is_the_classs_whatever_the_request_says() {
     // "plain" is best-effort, "durable-order" durable (DURABLE_CLASSES).

@@ -20,6 +20,7 @@ const EXPECTED: &[&str] = &[
     "TestACertificateWithoutASpiffeIDIsUnauthenticated",
     "TestASessionClosedElsewhereIsFencedWithItsKeys",
     "TestTheTokenNeverPrints",
+    "TestAnUnansweredReleaseIsSentAgainBeforeTheKeyIsAcquiredAgain",
     "TestAStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire",
     "TestAStoppedClientsLateWriteIsRejectedByThePostgresqlFence",
 ];

@@ -23,6 +23,7 @@ const EXPECTED: &[&str] = &[
     "test_a_certificate_without_a_spiffe_id_is_unauthenticated",
     "test_a_session_closed_elsewhere_is_fenced_with_its_keys",
     "test_the_token_never_prints",
+    "test_an_unanswered_release_is_sent_again_before_the_key_is_acquired_again",
     "test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire",
     "test_a_stopped_clients_late_write_is_rejected_by_the_postgresql_fence",
 ];

@@ -424,6 +424,73 @@ func TestTheTokenNeverPrints(t *testing.T) {
 	}
 }
 
+// A release that gets no answer may still be applied later, so the library
+// keeps its key blocked: through a proxy in front of the dev arbiter that
+// drops everything while cut (HOLDFAST_CONFORMANCE_CUTTABLE, cut while the
+// file HOLDFAST_CONFORMANCE_CUT exists), the release gets no answer and the
+// hold stays in etcd; the next acquire sends the release again first and
+// fails while still cut; once the cut ends, the acquire has the release
+// answered and gets a hold of its own on the same session, rather than the
+// old one handed back (which the late release could delete under it).
+func TestAnUnansweredReleaseIsSentAgainBeforeTheKeyIsAcquiredAgain(t *testing.T) {
+	e := setup(t)
+	proxy, cut := os.Getenv("HOLDFAST_CONFORMANCE_CUTTABLE"), os.Getenv("HOLDFAST_CONFORMANCE_CUT")
+	if proxy == "" || cut == "" {
+		t.Fatal("HOLDFAST_CONFORMANCE_CUTTABLE (the proxy) and HOLDFAST_CONFORMANCE_CUT (its cut file) must be set")
+	}
+	cfg := e.a
+	cfg.Endpoints = []string{proxy}
+	l, _ := locker(t, cfg)
+	k := holdfast.MustParseKey("conformance/go-unanswered")
+	first, err := l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cut, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(cut) })
+	short, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err = first.Release(short)
+	cancel()
+	if !errors.Is(err, holdfast.ErrUnavailable) {
+		t.Fatalf("a release with no answer: got %v, want ErrUnavailable", err)
+	}
+	if !holdInEtcd(t, e.scripts, "/l/conformance/go-unanswered") {
+		t.Fatal("the unanswered release was applied: the proxy let it through")
+	}
+	short, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = l.Acquire(short, k, holdfast.AcquireOptions{})
+	cancel()
+	if !errors.Is(err, holdfast.ErrUnavailable) {
+		t.Fatalf("an acquire while the release is unanswered: got %v, want ErrUnavailable", err)
+	}
+	if err := os.Remove(cut); err != nil {
+		t.Fatal(err)
+	}
+	var again *holdfast.Lock
+	for end := time.Now().Add(8 * time.Second); ; {
+		again, err = l.Acquire(ctx(t), k, holdfast.AcquireOptions{})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, holdfast.ErrUnavailable) || time.Now().After(end) {
+			t.Fatalf("acquire after the cut: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if again.SessionID() != first.SessionID() {
+		t.Fatalf("the session was lost during the cut (%x, then %x): the test proves nothing", first.SessionID(), again.SessionID())
+	}
+	if again.Token().Expose() <= first.Token().Expose() {
+		t.Fatal("the old hold was handed back to its session: a late release could delete it under the new holder")
+	}
+	released, err := again.Release(ctx(t))
+	if err != nil || !released {
+		t.Fatalf("release the new hold: %v, %v", released, err)
+	}
+}
+
 // Last: it stops the arbiter (SIGSTOP), twice. A short freeze: CanStart
 // turns false at the first failed keepalive and true again once one is
 // confirmed, with no fence. A long one: OnFence comes at the local deadline

@@ -42,6 +42,11 @@ impl From<tonic::Status> for Error {
         let (reason, field) = holdfast_proto::reason_of(&s).unwrap_or_else(|| {
             let reason = match s.code() {
                 tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ErrorReason::Unavailable,
+                // tonic's own status for a broken connection (a call on a
+                // connection the arbiter closed: "transport error"), which
+                // carries the transport's error as its source; a status the
+                // arbiter sent has none.
+                tonic::Code::Unknown if std::error::Error::source(&s).is_some() => ErrorReason::Unavailable,
                 tonic::Code::Unauthenticated => ErrorReason::Unauthenticated,
                 tonic::Code::PermissionDenied => ErrorReason::Denied,
                 tonic::Code::InvalidArgument => ErrorReason::InvalidArgument,
@@ -52,5 +57,18 @@ impl From<tonic::Status> for Error {
         let message = if s.message().is_empty() { format!("{:?}", s.code()) } else { s.message().to_string() };
         let retry_after = holdfast_proto::retry_after_of(&s);
         Error::Refused { code: s.code(), reason, field, message, retry_after }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_connection_is_unavailable_and_an_unknown_status_from_the_arbiter_is_not() {
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::other("connection reset")));
+        assert_eq!(broken.code(), tonic::Code::Unknown);
+        assert_eq!(Error::from(broken).reason(), Some(ErrorReason::Unavailable));
+        assert_eq!(Error::from(tonic::Status::unknown("the arbiter said so")).reason(), Some(ErrorReason::Unspecified));
     }
 }

@@ -14,6 +14,13 @@
 //!   outermost acquire and the final release reach the arbiter.
 //! - **Key affinity**: each key goes to the arbiter ranked first for it by
 //!   rendezvous hashing ([`crate::affinity`]), the next one if it is down.
+//! - **A release without an answer blocks the key**: a release that reached
+//!   no arbiter, or got no answer, may still be applied later. Until an
+//!   attempt is answered, every acquire of that key in the session sends
+//!   the release again first, and fails if that is not answered either
+//!   (unavailable, or the arbiter's refusal). Without this the arbiter would hand the same session
+//!   its still-live hold back, and the late release would then delete the
+//!   hold the caller believes it has: two holders.
 
 use crate::affinity::ranked;
 use crate::session::{Health, Session};
@@ -72,12 +79,20 @@ struct Entry {
     via: usize,
 }
 
+/// A final release sent without a definite answer (the hold it names may or
+/// may not be gone).
+struct Unanswered {
+    token: Token,
+    via: usize,
+}
+
 struct Slot {
     session: Session,
     /// The arbiter (index into the endpoints) the session was opened on:
     /// the only one that knows an unprotected session.
     home: usize,
     holds: Mutex<HashMap<LockKey, Entry>>,
+    releasing: Mutex<HashMap<LockKey, Unanswered>>,
     key_locks: Mutex<HashMap<LockKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -197,7 +212,13 @@ impl Locker {
                         let _ = session.close().await;
                         return Ok(s.clone());
                     }
-                    let slot = Arc::new(Slot { session, home: *i, holds: Default::default(), key_locks: Default::default() });
+                    let slot = Arc::new(Slot {
+                        session,
+                        home: *i,
+                        holds: Default::default(),
+                        releasing: Default::default(),
+                        key_locks: Default::default(),
+                    });
                     slots.insert(k.clone(), slot.clone());
                     tokio::spawn(fence_when_lost(self.inner.clone(), k, slot.clone()));
                     return Ok(slot);
@@ -216,6 +237,7 @@ impl Locker {
         let mut result = Ok(());
         for slot in slots {
             lock(&slot.holds).clear();
+            lock(&slot.releasing).clear();
             if let Err(e) = slot.session.close().await {
                 result = Err(e);
             }
@@ -224,11 +246,18 @@ impl Locker {
     }
 
     /// Acquires `key`. A key already held through this locker's session of
-    /// the same TTL is re-entered: its count goes up, nothing is sent.
+    /// the same TTL is re-entered: its count goes up, nothing is sent. If
+    /// the key's last release in this session got no answer, it is sent
+    /// again first; while it stays unanswered the acquire fails with
+    /// [`ErrorReason::Unavailable`] (retry later).
     pub async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<LockGuard, Error> {
         let slot = self.slot(key, opts.ttl).await?;
         let key_lock = slot.key_lock(key);
         let _serial = key_lock.lock().await;
+        let unanswered = lock(&slot.releasing).get(key).map(|u| (u.token, u.via));
+        if let Some((token, via)) = unanswered {
+            send_release(&self.inner, &slot, key, token, via).await?;
+        }
         if let Some(e) = lock(&slot.holds).get_mut(key) {
             e.count += 1;
             return Ok(LockGuard { slot: slot.clone(), inner: self.inner.clone(), key: key.clone(), token: e.token });
@@ -311,7 +340,10 @@ impl LockGuard {
 
     /// Ends one level of nesting; the last one releases the hold. Returns
     /// whether a hold was deleted at the arbiter (false while still nested,
-    /// or if it was already gone).
+    /// or if it was already gone). An error with
+    /// [`ErrorReason::Unavailable`] means the outcome is unknown: the hold
+    /// may still be live until its session ends, and the next acquire of the
+    /// key through this locker sends the release again before anything else.
     pub async fn release(self) -> Result<bool, Error> {
         let key_lock = self.slot.key_lock(&self.key);
         let _serial = key_lock.lock().await;
@@ -331,27 +363,40 @@ impl LockGuard {
                 _ => return Ok(false),
             }
         };
-        let req = holdfast_proto::v1::ReleaseRequest {
-            session_id: self.slot.session.id(),
-            namespace: self.key.namespace().into(),
-            key: self.key.key().into(),
-            token: self.token.expose(),
-        };
-        let n = self.inner.clients.len();
-        let mut last = None;
-        for step in 0..n {
-            let client = &self.inner.clients[(via + step) % n];
-            match client.rpc.clone().release(req.clone()).await {
-                Ok(r) => return Ok(r.into_inner().released),
-                Err(s) => {
-                    let e = Error::from(s);
-                    if !unavailable(&e) {
-                        return Err(e);
-                    }
-                    last = Some(e);
+        send_release(&self.inner, &self.slot, &self.key, self.token, via).await
+    }
+}
+
+/// Sends the final release of `key`'s hold `token`, from arbiter `via` on
+/// (failing over while unavailable). Without an answer the release is kept
+/// in the slot as unanswered; only an answer clears it.
+async fn send_release(inner: &Inner, slot: &Slot, key: &LockKey, token: Token, via: usize) -> Result<bool, Error> {
+    let req = holdfast_proto::v1::ReleaseRequest {
+        session_id: slot.session.id(),
+        namespace: key.namespace().into(),
+        key: key.key().into(),
+        token: token.expose(),
+    };
+    let n = inner.clients.len();
+    let mut last = None;
+    for step in 0..n {
+        let client = &inner.clients[(via + step) % n];
+        match client.rpc.clone().release(req.clone()).await {
+            Ok(r) => {
+                lock(&slot.releasing).remove(key);
+                return Ok(r.into_inner().released);
+            }
+            Err(s) => {
+                let e = Error::from(s);
+                // A refusal leaves things as they were: this attempt did
+                // nothing, but an earlier unanswered one may still land.
+                if !unavailable(&e) {
+                    return Err(e);
                 }
+                last = Some(e);
             }
         }
-        Err(last.unwrap_or_else(|| Error::Config("no arbiter endpoints".into())))
     }
+    lock(&slot.releasing).insert(key.clone(), Unanswered { token, via });
+    Err(last.unwrap_or_else(|| Error::Config("no arbiter endpoints".into())))
 }

@@ -65,6 +65,10 @@ class _Slot:
         # unprotected session.
         self.home = home
         self.holds: dict[Key, _Entry] = {}
+        # Final releases sent without an answer (token, arbiter index): the
+        # hold may still be live and the release may still be applied, so
+        # acquire sends it again first.
+        self.releasing: dict[Key, tuple[Token, int]] = {}
         self.key_locks: dict[Key, asyncio.Lock] = {}
 
     def key_lock(self, k: Key) -> asyncio.Lock:
@@ -74,6 +78,33 @@ class _Slot:
 
 def _unavailable(e: BaseException) -> bool:
     return isinstance(e, UnavailableError)
+
+
+async def _send_release(stubs: Sequence[LockStub], s: _Slot, key: Key, token: Token, via: int) -> bool:
+    """Sends the final release of key's hold token, from arbiter via on
+    (failing over while unavailable). Without an answer (every arbiter
+    unavailable, or the call cancelled) the release is kept in the slot as
+    unanswered; only an answer clears it. A refusal says this attempt did
+    nothing, not what became of an earlier unanswered one."""
+    req = lock_pb2.ReleaseRequest(session_id=s.session.id, namespace=key.namespace, key=key.path, token=token.expose())
+    last: BaseException | None = None
+    try:
+        for step in range(len(stubs)):
+            try:
+                r = await stubs[(via + step) % len(stubs)].Release(req, timeout=CALL_MARGIN)
+            except grpc.RpcError as err:
+                typed = from_rpc_error(err)
+                if not _unavailable(typed):
+                    raise typed from None
+                last = typed
+                continue
+            s.releasing.pop(key, None)
+            return r.released
+    except asyncio.CancelledError:
+        s.releasing[key] = (token, via)
+        raise
+    s.releasing[key] = (token, via)
+    raise last or ConfigError("no arbiter endpoints")
 
 
 class AsyncLocker:
@@ -212,10 +243,17 @@ class AsyncLocker:
         default) is the key's class TTL, the only one the arbiter accepts.
         A key already held through this locker's session of the same TTL is
         re-entered: its count goes up and nothing is sent; the returned lock
-        shares the hold's token."""
+        shares the hold's token. If the key's last release in this session got
+        no answer, it is sent again first, and acquire raises (unavailable, or
+        the arbiter's refusal) until it is answered: the arbiter would
+        otherwise hand the session its old hold back, which the late release
+        could then delete under the new holder."""
         k = _key(key)
         s = await self._slot(k, ttl)
         async with s.key_lock(k):
+            unanswered = s.releasing.get(k)
+            if unanswered is not None:
+                await _send_release(self._stubs, s, k, *unanswered)
             e = s.holds.get(k)
             if e is not None:
                 e.count += 1
@@ -273,6 +311,7 @@ class AsyncLocker:
         errors: list[BaseException] = []
         for s in slots.values():
             s.holds.clear()
+            s.releasing.clear()
             try:
                 await s.session.close()
             except HoldfastError as e:
@@ -362,7 +401,10 @@ class AsyncLock:
     async def release(self) -> bool:
         """Ends one level of nesting; the last one releases the hold at the
         arbiter. True if a hold was deleted there (False while still nested,
-        if the hold was already gone, or if this lock was released before)."""
+        if the hold was already gone, or if this lock was released before).
+        UnavailableError means the outcome is unknown: the hold may live until
+        its session ends. Call release again to retry; the next acquire of the
+        key through this locker also sends the release again first."""
         if self._released:
             return False
         self._released = True
@@ -370,28 +412,18 @@ class AsyncLock:
         try:
             async with s.key_lock(self.key):
                 e = s.holds.get(self.key)
+                unanswered = s.releasing.get(self.key)
+                if e is None and unanswered is not None and unanswered[0] == self._token:
+                    # This lock's release is still unanswered: send it again.
+                    return await _send_release(self._locker._stubs, s, self.key, *unanswered)
                 if e is None or e.token != self._token:
                     return False  # fenced or replaced meanwhile
                 if e.count > 1:
                     e.count -= 1
                     return False
                 del s.holds[self.key]
-                req = lock_pb2.ReleaseRequest(session_id=s.session.id, namespace=self.key.namespace, key=self.key.path,
-                                              token=self._token.expose())
-                stubs = self._locker._stubs
-                last: BaseException | None = None
-                for step in range(len(stubs)):
-                    try:
-                        r = await stubs[(e.via + step) % len(stubs)].Release(req, timeout=CALL_MARGIN)
-                        return r.released
-                    except grpc.RpcError as err:
-                        typed = from_rpc_error(err)
-                        if not _unavailable(typed):
-                            raise typed from None
-                        last = typed
-                assert last is not None
-                raise last
-        except asyncio.CancelledError:
+                return await _send_release(self._locker._stubs, s, self.key, self._token, e.via)
+        except (asyncio.CancelledError, UnavailableError):
             self._released = False
             raise
 

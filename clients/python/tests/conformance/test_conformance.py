@@ -286,6 +286,48 @@ def test_the_token_never_prints(env, lockers):
     assert "conformance/py-redact" in out and "redacted" in out
 
 
+def test_an_unanswered_release_is_sent_again_before_the_key_is_acquired_again(env):
+    """A release that gets no answer may still be applied later, so the
+    library keeps its key blocked: through a proxy in front of the dev
+    arbiter that drops everything while cut (HOLDFAST_CONFORMANCE_CUTTABLE,
+    cut while the file HOLDFAST_CONFORMANCE_CUT exists), the release gets no
+    answer and the hold stays in etcd; the next acquire sends the release
+    again first and gets nowhere while still cut; once the cut ends, the
+    acquire has the release answered and gets a hold of its own on the same
+    session, rather than the old one handed back (which the late release
+    could delete under it)."""
+    proxy, cut = os.environ.get("HOLDFAST_CONFORMANCE_CUTTABLE"), os.environ.get("HOLDFAST_CONFORMANCE_CUT")
+    assert proxy and cut, "HOLDFAST_CONFORMANCE_CUTTABLE (the proxy) and HOLDFAST_CONFORMANCE_CUT (its cut file) must be set"
+    key = "conformance/py-unanswered"
+
+    async def main():
+        async with holdfast.AsyncLocker(replace(env.a, endpoints=[proxy]), Fences()) as l:
+            first = await l.acquire(key)
+            open(cut, "w").close()
+            try:
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(first.release(), 1.0)
+                assert await asyncio.to_thread(hold_in_etcd, env, "/l/" + key), "the unanswered release was applied: the proxy let it through"
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(l.acquire(key), 1.0)
+            finally:
+                os.remove(cut)
+            end = time.monotonic() + 8
+            while True:
+                try:
+                    again = await l.acquire(key)
+                    break
+                except holdfast.UnavailableError:
+                    assert time.monotonic() < end, "no acquire within 8 s of the cut's end"
+                    await asyncio.sleep(0.1)
+            assert again.session_id == first.session_id, "the session was lost during the cut: the test proves nothing"
+            assert again.token.expose() > first.token.expose(), \
+                "the old hold was handed back to its session: a late release could delete it under the new holder"
+            assert await again.release()
+
+    asyncio.run(main())
+
+
 def test_a_stopped_arbiter_drains_then_fences_before_the_lease_can_expire(env, lockers):
     """Last: it stops the arbiter (SIGSTOP), twice. A short freeze: can_start
     turns false at the first failed keepalive and true again once one is
