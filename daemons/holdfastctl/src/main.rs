@@ -8,6 +8,7 @@ mod cost;
 mod dev;
 mod epoch;
 mod etcd;
+mod etcdconn;
 mod force;
 mod health;
 mod inspect;

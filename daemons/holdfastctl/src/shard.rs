@@ -3,6 +3,7 @@
 //! it; `add`, `remove`, `assign` and `segments` edit its desired layout
 //! (they move nothing); `list`, `status` and `where` read it.
 
+use crate::etcdconn;
 use holdfast_cli::conn::{CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_model::LockKey;
@@ -140,34 +141,16 @@ enum Action {
     },
 }
 
-/// Why etcd failed, as an exit status.
-fn etcd_failure(e: &etcd_client::Error, writing: bool) -> u8 {
-    // gRPC codes: 7 PermissionDenied, 16 Unauthenticated.
-    let code = match e {
-        etcd_client::Error::GRpcStatus(s) => Some(s.code() as i32),
-        _ => None,
-    };
-    match code {
-        Some(7) if writing => {
-            eprintln!(
-                "holdfastctl: etcd refused to write {SHARDMAP_KEY}: {e}. Edits need the holdfast-shard user (a certificate with CN=holdfast-shard)."
-            );
-            exit::NOPERM
-        }
-        Some(7 | 16) => {
-            eprintln!("holdfastctl: etcd refused the credentials: {e}. Check --etcd-cert/--etcd-key (or --coord-cert/--coord-key).");
-            exit::CONFIG
-        }
-        _ => {
-            eprintln!("holdfastctl: etcd could not be reached: {e}. Is the coord cluster up, and are the endpoints and TLS flags right?");
-            exit::UNAVAILABLE
-        }
-    }
-}
-
 fn failure(e: ShardMapError, writing: bool) -> u8 {
     match e {
-        ShardMapError::Etcd(e) => etcd_failure(&e, writing),
+        ShardMapError::Etcd(e) => {
+            let access = if writing {
+                etcdconn::Access::Write { what: SHARDMAP_KEY, user: holdfast_store::roles::SHARD.name }
+            } else {
+                etcdconn::Access::Read(SHARDMAP_KEY)
+            };
+            etcdconn::failure(access, &e)
+        }
         ShardMapError::Malformed(m) => {
             eprintln!("holdfastctl: {m}");
             exit::CONFIG
@@ -195,17 +178,8 @@ pub async fn run(args: ShardArgs) -> u8 {
         | Action::Where { conn, .. } => conn,
     };
     let config = conn.coord.config(&conn.etcd).unwrap_or_else(|| conn.etcd.config());
-    if conn.etcd.etcd_cert.is_some() != conn.etcd.etcd_key.is_some() {
-        eprintln!("holdfastctl: --etcd-cert and --etcd-key go together; pass both or neither");
-        return exit::CONFIG;
-    }
-    for (what, file) in [("CA", &config.ca_file), ("certificate", &config.cert_file), ("key", &config.key_file)] {
-        if let Some(f) = file
-            && let Err(e) = std::fs::read(f)
-        {
-            eprintln!("holdfastctl: cannot read the etcd {what} {}: {e}", f.display());
-            return exit::CONFIG;
-        }
+    if let Err(code) = etcdconn::check_files(&config) {
+        return code;
     }
     let etcd = match Etcd::connect(&config).await {
         Ok(e) => e,

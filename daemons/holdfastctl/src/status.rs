@@ -6,6 +6,7 @@
 //! arbiter's seal check uses) and the controller leader (its election key).
 //! Nothing about holds is read, so nothing printed can rebuild a token.
 
+use crate::etcdconn;
 use holdfast_cli::conn::{CoordArgs, EtcdArgs};
 use holdfast_cli::exit;
 use holdfast_model::layout::{CONTROLLER_ELECTION, EpochRecord, POLICY_KEY, POLICY_STATUS_KEY, SealRecord};
@@ -94,35 +95,8 @@ struct Snapshot {
     leader: Option<String>,
 }
 
-/// Why etcd could not be read, as an exit status.
 fn etcd_failure(what: &str, e: &etcd_client::Error) -> u8 {
-    // gRPC codes: 7 PermissionDenied, 16 Unauthenticated.
-    let credentials = matches!(e, etcd_client::Error::GRpcStatus(s) if matches!(s.code() as i32, 7 | 16));
-    if credentials {
-        eprintln!("holdfastctl: etcd refused the credentials reading {what}: {e}. Check --etcd-cert/--etcd-key.");
-        exit::CONFIG
-    } else {
-        eprintln!("holdfastctl: etcd could not be read ({what}): {e}. Is etcd up, and are --etcd-endpoint and the TLS flags right?");
-        exit::UNAVAILABLE
-    }
-}
-
-/// Checks the TLS files before connecting, so that a bad path is a
-/// configuration error (78), not an unreachable etcd (69).
-fn check_files(args: &EtcdArgs) -> Result<(), u8> {
-    if args.etcd_cert.is_some() != args.etcd_key.is_some() {
-        eprintln!("holdfastctl: --etcd-cert and --etcd-key go together; pass both or neither");
-        return Err(exit::CONFIG);
-    }
-    for (flag, file) in [("--etcd-ca", &args.etcd_ca), ("--etcd-cert", &args.etcd_cert), ("--etcd-key", &args.etcd_key)] {
-        if let Some(f) = file
-            && let Err(e) = std::fs::read(f)
-        {
-            eprintln!("holdfastctl: cannot read {flag} {}: {e}", f.display());
-            return Err(exit::CONFIG);
-        }
-    }
-    Ok(())
+    etcdconn::failure(etcdconn::Access::Read(what), e)
 }
 
 async fn read(etcd: &Etcd, coord: Option<&Etcd>, election: &str) -> Result<Snapshot, u8> {
@@ -338,7 +312,7 @@ fn to_json(s: &Snapshot, election: &str, attention: &[String]) -> Value {
 }
 
 pub async fn run(args: StatusArgs) -> u8 {
-    if let Err(code) = check_files(&args.etcd) {
+    if let Err(code) = etcdconn::check_files(&args.etcd.config()) {
         return code;
     }
     let etcd = match Etcd::connect(&args.etcd.config()).await {
