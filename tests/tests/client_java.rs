@@ -21,6 +21,7 @@ const EXPECTED: &[&str] = &[
     "aCertificateWithoutASpiffeIdIsUnauthenticated",
     "aSessionClosedElsewhereIsFencedWithItsKeys",
     "theTokenNeverPrints",
+    "anUnansweredReleaseIsSentAgainBeforeTheKeyIsAcquiredAgain",
     "aStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire",
     "aStoppedClientsLateWriteIsRejectedByThePostgresqlFence",
 ];

@@ -115,7 +115,16 @@ public class HoldfastException extends RuntimeException {
                 proto = null;
             }
         }
-        HoldfastException e = fromStatus(status.getCode(), status.getDescription(), proto);
+        HoldfastException e;
+        if (status.getCode() == Status.Code.UNKNOWN && status.getCause() != null && proto == null) {
+            // grpc-java's own status for a connection that broke under the
+            // call ("channel closed") carries the transport's exception as
+            // its cause; a status the arbiter sent has none.
+            String message = status.getDescription() == null ? "UNKNOWN" : status.getDescription();
+            e = new HoldfastException(Status.Code.UNKNOWN, ErrorReason.ERROR_REASON_UNAVAILABLE, "", message, null);
+        } else {
+            e = fromStatus(status.getCode(), status.getDescription(), proto);
+        }
         e.initCause(t);
         return e;
     }

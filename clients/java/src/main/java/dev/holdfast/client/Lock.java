@@ -96,13 +96,23 @@ public final class Lock implements AutoCloseable {
      *
      * @return whether a hold was deleted there (false while still nested, if
      *     the hold was already gone, or if this Lock was released before)
-     * @throws HoldfastException when the arbiter refused or could not be reached
+     * @throws HoldfastException when the arbiter refused or could not be
+     *     reached. Unavailable means the outcome is unknown: the hold may live
+     *     until its session ends. Call release again to retry; the next acquire
+     *     of the key through this Locker also sends the release again first.
      */
     public boolean release() {
         if (released.getAndSet(true)) {
             return false;
         }
-        return locker.release(slot, key, token);
+        try {
+            return locker.release(slot, key, token);
+        } catch (HoldfastException e) {
+            if (e.unavailable()) {
+                released.set(false);
+            }
+            throw e;
+        }
     }
 
     /** {@link #release()}, for try-with-resources. */

@@ -55,6 +55,9 @@ public final class Locker implements AutoCloseable {
 
     record Entry(Token token, int count, int via) {}
 
+    /** A final release sent without an answer from any arbiter. */
+    record Unanswered(Token token, int via) {}
+
     /** One session and the holds on it. */
     static final class Slot {
         final Session session;
@@ -62,6 +65,11 @@ public final class Locker implements AutoCloseable {
         /** The arbiter the session was opened on: the only one that knows an unprotected session. */
         final int home;
         final Map<Key, Entry> holds = new HashMap<>(); // guarded by this
+        /**
+         * Final releases without an answer: the hold may still be live and the
+         * release may still be applied, so acquire sends it again first.
+         */
+        final Map<Key, Unanswered> releasing = new HashMap<>(); // guarded by this
         private final Map<Key, Semaphore> keyLocks = new ConcurrentHashMap<>();
 
         Slot(Session session, SlotKey key, int home) {
@@ -281,7 +289,11 @@ public final class Locker implements AutoCloseable {
     /**
      * Acquires key. A key already held through this Locker's session of the
      * same TTL is re-entered: its count goes up and nothing is sent; the
-     * returned Lock shares the hold's token.
+     * returned Lock shares the hold's token. If the key's last release in this
+     * session got no answer, it is sent again first, and acquire throws
+     * (unavailable, or the arbiter's refusal) until it is answered: the arbiter
+     * would otherwise hand the session its old hold back, which the late
+     * release could then delete under the new holder.
      *
      * @param key the key
      * @param opts the TTL and how long to wait
@@ -293,6 +305,13 @@ public final class Locker implements AutoCloseable {
         Slot s = slot(key, opts.ttl());
         Semaphore keyLock = s.keyLock(key);
         try {
+            Unanswered u;
+            synchronized (s) {
+                u = s.releasing.get(key);
+            }
+            if (u != null) {
+                sendRelease(s, key, u.token(), u.via());
+            }
             synchronized (s) {
                 Entry e = s.holds.get(key);
                 if (e != null) {
@@ -325,49 +344,74 @@ public final class Locker implements AutoCloseable {
         }
     }
 
-    /** Ends one level of a hold; the last one releases it at the arbiter. */
+    /**
+     * Ends one level of a hold; the last one releases it at the arbiter. A
+     * release of this token still unanswered is sent again.
+     */
     boolean release(Slot s, Key key, Token token) {
         Semaphore keyLock = s.keyLock(key);
         try {
             int via;
             synchronized (s) {
                 Entry e = s.holds.get(key);
-                if (e == null || !e.token().equals(token)) {
+                Unanswered u = s.releasing.get(key);
+                if (e == null && u != null && u.token().equals(token)) {
+                    via = u.via();
+                } else if (e == null || !e.token().equals(token)) {
                     // Fenced or replaced meanwhile: nothing of ours to release.
                     return false;
-                }
-                if (e.count() > 1) {
+                } else if (e.count() > 1) {
                     s.holds.put(key, new Entry(e.token(), e.count() - 1, e.via()));
                     return false;
-                }
-                via = e.via();
-                s.holds.remove(key);
-            }
-            ReleaseRequest req = ReleaseRequest.newBuilder()
-                    .setSessionId(s.session.id)
-                    .setNamespace(key.namespace())
-                    .setKey(key.path())
-                    .setToken(token.expose())
-                    .build();
-            int n = blocking.size();
-            HoldfastException last = null;
-            for (int step = 0; step < n; step++) {
-                try {
-                    return blocking.get((via + step) % n).withDeadlineAfter(callTimeout.toNanos(), TimeUnit.NANOSECONDS)
-                            .release(req)
-                            .getReleased();
-                } catch (RuntimeException e) {
-                    HoldfastException h = HoldfastException.from(e);
-                    if (!h.unavailable()) {
-                        throw h;
-                    }
-                    last = h;
+                } else {
+                    via = e.via();
+                    s.holds.remove(key);
                 }
             }
-            throw last;
+            return sendRelease(s, key, token, via);
         } finally {
             keyLock.release();
         }
+    }
+
+    /**
+     * Sends the final release of key's hold token, from arbiter via on
+     * (failing over while unavailable). Without an answer the release is kept
+     * in the slot as unanswered; only an answer clears it (a refusal says this
+     * attempt did nothing, not what became of an earlier unanswered one).
+     */
+    private boolean sendRelease(Slot s, Key key, Token token, int via) {
+        ReleaseRequest req = ReleaseRequest.newBuilder()
+                .setSessionId(s.session.id)
+                .setNamespace(key.namespace())
+                .setKey(key.path())
+                .setToken(token.expose())
+                .build();
+        int n = blocking.size();
+        HoldfastException last = null;
+        for (int step = 0; step < n; step++) {
+            boolean released;
+            try {
+                released = blocking.get((via + step) % n).withDeadlineAfter(callTimeout.toNanos(), TimeUnit.NANOSECONDS)
+                        .release(req)
+                        .getReleased();
+            } catch (RuntimeException e) {
+                HoldfastException h = HoldfastException.from(e);
+                if (!h.unavailable()) {
+                    throw h;
+                }
+                last = h;
+                continue;
+            }
+            synchronized (s) {
+                s.releasing.remove(key);
+            }
+            return released;
+        }
+        synchronized (s) {
+            s.releasing.put(key, new Unanswered(token, via));
+        }
+        throw last != null ? last : new HoldfastConfigException("no arbiter endpoints");
     }
 
     /**
@@ -392,6 +436,7 @@ public final class Locker implements AutoCloseable {
         for (Slot s : all.values()) {
             synchronized (s) {
                 s.holds.clear();
+                s.releasing.clear();
             }
             try {
                 s.session.close();

@@ -14,6 +14,7 @@ import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -436,6 +437,54 @@ class ConformanceTest {
     }
 
     /**
+     * A release that gets no answer may still be applied later, so the
+     * library keeps its key blocked: through a proxy in front of the dev
+     * arbiter that drops everything while cut (HOLDFAST_CONFORMANCE_CUTTABLE,
+     * cut while the file HOLDFAST_CONFORMANCE_CUT exists), the release gets no
+     * answer and the hold stays in etcd; the next acquire sends the release
+     * again first and fails while still cut; once the cut ends, the acquire
+     * has the release answered and gets a hold of its own on the same
+     * session, rather than the old one handed back (which the late release
+     * could delete under it).
+     */
+    @Test
+    @Order(10)
+    void anUnansweredReleaseIsSentAgainBeforeTheKeyIsAcquiredAgain() throws Exception {
+        Path cut = Path.of(need("HOLDFAST_CONFORMANCE_CUT"));
+        Config viaProxy = a.toBuilder()
+                .endpoints(List.of(need("HOLDFAST_CONFORMANCE_CUTTABLE")))
+                .callTimeout(Duration.ofSeconds(1))
+                .build();
+        Locker l = locker(viaProxy).locker();
+        String key = "conformance/java-unanswered";
+        Lock first = l.acquire(key);
+        Files.createFile(cut);
+        try {
+            HoldfastException e = assertThrows(HoldfastException.class, first::release);
+            assertTrue(e.unavailable(), "a release with no answer: " + e);
+            assertTrue(holdInEtcd("/l/" + key), "the unanswered release was applied: the proxy let it through");
+            e = assertThrows(HoldfastException.class, () -> l.acquire(key));
+            assertTrue(e.unavailable(), "an acquire while the release is unanswered: " + e);
+        } finally {
+            Files.deleteIfExists(cut);
+        }
+        Lock again = null;
+        long end = now() + TimeUnit.SECONDS.toNanos(8);
+        while (again == null) {
+            try {
+                again = l.acquire(key);
+            } catch (HoldfastException e) {
+                assertTrue(e.unavailable() && now() < end, "acquire after the cut: " + e);
+                Thread.sleep(100);
+            }
+        }
+        assertEquals(first.sessionId(), again.sessionId(), "the session was lost during the cut: the test proves nothing");
+        assertTrue(Long.compareUnsigned(again.token().expose(), first.token().expose()) > 0,
+                "the old hold was handed back to its session: a late release could delete it under the new holder");
+        assertTrue(again.release());
+    }
+
+    /**
      * Last: it stops the arbiter (SIGSTOP), twice. A short freeze: canStart
      * turns false at the first failed keepalive and true again once one is
      * confirmed, with no fence. A long one: the fence listener is called at
@@ -444,7 +493,7 @@ class ConformanceTest {
      * arbiter still stopped).
      */
     @Test
-    @Order(10)
+    @Order(11)
     void aStoppedArbiterDrainsThenFencesBeforeTheLeaseCanExpire() throws Exception {
         Made m = locker(a);
         Key k = Key.parse("fence/java-sigstop");
@@ -535,7 +584,7 @@ class ConformanceTest {
      * PostgreSQL fence must reject.
      */
     @Test
-    @Order(11)
+    @Order(12)
     void aStoppedClientsLateWriteIsRejectedByThePostgresqlFence() throws Exception {
         need("HOLDFAST_CONFORMANCE_SCRIPTS");
         need("HOLDFAST_CONFORMANCE_PG_URL");

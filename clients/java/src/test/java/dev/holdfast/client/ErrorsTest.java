@@ -48,6 +48,15 @@ class ErrorsTest {
     }
 
     @Test
+    void aBrokenConnectionIsUnavailableAndAnUnknownStatusFromTheArbiterIsNot() {
+        HoldfastException broken = HoldfastException.from(
+                Status.UNKNOWN.withDescription("channel closed").withCause(new java.nio.channels.ClosedChannelException()).asRuntimeException());
+        assertTrue(broken.unavailable(), broken.toString());
+        HoldfastException sent = HoldfastException.from(Status.UNKNOWN.withDescription("the arbiter said so").asRuntimeException());
+        assertFalse(sent.unavailable(), sent.toString());
+    }
+
+    @Test
     void fallsBackByCode() {
         assertEquals(ErrorReason.ERROR_REASON_UNAVAILABLE, HoldfastException.from(Status.UNAVAILABLE.asRuntimeException()).reason());
         assertEquals(ErrorReason.ERROR_REASON_UNAVAILABLE, HoldfastException.from(Status.DEADLINE_EXCEEDED.asRuntimeException()).reason());
