@@ -6,7 +6,7 @@
 //! snapshot, the two-person epoch advance with its allocator on coord, key
 //! moves between entity clusters, and a fenced resource; etcd leader
 //! changes, with a deposed leader that still answers keepalives (the
-//! arbiter's Raft-term confirmation). Ten deliberate bugs ([`Mutation`])
+//! arbiter's Raft-term confirmation). Eleven deliberate bugs ([`Mutation`])
 //! each produce a counterexample. See docs/protocol.md.
 //!
 //! Lab only (`harness/`), never packaged.
@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 impl Mutation {
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::NoEpochCompare,
         Mutation::TokenFromCounter,
         Mutation::NoSealCheck,
@@ -34,6 +34,7 @@ impl Mutation {
         Mutation::ForgetServedEpochs,
         Mutation::MoveWithoutAdvance,
         Mutation::MoveWithoutDrain,
+        Mutation::DrainByMapOnly,
         Mutation::DeadlineFromReceiveTime,
         Mutation::ReleaseUnguarded,
         Mutation::NoKeepaliveConfirmation,
@@ -42,7 +43,7 @@ impl Mutation {
     /// The scenario whose bound exposes it.
     pub fn scenario(self) -> Scenario {
         match self {
-            Mutation::MoveWithoutAdvance | Mutation::MoveWithoutDrain => Scenario::Move,
+            Mutation::MoveWithoutAdvance | Mutation::MoveWithoutDrain | Mutation::DrainByMapOnly => Scenario::Move,
             Mutation::DeadlineFromReceiveTime | Mutation::ReleaseUnguarded => Scenario::Time,
             Mutation::NoKeepaliveConfirmation => Scenario::Leader,
             _ => Scenario::Restore,
@@ -59,6 +60,7 @@ impl Mutation {
             Mutation::ForgetServedEpochs => NO_REISSUE_AFTER_RESTORE,
             Mutation::MoveWithoutAdvance => TOKENS_INCREASE,
             Mutation::MoveWithoutDrain => NO_TWO_LIVE_HOLDERS,
+            Mutation::DrainByMapOnly => NO_TWO_LIVE_HOLDERS,
             Mutation::DeadlineFromReceiveTime => NO_TWO_LIVE_HOLDERS,
             Mutation::ReleaseUnguarded => NO_TWO_LIVE_HOLDERS,
             Mutation::NoKeepaliveConfirmation => NO_TWO_LIVE_HOLDERS,

@@ -10,7 +10,7 @@ pub const TTL: u8 = 2;
 /// `holdfast_client::session::FENCE_MARGIN`, in model time units.
 pub const FENCE_MARGIN: u8 = 1;
 
-/// The ten deliberate bugs. Each must produce a counterexample.
+/// The eleven deliberate bugs. Each must produce a counterexample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutation {
     /// `grant_txn` without `Compare::value(EPOCH_KEY, ..)`
@@ -34,6 +34,11 @@ pub enum Mutation {
     MoveWithoutAdvance,
     /// A key move neither drains the range nor waits for its holds.
     MoveWithoutDrain,
+    /// The drain is the shard map only: the rebalancer writes no drain
+    /// marker on the source, and the grant transaction compares none, so an
+    /// arbiter whose watch has not delivered the drain (or the flip) yet
+    /// still grants the range on the source.
+    DrainByMapOnly,
     /// The client's deadline counts from the keepalive's receive time.
     DeadlineFromReceiveTime,
     /// `release_txn_for` without the create-revision, lease and session
@@ -316,6 +321,10 @@ pub enum Action {
     MoveFlip {
         key: u8,
     },
+    /// The arbiter's watch of `/sys/shardmap` delivers the current map.
+    MapDelivered {
+        arbiter: u8,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -351,6 +360,7 @@ impl ProtocolModel {
                 epochs: u32::from(i) + 1,
                 epochs_mod_revision: 1,
                 holds: vec![None; usize::from(c.keys)],
+                draining: vec![false; usize::from(c.keys)],
                 sessions: leases.iter().map(|l| l.id).collect(),
                 leases,
             };
@@ -370,6 +380,8 @@ impl ProtocolModel {
             highest: vec![(0, 0); usize::from(c.clusters)],
             served: vec![None; usize::from(c.clusters)],
             counter: 0,
+            map: vec![c.clusters - 1; usize::from(c.keys)],
+            moving: vec![false; usize::from(c.keys)],
         };
         let session = |k: u8| Some(Session { lease: 1 + k, deadline: c.ttl - c.fence_margin, keepalive: None });
         let mut s = State {
@@ -524,7 +536,8 @@ impl ProtocolModel {
     /// again).
     fn acquire(&self, s: &mut State, client: u8, arbiter: u8, key: u8, answer_lost: bool) {
         let (ai, ki, cli) = (usize::from(arbiter), usize::from(key), usize::from(client));
-        let ci = usize::from(s.coord.map[ki]);
+        // The arbiter routes by its copy of the shard map (it may lag).
+        let ci = usize::from(s.arbiters[ai].map[ki]);
         let c = &s.clients[cli];
         if c.stopped || c.held[ki].is_some() {
             return;
@@ -539,9 +552,9 @@ impl ProtocolModel {
         if self.cfg.clock && s.now >= sess.deadline {
             return;
         }
-        // The rebalancer's drain: arbiters refuse grants of a draining
-        // range (read from the shard map at grant time).
-        if s.coord.moving[ki].is_some() && !self.cfg.on(Mutation::MoveWithoutDrain) {
+        // The rebalancer's drain: arbiters refuse grants of a range their
+        // copy of the shard map says is draining.
+        if s.arbiters[ai].moving[ki] && !self.cfg.on(Mutation::MoveWithoutDrain) {
             return;
         }
         let Serve::Serving(current) = s.arbiters[ai].serve[ci].clone() else { return };
@@ -562,7 +575,8 @@ impl ProtocolModel {
         let epoch_same = st.epoch == current || self.cfg.on(Mutation::NoEpochCompare); // value(/sys/epoch) = bytes
         let session_same = st.has_session(sess.lease); // value(/s/<lease>) = session bytes
         let unsealed = !st.seal; // version(/sys/seal) = 0
-        if !(hold_absent && epoch_same && session_same && unsealed) {
+        let undrained = !st.draining[ki]; // version(/sys/drain/<unit>) = 0
+        if !(hold_absent && epoch_same && session_same && unsealed && undrained) {
             // The or_else reads, classified in `attempt_txn`'s order: a seal
             // (another arbiter sealed: re-check), the session record (a
             // refusal, nothing else), the epoch record (re-read it), else
@@ -574,7 +588,9 @@ impl ProtocolModel {
                 Self::etcd_failed(a, ci);
                 return;
             }
-            if !session_same {
+            // The range is draining here, or has moved away: refused
+            // (retryable; the arbiter re-reads the map).
+            if !session_same || !undrained {
                 return;
             }
             Self::observe(a, ci, epoch, st.revision);
@@ -768,6 +784,9 @@ impl ProtocolModel {
                 a.serve.iter_mut().for_each(|x| *x = Serve::Unverified);
                 a.highest.iter_mut().for_each(|h| *h = (0, 0));
                 a.counter = 0;
+                // It reads the map afresh as it starts.
+                a.map.clone_from(&s.coord.map);
+                a.moving = s.coord.moving.iter().map(Option::is_some).collect();
                 if *a != before {
                     s.budget.crashes -= 1;
                 }
@@ -1069,6 +1088,14 @@ impl ProtocolModel {
                 s.budget.moves -= 1;
                 let from = s.coord.map[ki];
                 let to = (from + 1) % self.cfg.clusters;
+                // The drain marker on the source first (`/sys/drain/<unit>`):
+                // from here no grant of the range commits there, whatever
+                // map an arbiter holds. Then the map says draining.
+                if !self.cfg.on(Mutation::MoveWithoutDrain) && !self.cfg.on(Mutation::DrainByMapOnly) {
+                    let st = &mut s.clusters[usize::from(from)].store;
+                    st.draining[ki] = true;
+                    Self::write(st);
+                }
                 s.coord.moving[ki] = Some(Move { to, advanced: false });
                 s.coord.revision += 1;
             }
@@ -1103,9 +1130,21 @@ impl ProtocolModel {
                         return; // still waits for the range to drain
                     }
                 }
+                // A range moving back to a cluster it left: its old drain
+                // marker there goes before the map says so.
+                let dest = &mut s.clusters[usize::from(m.to)].store;
+                if dest.draining[ki] {
+                    dest.draining[ki] = false;
+                    Self::write(dest);
+                }
                 s.coord.map[ki] = m.to;
                 s.coord.moving[ki] = None;
                 s.coord.revision += 1;
+            }
+            Action::MapDelivered { arbiter } => {
+                let a = &mut s.arbiters[usize::from(arbiter)];
+                a.map.clone_from(&s.coord.map);
+                a.moving = s.coord.moving.iter().map(Option::is_some).collect();
             }
         }
     }
@@ -1156,6 +1195,7 @@ impl ProtocolModel {
             Action::MoveDrain { key } => format!("rebalancer starts moving key {key}: drain"),
             Action::MoveAdvance { key } => format!("rebalancer waits for key {key} to drain, advances the destination epoch"),
             Action::MoveFlip { key } => format!("rebalancer flips the shard map for key {key}"),
+            Action::MapDelivered { arbiter } => format!("arbiter {}'s watch delivers the shard map", arb_name(arbiter)),
         }
     }
 }
@@ -1254,6 +1294,11 @@ impl Model for ProtocolModel {
             if s.coord.moving[usize::from(key)].is_some() {
                 out.push(Action::MoveAdvance { key });
                 out.push(Action::MoveFlip { key });
+            }
+        }
+        for (ai, a) in s.arbiters.iter().enumerate() {
+            if a.map != s.coord.map || a.moving.iter().zip(&s.coord.moving).any(|(m, c)| *m != c.is_some()) {
+                out.push(Action::MapDelivered { arbiter: ai as u8 });
             }
         }
     }

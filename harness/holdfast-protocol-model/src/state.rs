@@ -70,6 +70,12 @@ pub struct Store {
     pub epochs_mod_revision: u16,
     /// `/l/<key>` per key.
     pub holds: Vec<Option<Hold>>,
+    /// The drain marker of each key's range (`/sys/drain/<unit>`), written
+    /// by the rebalancer on a move's source before it waits; the grant
+    /// transaction compares it absent. It stays once the range has moved
+    /// away (an arbiter with a stale map must still be refused here), and
+    /// goes when a range moves back.
+    pub draining: Vec<bool>,
     /// `/s/<lease>` session records present (sorted lease IDs).
     pub sessions: Vec<u8>,
     /// Live leases (sorted by ID).
@@ -162,6 +168,11 @@ pub struct Arbiter {
     pub served: Vec<Option<EpochRecord>>,
     /// Memory: the local counter of the `token_from_counter` mutation.
     pub counter: u16,
+    /// Memory: the shard map as this arbiter's watch last delivered it
+    /// (each key's home, and whether its range is draining): it may lag
+    /// behind coord's.
+    pub map: Vec<u8>,
+    pub moving: Vec<bool>,
 }
 
 /// A keepalive in flight.
