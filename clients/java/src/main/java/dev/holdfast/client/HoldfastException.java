@@ -106,8 +106,9 @@ public class HoldfastException extends RuntimeException {
         }
         Status status = Status.fromThrowable(t);
         com.google.rpc.Status proto = null;
-        if (t instanceof StatusRuntimeException || t instanceof StatusException
-                || t.getCause() instanceof StatusRuntimeException || t.getCause() instanceof StatusException) {
+        boolean fromCall = t instanceof StatusRuntimeException || t instanceof StatusException
+                || t.getCause() instanceof StatusRuntimeException || t.getCause() instanceof StatusException;
+        if (fromCall) {
             try {
                 proto = StatusProto.fromThrowable(t);
             } catch (RuntimeException malformed) {
@@ -116,10 +117,13 @@ public class HoldfastException extends RuntimeException {
             }
         }
         HoldfastException e;
-        if (status.getCode() == Status.Code.UNKNOWN && status.getCause() != null && proto == null) {
+        if (fromCall && status.getCode() == Status.Code.UNKNOWN && status.getCause() != null
+                && (proto == null || proto.getDetailsCount() == 0)) {
             // grpc-java's own status for a connection that broke under the
             // call ("channel closed") carries the transport's exception as
-            // its cause; a status the arbiter sent has none.
+            // its cause; a status the arbiter sent has none (a cause never
+            // crosses the wire), and a throwable that is no call's status
+            // stays unknown.
             String message = status.getDescription() == null ? "UNKNOWN" : status.getDescription();
             e = new HoldfastException(Status.Code.UNKNOWN, ErrorReason.ERROR_REASON_UNAVAILABLE, "", message, null);
         } else {
