@@ -39,6 +39,20 @@ pub async fn quorum_loss(ctx: &mut FaultCtx<'_>, rng: &mut StdRng) -> anyhow::Re
     let run = rng.random::<u32>();
     let mut violations = Vec::new();
     let clients = [ctx.cluster.arbiter_client(0).await?, ctx.cluster.arbiter_client(1).await?];
+    // The fault before this one may have cut the arbiters off a quorum for
+    // longer than fail_open.after (a majority partition with the arbiters
+    // on the minority side): they then fail open, as promised, until they
+    // have checked etcd again. The promise checked here is about an etcd
+    // they reach, so first wait (20 s at most) until both serve again.
+    wait_for(Duration::from_secs(20), || async {
+        for c in &clients {
+            if !c.server_status().await.is_ok_and(|s| s.serving) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
     let before = protected(&clients[0], &key(&format!("p{run:08x}-before"))?, Duration::from_secs(20), &mut violations).await?;
 
     // A majority stopped: every member but one.
