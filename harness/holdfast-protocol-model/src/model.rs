@@ -475,6 +475,17 @@ impl ProtocolModel {
         if h.0 == epoch { h.1 } else { 0 }
     }
 
+    /// The arbiter's copy of the shard map becomes coord's current one.
+    fn read_map(a: &mut Arbiter, coord: &Coord) {
+        a.map.clone_from(&coord.map);
+        a.moving = coord.moving.iter().map(Option::is_some).collect();
+    }
+
+    /// The arbiter's copy of the shard map is coord's current one.
+    fn map_current(a: &Arbiter, coord: &Coord) -> bool {
+        a.map == coord.map && a.moving.iter().zip(&coord.moving).all(|(m, c)| *m == c.is_some())
+    }
+
     /// `Guard::etcd_failed`: Serving becomes Unverified.
     fn etcd_failed(a: &mut Arbiter, cluster: usize) {
         if let Serve::Serving(_) = a.serve[cluster] {
@@ -785,8 +796,7 @@ impl ProtocolModel {
                 a.highest.iter_mut().for_each(|h| *h = (0, 0));
                 a.counter = 0;
                 // It reads the map afresh as it starts.
-                a.map.clone_from(&s.coord.map);
-                a.moving = s.coord.moving.iter().map(Option::is_some).collect();
+                Self::read_map(a, &s.coord);
                 if *a != before {
                     s.budget.crashes -= 1;
                 }
@@ -1143,8 +1153,7 @@ impl ProtocolModel {
             }
             Action::MapDelivered { arbiter } => {
                 let a = &mut s.arbiters[usize::from(arbiter)];
-                a.map.clone_from(&s.coord.map);
-                a.moving = s.coord.moving.iter().map(Option::is_some).collect();
+                Self::read_map(a, &s.coord);
             }
         }
     }
@@ -1297,7 +1306,7 @@ impl Model for ProtocolModel {
             }
         }
         for (ai, a) in s.arbiters.iter().enumerate() {
-            if a.map != s.coord.map || a.moving.iter().zip(&s.coord.moving).any(|(m, c)| *m != c.is_some()) {
+            if !Self::map_current(a, &s.coord) {
                 out.push(Action::MapDelivered { arbiter: ai as u8 });
             }
         }
