@@ -1092,7 +1092,7 @@ async fn start_cut_proxy(target: String, cut: PathBuf) -> String {
 }
 
 async fn relay_unless_cut(client: tokio::net::TcpStream, target: String, cut: PathBuf) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let Ok(server) = tokio::net::TcpStream::connect(&target).await else { return };
     let (mut client_in, mut client_out) = client.into_split();
     let (mut server_in, mut server_out) = server.into_split();
@@ -1101,25 +1101,33 @@ async fn relay_unless_cut(client: tokio::net::TcpStream, target: String, cut: Pa
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     loop {
         tokio::select! {
-            n = client_in.read(&mut up) => {
-                let n = match n { Ok(0) | Err(_) => return, Ok(n) => n };
-                if cut.exists() {
-                    dropped = true;
-                } else if dropped || server_out.write_all(&up[..n]).await.is_err() {
-                    return;
-                }
-            }
-            n = server_in.read(&mut down) => {
-                let n = match n { Ok(0) | Err(_) => return, Ok(n) => n };
-                if cut.exists() {
-                    dropped = true;
-                } else if dropped || client_out.write_all(&down[..n]).await.is_err() {
-                    return;
-                }
-            }
+            n = client_in.read(&mut up) => if !pass_unless_cut(n, &up, &mut server_out, &cut, &mut dropped).await { return },
+            n = server_in.read(&mut down) => if !pass_unless_cut(n, &down, &mut client_out, &cut, &mut dropped).await { return },
             _ = tick.tick() => if dropped && !cut.exists() { return },
         }
     }
+}
+
+/// One read of [`relay_unless_cut`]: passed on to `to`, or dropped while
+/// cut. False when the connection is to close (end of stream, an error, or
+/// the first bytes after a cut).
+async fn pass_unless_cut(
+    read: std::io::Result<usize>,
+    buf: &[u8],
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    cut: &Path,
+    dropped: &mut bool,
+) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let n = match read {
+        Ok(0) | Err(_) => return false,
+        Ok(n) => n,
+    };
+    if cut.exists() {
+        *dropped = true;
+        return true;
+    }
+    !*dropped && to.write_all(&buf[..n]).await.is_ok()
 }
 
 /// The pid of `parent`'s child process running the binary `name`.
