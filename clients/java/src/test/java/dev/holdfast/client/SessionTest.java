@@ -141,13 +141,20 @@ class SessionTest {
     private Server server;
     private Locker locker;
     private final BlockingQueue<Fenced> fences = new LinkedBlockingQueue<>();
+    /** System.nanoTime when the listener got each fence, in order. */
+    private final BlockingQueue<Long> fencedAt = new LinkedBlockingQueue<>();
+
+    private void onFence(Fenced x) {
+        fencedAt.add(System.nanoTime());
+        fences.add(x);
+    }
 
     private FakeArbiter startFake(Duration ttl) throws IOException {
         FakeArbiter f = new FakeArbiter(ttl);
         String name = InProcessServerBuilder.generateName();
         server = InProcessServerBuilder.forName(name).addService(f).build().start();
         ManagedChannel ch = InProcessChannelBuilder.forName(name).build();
-        locker = new Locker(Config.builder().endpoint("fake:1").build(), fences::add, List.of(ch));
+        locker = new Locker(Config.builder().endpoint("fake:1").build(), this::onFence, List.of(ch));
         return f;
     }
 
@@ -192,13 +199,14 @@ class SessionTest {
     }
 
     /**
-     * Waits for a fence and checks when it came: at the deadline the last
-     * confirmed keepalive set (sent no later than the fake received it).
+     * Waits for a fence and checks when the listener got it: at the deadline
+     * the last confirmed keepalive set (sent no later than the fake received
+     * it). The time is taken in the listener, not when this thread wakes.
      */
     private void waitFence(FakeArbiter f, Lock lock, Duration ttl) throws InterruptedException {
         Fenced x = fences.poll(2 * ttl.toMillis(), TimeUnit.MILLISECONDS);
-        long at = System.nanoTime();
         assertNotNull(x, "no fence");
+        long at = fencedAt.take();
         long after = at - f.lastConfirmed.get();
         long want = ttl.minus(Locker.FENCE_MARGIN).toNanos();
         assertTrue(after >= want - TimeUnit.MILLISECONDS.toNanos(200) && after <= want + TimeUnit.MILLISECONDS.toNanos(300),
@@ -213,7 +221,7 @@ class SessionTest {
         assertTrue(lock.lost().toCompletableFuture().isDone(), "lost() not complete");
     }
 
-    private void drainThenFence(String mode) throws Exception {
+    private FakeArbiter drainThenFence(String mode) throws Exception {
         // The arbiter's shortest TTL: a keepalive every 5/3 s, the deadline
         // 4 s after the last confirmed one was sent, so a stalled
         // keepalive's timeout comes 2/3 s before it.
@@ -246,18 +254,17 @@ class SessionTest {
         waitFence(f, lock, ttl);
         // The fence took the holds: nothing is left to release.
         assertFalse(lock.release(), "release after the fence");
+        return f;
     }
 
     @Test
     void stalledKeepalivesDrainThenFenceAtTheDeadline() throws Exception {
-        drainThenFence("stall");
-        assertNewSessionAfterTheLoss();
+        assertNewSessionAfterTheLoss(drainThenFence("stall"));
     }
 
     @Test
     void unconfirmedKeepalivesDoNotCount() throws Exception {
-        drainThenFence("unconfirmed");
-        assertNewSessionAfterTheLoss();
+        assertNewSessionAfterTheLoss(drainThenFence("unconfirmed"));
     }
 
     /**
@@ -266,11 +273,16 @@ class SessionTest {
      */
     @Test
     void theDeadlineCountsFromTheSendTime() throws Exception {
-        drainThenFence("slow-then-stall");
-        assertNewSessionAfterTheLoss();
+        assertNewSessionAfterTheLoss(drainThenFence("slow-then-stall"));
     }
 
-    private void assertNewSessionAfterTheLoss() {
+    /**
+     * The arbiter answers again: the next acquire opens a new, healthy
+     * session. (Left stalling or unconfirming, the fake would make the new
+     * session degraded as soon as its first keepalive came back.)
+     */
+    private void assertNewSessionAfterTheLoss(FakeArbiter f) {
+        f.mode = "confirm";
         Lock c = locker.acquire("ns/c");
         assertEquals(Health.HEALTHY, c.health());
         assertNotEquals(1L, c.sessionId(), "a new session after the loss");
