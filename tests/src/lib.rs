@@ -724,8 +724,36 @@ impl Drop for S3 {
     }
 }
 
+/// Stops `pid` and returns once every one of its threads has stopped.
+///
+/// `kill` only queues SIGSTOP and wakes one thread to act on it; the other
+/// threads run on until that one is scheduled, which on a loaded machine
+/// can be long enough for a multi-threaded daemon to answer a request sent
+/// after this call. So this waits (up to 10 s) until `/proc/PID/task/*/stat`
+/// shows every thread stopped, or the process gone.
 pub fn sigstop(pid: u32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGSTOP);
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !all_threads_stopped(pid) {
+        assert!(std::time::Instant::now() < end, "process {pid}: a thread still running 10 s after SIGSTOP");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Whether every thread of `pid` is stopped (state T or t), or the process
+/// is gone (no /proc entry, or only dead threads left).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        // "tid (comm) S ...": the state follows the last ')', as comm may hold one.
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return true;
+        };
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+        matches!(state, None | Some('T' | 't' | 'Z' | 'X'))
+    })
 }
 pub fn sigcont(pid: u32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGCONT);

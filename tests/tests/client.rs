@@ -403,6 +403,44 @@ async fn an_unanswered_release_is_sent_again_before_the_key_is_acquired_again() 
     assert!(g.release().await.unwrap());
 }
 
+/// A release whose future is dropped before its answer (a timeout around
+/// it) is unanswered too: the key stays blocked the same way.
+#[tokio::test]
+async fn a_release_dropped_before_its_answer_blocks_the_key_too() {
+    let mut app = Appliance::start("release-dropped", 1).await;
+    let locker = app.locker("svc/dropped", &[&app.arbiter], no_fence());
+    let k = key("orders/dropped");
+    let g = locker.acquire(&k, opts(30, 0)).await.unwrap();
+    let (first, session) = (g.token(), g.session_id());
+    let (port, pid) = (app.arbiter.port, app.arbiter.pid().unwrap());
+    // The arbiter is stopped: the release waits, and the caller gives up.
+    sigstop(pid);
+    assert!(tokio::time::timeout(Duration::from_millis(500), g.release()).await.is_err(), "the release was answered");
+    // The request dies with the process, never applied.
+    sigkill(pid);
+    app.arbiter.stop();
+    let holds = app.etcd.client().await.get(layout::HOLD_PREFIX, Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    assert_eq!(holds.kvs().len(), 1, "the hold is still in etcd");
+    app.arbiter = Arbiter::start_with(&app.dir.path, "arbiter", &app.etcd.endpoints(), &app.pki, &move |c| {
+        c.listen = ([127, 0, 0, 1], port).into();
+    });
+    let end = Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        match locker.acquire(&k, opts(30, 0)).await {
+            Ok(g) => break g,
+            // The locker's connection to the killed process is broken: the
+            // first call on it may fail before it reconnects.
+            Err(e) if e.reason() == Some(ErrorReason::Unavailable) && Instant::now() < end => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("acquire after the restart: {e}"),
+        }
+    };
+    assert_eq!(again.session_id(), session, "the same session");
+    assert!(again.token() > first, "a new hold, not the old one handed back to its session");
+    assert!(again.release().await.unwrap());
+}
+
 #[tokio::test]
 async fn fairness_is_the_classs_whatever_the_request_says() {
     // "plain" is best-effort, "durable-order" durable (DURABLE_CLASSES).

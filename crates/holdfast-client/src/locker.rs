@@ -18,9 +18,11 @@
 //!   no arbiter, or got no answer, may still be applied later. Until an
 //!   attempt is answered, every acquire of that key in the session sends
 //!   the release again first, and fails if that is not answered either
-//!   (unavailable, or the arbiter's refusal). Without this the arbiter would hand the same session
-//!   its still-live hold back, and the late release would then delete the
-//!   hold the caller believes it has: two holders.
+//!   (unavailable, or the arbiter's refusal). A release whose future is
+//!   dropped before its answer (a timeout around it) counts as unanswered
+//!   too. Without this the arbiter would hand the same session its
+//!   still-live hold back, and the late release would then delete the hold
+//!   the caller believes it has: two holders.
 
 use crate::affinity::ranked;
 use crate::session::{Health, Session};
@@ -248,15 +250,16 @@ impl Locker {
     /// Acquires `key`. A key already held through this locker's session of
     /// the same TTL is re-entered: its count goes up, nothing is sent. If
     /// the key's last release in this session got no answer, it is sent
-    /// again first; while it stays unanswered the acquire fails with
-    /// [`ErrorReason::Unavailable`] (retry later).
+    /// again first; while it stays unanswered the acquire fails
+    /// ([`ErrorReason::Unavailable`], or the arbiter's refusal of the
+    /// release: retry later).
     pub async fn acquire(&self, key: &LockKey, opts: AcquireOptions) -> Result<LockGuard, Error> {
         let slot = self.slot(key, opts.ttl).await?;
         let key_lock = slot.key_lock(key);
         let _serial = key_lock.lock().await;
         let unanswered = lock(&slot.releasing).get(key).map(|u| (u.token, u.via));
         if let Some((token, via)) = unanswered {
-            send_release(&self.inner, &slot, key, token, via).await?;
+            send_release(&self.inner, &slot, key, token, via, false).await?;
         }
         if let Some(e) = lock(&slot.holds).get_mut(key) {
             e.count += 1;
@@ -343,7 +346,8 @@ impl LockGuard {
     /// or if it was already gone). An error with
     /// [`ErrorReason::Unavailable`] means the outcome is unknown: the hold
     /// may still be live until its session ends, and the next acquire of the
-    /// key through this locker sends the release again before anything else.
+    /// key through this locker sends the release again before anything else
+    /// (so does dropping this future before it is answered).
     pub async fn release(self) -> Result<bool, Error> {
         let key_lock = self.slot.key_lock(&self.key);
         let _serial = key_lock.lock().await;
@@ -363,14 +367,18 @@ impl LockGuard {
                 _ => return Ok(false),
             }
         };
-        send_release(&self.inner, &self.slot, &self.key, self.token, via).await
+        // Unanswered until an answer says otherwise, also if this future is
+        // dropped before one comes.
+        lock(&self.slot.releasing).insert(self.key.clone(), Unanswered { token: self.token, via });
+        send_release(&self.inner, &self.slot, &self.key, self.token, via, true).await
     }
 }
 
 /// Sends the final release of `key`'s hold `token`, from arbiter `via` on
-/// (failing over while unavailable). Without an answer the release is kept
-/// in the slot as unanswered; only an answer clears it.
-async fn send_release(inner: &Inner, slot: &Slot, key: &LockKey, token: Token, via: usize) -> Result<bool, Error> {
+/// (failing over while unavailable). Without an answer the release stays in
+/// the slot as unanswered; an answer clears it, and so does a refusal of
+/// the `first` attempt (nothing of it can land later).
+async fn send_release(inner: &Inner, slot: &Slot, key: &LockKey, token: Token, via: usize, first: bool) -> Result<bool, Error> {
     let req = holdfast_proto::v1::ReleaseRequest {
         session_id: slot.session.id(),
         namespace: key.namespace().into(),
@@ -388,9 +396,12 @@ async fn send_release(inner: &Inner, slot: &Slot, key: &LockKey, token: Token, v
             }
             Err(s) => {
                 let e = Error::from(s);
-                // A refusal leaves things as they were: this attempt did
-                // nothing, but an earlier unanswered one may still land.
+                // A refusal says this attempt did nothing; an earlier
+                // unanswered one may still land.
                 if !unavailable(&e) {
+                    if first {
+                        lock(&slot.releasing).remove(key);
+                    }
                     return Err(e);
                 }
                 last = Some(e);
