@@ -56,6 +56,9 @@ var (
 	ErrQuota = &reasonError{lockv1.ErrorReason_ERROR_REASON_QUOTA, "holdfast: quota"}
 	// The session is on another tier than the key's class.
 	ErrClassTier = &reasonError{lockv1.ErrorReason_ERROR_REASON_CLASS_TIER, "holdfast: class tier mismatch"}
+	// The key's range is moving between etcd clusters; nothing was written.
+	// Retry after the error's RetryAfter.
+	ErrMoving = &reasonError{lockv1.ErrorReason_ERROR_REASON_MOVING, "holdfast: moving"}
 )
 
 // ErrConfig marks a bad or unreadable client configuration (no endpoint,
@@ -67,7 +70,7 @@ var sentinels = map[lockv1.ErrorReason]*reasonError{}
 func init() {
 	for _, s := range []*reasonError{ErrContention, ErrLeak, ErrSealed, ErrSessionNotFound, ErrInvalidArgument,
 		ErrUnauthenticated, ErrDenied, ErrUnavailable, ErrNoPolicy, ErrWrongRegion, ErrClassTTL, ErrRateLimited,
-		ErrQuota, ErrClassTier} {
+		ErrQuota, ErrClassTier, ErrMoving} {
 		sentinels[s.reason] = s
 	}
 }

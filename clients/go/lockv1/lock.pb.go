@@ -73,6 +73,11 @@ const (
 	// picks the etcd cluster its keys live on, and a session lives on one);
 	// the message names both. Open a session for the key's namespace.
 	ErrorReason_ERROR_REASON_CLASS_TIER ErrorReason = 14
+	// The key's range is moving between entity clusters (the shard map):
+	// this cluster grants nothing for it until the move is done. Nothing was
+	// written. Retry after the `google.rpc.RetryInfo` delay in the same
+	// status's details.
+	ErrorReason_ERROR_REASON_MOVING ErrorReason = 15
 )
 
 // Enum value maps for ErrorReason.
@@ -93,6 +98,7 @@ var (
 		12: "ERROR_REASON_RATE_LIMITED",
 		13: "ERROR_REASON_QUOTA",
 		14: "ERROR_REASON_CLASS_TIER",
+		15: "ERROR_REASON_MOVING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -110,6 +116,7 @@ var (
 		"ERROR_REASON_RATE_LIMITED":      12,
 		"ERROR_REASON_QUOTA":             13,
 		"ERROR_REASON_CLASS_TIER":        14,
+		"ERROR_REASON_MOVING":            15,
 	}
 )
 
@@ -1447,7 +1454,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x06R\x05token\"-\n" +
 	"\x15ValidateTokenResponse\x12\x14\n" +
-	"\x05valid\x18\x01 \x01(\bR\x05valid*\xc3\x03\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid*\xdc\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_CONTENTION\x10\x01\x12\x15\n" +
@@ -1464,7 +1471,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x16ERROR_REASON_CLASS_TTL\x10\v\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\f\x12\x16\n" +
 	"\x12ERROR_REASON_QUOTA\x10\r\x12\x1b\n" +
-	"\x17ERROR_REASON_CLASS_TIER\x10\x0e2\xbc\x04\n" +
+	"\x17ERROR_REASON_CLASS_TIER\x10\x0e\x12\x17\n" +
+	"\x13ERROR_REASON_MOVING\x10\x0f2\xbc\x04\n" +
 	"\x04Lock\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +

@@ -37,6 +37,7 @@ CASES = [
     (lock_pb2.ERROR_REASON_RATE_LIMITED, grpc.StatusCode.RESOURCE_EXHAUSTED, holdfast.RateLimitedError),
     (lock_pb2.ERROR_REASON_QUOTA, grpc.StatusCode.RESOURCE_EXHAUSTED, holdfast.QuotaError),
     (lock_pb2.ERROR_REASON_CLASS_TIER, grpc.StatusCode.FAILED_PRECONDITION, holdfast.ClassTierError),
+    (lock_pb2.ERROR_REASON_MOVING, grpc.StatusCode.UNAVAILABLE, holdfast.MovingError),
 ]
 
 

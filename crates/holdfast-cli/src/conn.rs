@@ -87,6 +87,8 @@ pub fn report(e: &Error) -> u8 {
         Some(ErrorReason::ClassTtl) | Some(ErrorReason::ClassTier) => ("", exit::USAGE),
         Some(ErrorReason::RateLimited) => (" Retry after a short backoff.", exit::UNAVAILABLE),
         Some(ErrorReason::Quota) => ("", exit::UNAVAILABLE),
+        // The message says when to retry.
+        Some(ErrorReason::Moving) => ("", exit::UNAVAILABLE),
         Some(ErrorReason::SessionNotFound) => ("", exit::UNAVAILABLE),
         Some(ErrorReason::InvalidArgument) => ("", exit::USAGE),
         _ => match e {

@@ -27,6 +27,15 @@ impl Error {
         }
     }
 
+    /// The wait the arbiter asked for before a retry (with
+    /// [`ErrorReason::Moving`], always), when it asked for one.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Refused { retry_after, .. } => *retry_after,
+            Error::Connect { .. } | Error::Config(_) => None,
+        }
+    }
+
     /// The gRPC status code of a refusal (e.g. `ResourceExhausted` for a
     /// rate limit or quota); `None` when the arbiter was not reached.
     pub fn code(&self) -> Option<tonic::Code> {

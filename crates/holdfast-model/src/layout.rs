@@ -158,6 +158,48 @@ pub fn hold_key(key: &crate::LockKey) -> String {
     format!("{HOLD_PREFIX}{}/{}", key.namespace(), key.key())
 }
 
+/// Drain markers, on an entity cluster: `/sys/drain/<unit>` (see
+/// [`drain_key`]). The rebalancer writes one on a move's source before it
+/// marks the range draining in the shard map, and every grant transaction
+/// compares the markers of its key absent ([`drain_keys`]), so no grant
+/// lands on the source after the rebalancer's wait for its holds began,
+/// whatever map an arbiter's watch has delivered (docs/protocol.md, the
+/// drain fence). A marker stays after its range has moved away, and is
+/// removed from a cluster before a range moves back to it.
+pub const DRAIN_PREFIX: &str = "/sys/drain/";
+
+/// The marker of one homing unit (`<ns>/<segments>`,
+/// [`crate::shardmap::Layout::unit`]), or of a whole namespace (`<ns>`: an
+/// assigned namespace moves as one).
+pub fn drain_key(unit: &str) -> String {
+    format!("{DRAIN_PREFIX}{unit}")
+}
+
+/// Every marker that drains `key`: its namespace's, and its unit's at each
+/// number of path segments a namespace may home by (1 to
+/// [`crate::shardmap::MAX_SEGMENTS`], no more than the key has). Comparing
+/// all of them makes a grant's fence independent of the segment count in
+/// the arbiter's copy of the map; a key of one segment has two markers.
+pub fn drain_keys(key: &crate::LockKey) -> Vec<String> {
+    let mut keys = vec![drain_key(key.namespace())];
+    let mut unit = key.namespace().to_string();
+    for segment in key.key().split('/').take(crate::shardmap::MAX_SEGMENTS as usize) {
+        unit.push('/');
+        unit.push_str(segment);
+        keys.push(drain_key(&unit));
+    }
+    keys
+}
+
+/// The record at a drain marker: when the drain began and when the
+/// rebalancer expects the range to serve again (its wait's bound), from
+/// which an arbiter tells a refused client how long to wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainRecord {
+    pub since_unix_ms: u64,
+    pub until_unix_ms: u64,
+}
+
 /// `/sys/withdrawn/<ns>/<key>` for the hold at `hold_key` (`/l/<ns>/<key>`).
 pub fn withdrawn_key(hold_key: &str) -> String {
     format!("{WITHDRAWN_PREFIX}{}", hold_key.strip_prefix(HOLD_PREFIX).unwrap_or(hold_key))
@@ -367,6 +409,24 @@ mod tests {
         assert_eq!(old.mint, "", "a record from before the mint reads back");
         assert!(!encode(&EpochRecord { mint: String::new(), ..old.clone() }).windows(4).any(|w| w == b"mint"));
         assert!(decode::<EpochRecord>(EPOCH_KEY, b"{\"epoch\":1}").is_err());
+    }
+
+    #[test]
+    fn a_keys_drain_markers_are_its_namespace_and_each_unit_it_can_be_homed_by() {
+        let k = crate::LockKey::new("payments", "eu/acct-7/ledger").unwrap();
+        assert_eq!(
+            drain_keys(&k),
+            ["/sys/drain/payments", "/sys/drain/payments/eu", "/sys/drain/payments/eu/acct-7", "/sys/drain/payments/eu/acct-7/ledger"]
+        );
+        // Whatever the map's segment count, the key's unit is among them.
+        let mut layout = crate::shardmap::Layout::default();
+        for n in 1..=crate::shardmap::MAX_SEGMENTS {
+            layout.segments.insert("payments".into(), n);
+            assert!(drain_keys(&k).contains(&drain_key(&layout.unit(&k))), "{n} segments");
+        }
+        let deep = crate::LockKey::new("ns", &vec!["s"; 20].join("/")).unwrap();
+        assert_eq!(drain_keys(&deep).len(), 1 + crate::shardmap::MAX_SEGMENTS as usize);
+        assert!(drain_keys(&k).iter().all(|m| m.starts_with(DRAIN_PREFIX)));
     }
 
     #[test]

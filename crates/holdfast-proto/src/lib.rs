@@ -48,13 +48,27 @@ pub struct RpcAny {
 /// status whose details disagree with its code or message into `Internal`
 /// (checked with grpcurl in `tests/tests/systemd_notify.rs`).
 pub fn refusal(code: tonic::Code, reason: ErrorReason, field: &str, message: impl Into<String>) -> tonic::Status {
+    refusal_retry_after(code, reason, field, message, None)
+}
+
+/// [`refusal`], and with `retry_after` a `google.rpc.RetryInfo` detail
+/// after the [`ErrorDetail`]: how long the caller should wait before it
+/// tries again ([`retry_after_of`] reads it back).
+pub fn refusal_retry_after(
+    code: tonic::Code,
+    reason: ErrorReason,
+    field: &str,
+    message: impl Into<String>,
+    retry_after: Option<std::time::Duration>,
+) -> tonic::Status {
     let message = message.into();
     let detail = ErrorDetail { reason: reason as i32, field: field.to_string() };
-    let status = RpcStatus {
-        code: code as i32,
-        message: message.clone(),
-        details: vec![RpcAny { type_url: ERROR_DETAIL_TYPE_URL.into(), value: detail.encode_to_vec() }],
-    };
+    let mut details = vec![RpcAny { type_url: ERROR_DETAIL_TYPE_URL.into(), value: detail.encode_to_vec() }];
+    if let Some(d) = retry_after {
+        let delay = PbDuration { seconds: d.as_secs().min(i64::MAX as u64) as i64, nanos: d.subsec_nanos() as i32 };
+        details.push(RpcAny { type_url: RETRY_INFO_TYPE_URL.into(), value: RetryInfo { retry_delay: Some(delay) }.encode_to_vec() });
+    }
+    let status = RpcStatus { code: code as i32, message: message.clone(), details };
     tonic::Status::with_details(code, message, status.encode_to_vec().into())
 }
 
@@ -127,6 +141,15 @@ mod tests {
         assert_eq!(rpc.details.len(), 1);
         assert_eq!(rpc.details[0].type_url, ERROR_DETAIL_TYPE_URL);
         assert_eq!(reason_of(&s), Some((ErrorReason::SessionNotFound, "session_id".to_string())));
+    }
+
+    #[test]
+    fn a_retry_after_rides_with_the_reason() {
+        let d = std::time::Duration::from_millis(2750);
+        let s = refusal_retry_after(tonic::Code::Unavailable, ErrorReason::Moving, "", "moving", Some(d));
+        assert_eq!(reason_of(&s), Some((ErrorReason::Moving, String::new())));
+        assert_eq!(retry_after_of(&s), Some(d));
+        assert_eq!(retry_after_of(&refusal(tonic::Code::Unavailable, ErrorReason::Moving, "", "moving")), None);
     }
 
     #[test]

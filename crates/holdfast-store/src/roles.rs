@@ -73,8 +73,8 @@ const LOCK_SPACE: Range = Range::Between(layout::HOLD_PREFIX, "/s0");
 
 pub const ARBITER: Role = Role {
     name: "holdfast-arbiter",
-    used_by: "holdfast-arbiter: grants, releases, sessions, waiters, withdrawal and close markers, the seal and the restore floor, shipped fail-open spools",
-    read: &[LOCK_SPACE, Range::Key(layout::EPOCH_KEY), Range::Key(layout::POLICY_KEY)],
+    used_by: "holdfast-arbiter: grants, releases, sessions, waiters, withdrawal and close markers, the seal and the restore floor, shipped fail-open spools; reads the drain markers each grant compares",
+    read: &[LOCK_SPACE, Range::Key(layout::EPOCH_KEY), Range::Key(layout::POLICY_KEY), Range::Prefix(layout::DRAIN_PREFIX)],
     read_write: &[
         Range::Prefix(layout::HOLD_PREFIX),
         Range::Prefix(layout::WAITER_PREFIX),

@@ -9,10 +9,20 @@ use holdfast_model::layout;
 
 /// The grant transaction (also used by `holdfast-bench` to measure etcd
 /// without the arbiter): the hold is absent, the epoch record is exactly
-/// `epoch_bytes`, the session record is exactly `session_bytes`, no seal;
+/// `epoch_bytes`, the session record is exactly `session_bytes`, no seal,
+/// none of the key's drain markers (`drains`, [`layout::drain_keys`]);
 /// then put the hold on the session's lease. On failure it reads back the
-/// hold, session, epoch and seal so the refusal can be classified.
-pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: &[u8], hold_bytes: &[u8], waiter_key: Option<&str>) -> Txn {
+/// hold, session, epoch, seal and each drain marker, in that order, so the
+/// refusal can be classified.
+pub fn grant_txn(
+    hold_key: &str,
+    epoch_bytes: &[u8],
+    lease: i64,
+    session_bytes: &[u8],
+    hold_bytes: &[u8],
+    waiter_key: Option<&str>,
+    drains: &[String],
+) -> Txn {
     let session_key = layout::session_key(lease);
     let mut compares = vec![
         Compare::create_revision(hold_key, CompareOp::Equal, 0),
@@ -29,17 +39,20 @@ pub fn grant_txn(hold_key: &str, epoch_bytes: &[u8], lease: i64, session_bytes: 
             compares.remove(1);
         }
     }
+    compares.extend(drains.iter().map(|d| Compare::version(d.as_str(), CompareOp::Equal, 0)));
     let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
     if let Some(w) = waiter_key {
         compares.push(Compare::version(w, CompareOp::Greater, 0));
         then.push(TxnOp::delete(w, None));
     }
-    Txn::new().when(compares).and_then(then).or_else([
+    let mut reads = vec![
         TxnOp::get(hold_key, None),
         TxnOp::get(session_key.as_str(), None),
         TxnOp::get(layout::EPOCH_KEY, None),
         TxnOp::get(layout::SEAL_KEY, None),
-    ])
+    ];
+    reads.extend(drains.iter().map(|d| TxnOp::get(d.as_str(), None)));
+    Txn::new().when(compares).and_then(then).or_else(reads)
 }
 
 /// The release transaction: delete the hold only if it is exactly the one

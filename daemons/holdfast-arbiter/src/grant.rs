@@ -66,11 +66,12 @@ pub async fn attempt(
     etcd: &Etcd,
     guard: &Guard,
     session: &Owned,
-    hold_key: &str,
+    key: &LockKey,
     waiter_key: Option<&str>,
 ) -> Result<Attempt, Refusal> {
-    let span = txn_span!("grant transaction", hold_key, session.lease);
-    let r = attempt_txn(committer, etcd, guard, session, hold_key, waiter_key).instrument(span.clone()).await;
+    let hold_key = layout::hold_key(key);
+    let span = txn_span!("grant transaction", hold_key.as_str(), session.lease);
+    let r = attempt_txn(committer, etcd, guard, session, key, &hold_key, waiter_key).instrument(span.clone()).await;
     span.record(
         "outcome",
         match &r {
@@ -87,6 +88,7 @@ async fn attempt_txn(
     etcd: &Etcd,
     guard: &Guard,
     session: &Owned,
+    key: &LockKey,
     hold_key: &str,
     waiter_key: Option<&str>,
 ) -> Result<Attempt, Refusal> {
@@ -99,7 +101,8 @@ async fn attempt_txn(
     let hold = HoldRecord { spiffe_id: session.record.spiffe_id.clone(), session: session.lease, epoch, granted_unix_ms: now_unix_ms() };
     crate::metrics::inc(|m| &m.grant_attempts);
     let sent = std::time::Instant::now();
-    let txn = grant_txn(hold_key, &current.bytes, session.lease, &session.bytes, &layout::encode(&hold), waiter_key);
+    let drains = layout::drain_keys(key);
+    let txn = grant_txn(hold_key, &current.bytes, session.lease, &session.bytes, &layout::encode(&hold), waiter_key, &drains);
     let highest_before = guard.highest_before(epoch);
     let resp = committer.commit(hold_key, txn).await.map_err(|e| {
         guard.etcd_failed(&e);
@@ -175,6 +178,13 @@ async fn attempt_txn(
     if epoch_kv.as_ref().map(|kv| kv.value()) != Some(current.bytes.as_slice()) {
         guard.etcd_failed("the epoch record changed");
         return Err(Refusal::unavailable("the epoch record changed; retry after the arbiter has re-read it"));
+    }
+    if let Some(marker) = gets.iter().skip(4).flatten().next() {
+        // The key's range is draining from this cluster (a move): nothing
+        // is granted here until the move is done.
+        guard.observe(epoch, revision);
+        let record: Option<layout::DrainRecord> = layout::decode(&String::from_utf8_lossy(marker.key()), marker.value()).ok();
+        return Err(Refusal::moving(key, record.as_ref(), now_unix_ms()));
     }
     guard.observe(epoch, revision);
     let Some(hold_kv) = hold_kv else {

@@ -70,11 +70,14 @@ pub struct Refusal {
     /// it, and withdraw the grants then in flight, whose refusals would pause
     /// it once more.
     pub pauses_granting: bool,
+    /// How long the client should wait before it retries, sent as a
+    /// `google.rpc.RetryInfo` beside the reason (only [`Refusal::moving`]).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Refusal {
     pub(crate) fn new(code: Code, reason: ErrorReason, message: impl Into<String>) -> Self {
-        Refusal { code, reason, field: "", message: message.into(), pauses_granting: false }
+        Refusal { code, reason, field: "", message: message.into(), pauses_granting: false, retry_after: None }
     }
 
     /// The reason as one lower-case word, for span attributes.
@@ -95,6 +98,7 @@ impl Refusal {
             ErrorReason::ClassTier => "class_tier",
             ErrorReason::RateLimited => "rate_limited",
             ErrorReason::Quota => "quota",
+            ErrorReason::Moving => "moving",
         }
     }
 
@@ -187,6 +191,23 @@ impl Refusal {
         Self::new(Code::Unavailable, ErrorReason::Unavailable, format!("etcd is not available to this arbiter: {reason}; retry"))
     }
 
+    /// `key`'s range is draining from this etcd cluster (one of its drain
+    /// markers is present): retry after the time the marker's record says
+    /// the move should be done by, at least [`MOVING_RETRY_MIN`] and at
+    /// most [`MOVING_RETRY_MAX`] (without a readable record, the least).
+    pub fn moving(key: &LockKey, record: Option<&holdfast_model::layout::DrainRecord>, now_unix_ms: u64) -> Self {
+        let left = record.map_or(0, |r| r.until_unix_ms.saturating_sub(now_unix_ms));
+        let retry = std::time::Duration::from_millis(left).clamp(MOVING_RETRY_MIN, MOVING_RETRY_MAX);
+        Refusal {
+            retry_after: Some(retry),
+            ..Self::new(
+                Code::Unavailable,
+                ErrorReason::Moving,
+                format!("{key} is in a range moving to another etcd cluster; nothing was written; retry in {} ms", retry.as_millis()),
+            )
+        }
+    }
+
     /// An etcd error. Only failures to reach etcd count as unavailable
     /// (and pause granting until the cluster is re-checked).
     pub fn etcd(e: etcd_client::Error) -> Self {
@@ -202,9 +223,15 @@ impl Refusal {
     }
 }
 
+/// The shortest wait a [`Refusal::moving`] asks for.
+pub const MOVING_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(250);
+/// The longest wait a [`Refusal::moving`] asks for (a client may try again
+/// sooner elsewhere, once its map says the range has moved).
+pub const MOVING_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl From<Refusal> for tonic::Status {
     fn from(r: Refusal) -> Self {
-        holdfast_proto::refusal(r.code, r.reason, r.field, r.message)
+        holdfast_proto::refusal_retry_after(r.code, r.reason, r.field, r.message, r.retry_after)
     }
 }
 
@@ -232,5 +259,20 @@ mod tests {
         assert!(!Refusal::etcd(grpc(tonic::Status::not_found("etcdserver: requested lease not found"))).pauses_granting);
         assert!(!crate::validate::rate_limited("spiffe://example.org/db").pauses_granting);
         assert!(!Refusal::sealed("restored").pauses_granting);
+    }
+
+    #[test]
+    fn a_moving_key_is_told_when_to_retry() {
+        let k = LockKey::new("payments", "eu/7").unwrap();
+        let drain = |until_unix_ms| holdfast_model::layout::DrainRecord { since_unix_ms: 1_000, until_unix_ms };
+        let r = Refusal::moving(&k, Some(&drain(5_000)), 2_000);
+        assert_eq!((r.code, r.reason, r.pauses_granting), (Code::Unavailable, ErrorReason::Moving, false));
+        assert_eq!(r.retry_after, Some(std::time::Duration::from_secs(3)));
+        assert!(r.message.contains("payments/eu/7") && r.message.contains("3000 ms"), "{}", r.message);
+        assert_eq!(Refusal::moving(&k, Some(&drain(5_000)), 9_000).retry_after, Some(MOVING_RETRY_MIN), "past its bound");
+        assert_eq!(Refusal::moving(&k, Some(&drain(u64::MAX)), 0).retry_after, Some(MOVING_RETRY_MAX));
+        assert_eq!(Refusal::moving(&k, None, 0).retry_after, Some(MOVING_RETRY_MIN), "an unreadable record");
+        let status = tonic::Status::from(r);
+        assert_eq!(holdfast_proto::retry_after_of(&status), Some(std::time::Duration::from_secs(3)));
     }
 }

@@ -228,7 +228,7 @@ impl Waiters {
         let seen = if self.has_queue(&hold_key) {
             Seen::default()
         } else {
-            match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await? {
+            match grant::attempt(&self.committer, etcd, guard, session, key, None).await? {
                 Attempt::Granted(token) => return Ok(token),
                 Attempt::Held { since, holder, .. } => Seen { since, holder },
             }
@@ -277,7 +277,7 @@ impl Waiters {
                 },
                 Hint::Event => {}
             }
-            match grant::attempt(&self.committer, etcd, guard, session, &hold_key, None).await {
+            match grant::attempt(&self.committer, etcd, guard, session, key, None).await {
                 Ok(Attempt::Granted(token)) => {
                     // The next head waits on this grant's hold.
                     let revision = token.revision() as i64;
@@ -499,7 +499,7 @@ pub async fn acquire_durable(
             rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit())
         });
         if first == Some(me.as_str()) {
-            match grant::attempt(committer, etcd, guard, session, &hold_key, Some(&me)).await {
+            match grant::attempt(committer, etcd, guard, session, key, Some(&me)).await {
                 Ok(Attempt::Granted(token)) => break Ok(token),
                 Ok(Attempt::Held { watch_from, holder: h, .. }) => {
                     holder = h;

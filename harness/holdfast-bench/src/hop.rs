@@ -87,6 +87,8 @@ pub(crate) async fn run(ctx: &Ctx, arbiter_metrics: Option<&str>, duration: Dura
     let (lease, session_bytes) = raw_session(&ctx.etcd, identity, duration).await?;
     let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
     let hold_key = layout::hold_key(&direct_key);
+    // The arbiter's own transaction, drain-marker compares included.
+    let drains = layout::drain_keys(&direct_key);
     let mut etcd = ctx.etcd.client.clone();
     let serializable = etcd_client::GetOptions::new().with_serializable();
 
@@ -108,7 +110,7 @@ pub(crate) async fn run(ctx: &Ctx, arbiter_metrics: Option<&str>, duration: Dura
             Err(_) => errors += 1,
         }
         let t = Instant::now();
-        let txn = holdfast_store::txn::grant_txn(&hold_key, &ctx.epoch_bytes, lease, &session_bytes, &hold, None);
+        let txn = holdfast_store::txn::grant_txn(&hold_key, &ctx.epoch_bytes, lease, &session_bytes, &hold, None, &drains);
         match etcd.txn(txn).await {
             Ok(r) if r.succeeded() => {
                 dg.push(t.elapsed());

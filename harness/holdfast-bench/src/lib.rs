@@ -717,9 +717,24 @@ async fn raw_session(etcd: &Etcd, identity: &str, window: Duration) -> anyhow::R
 
 /// One client of an uncontended cell, set up before the window opens.
 enum Worker {
-    Arbiter { session: Session, key: LockKey },
-    EtcdTxn { c: etcd_client::Client, lease: i64, hold_key: String, session_bytes: Vec<u8>, hold: Vec<u8> },
-    LockRpc { c: etcd_client::Client, lease: i64, name: String },
+    Arbiter {
+        session: Session,
+        key: LockKey,
+    },
+    /// `drains`: the key's drain markers, compared as the arbiter does.
+    EtcdTxn {
+        c: etcd_client::Client,
+        lease: i64,
+        hold_key: String,
+        drains: Vec<String>,
+        session_bytes: Vec<u8>,
+        hold: Vec<u8>,
+    },
+    LockRpc {
+        c: etcd_client::Client,
+        lease: i64,
+        name: String,
+    },
 }
 
 impl Worker {
@@ -730,7 +745,14 @@ impl Worker {
                 let identity = "spiffe://holdfast.bench/direct";
                 let (lease, session_bytes) = raw_session(&ctx.etcd, identity, window).await?;
                 let hold = layout::encode(&HoldRecord { spiffe_id: identity.into(), session: lease, epoch: ctx.epoch, granted_unix_ms: 0 });
-                Worker::EtcdTxn { c: ctx.etcd.client.clone(), lease, hold_key: layout::hold_key(&key), session_bytes, hold }
+                Worker::EtcdTxn {
+                    c: ctx.etcd.client.clone(),
+                    lease,
+                    hold_key: layout::hold_key(&key),
+                    drains: layout::drain_keys(&key),
+                    session_bytes,
+                    hold,
+                }
             }
             Variant::LockRpc => {
                 let mut c = ctx.etcd.client.clone();
@@ -753,8 +775,8 @@ impl Worker {
                     Ok(h) => h.release().await.is_ok(),
                     Err(_) => false,
                 },
-                Worker::EtcdTxn { c, lease, hold_key, session_bytes, hold } => {
-                    let txn = holdfast_store::txn::grant_txn(hold_key, &ctx.epoch_bytes, *lease, session_bytes, hold, None);
+                Worker::EtcdTxn { c, lease, hold_key, drains, session_bytes, hold } => {
+                    let txn = holdfast_store::txn::grant_txn(hold_key, &ctx.epoch_bytes, *lease, session_bytes, hold, None, drains);
                     match c.txn(txn).await {
                         Ok(r) if r.succeeded() => {
                             let rev = r.header().map(|h| h.revision()).unwrap_or(0);

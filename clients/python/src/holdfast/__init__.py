@@ -19,6 +19,7 @@ from .errors import (
     HoldfastError,
     InvalidArgumentError,
     LeakError,
+    MovingError,
     NoPolicyError,
     QuotaError,
     RateLimitedError,
@@ -33,7 +34,7 @@ from .errors import (
 __all__ = [
     "FENCE_MARGIN", "AsyncLock", "AsyncLocker", "ClassTTLError", "ClassTierError", "Client", "Config", "ConfigError",
     "ContentionError", "DeniedError", "Fenced", "Health", "HoldfastError", "InvalidArgumentError", "Key", "LeakError",
-    "Lock", "Locker", "NoPolicyError", "QuotaError", "RateLimitedError", "SealedError", "SessionNotFoundError", "Token",
+    "Lock", "Locker", "MovingError", "NoPolicyError", "QuotaError", "RateLimitedError", "SealedError", "SessionNotFoundError", "Token",
     "UnauthenticatedError", "UnavailableError", "WrongRegionError", "config_from_env", "fence_deadline",
     "from_rpc_error", "keepalive_period", "ranked", "score",
 ]

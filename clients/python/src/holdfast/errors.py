@@ -111,6 +111,12 @@ class ClassTierError(HoldfastError):
     reason = lock_pb2.ERROR_REASON_CLASS_TIER
 
 
+class MovingError(HoldfastError):
+    """The key's range is moving between etcd clusters; nothing was written.
+    Retry after ``retry_after``."""
+    reason = lock_pb2.ERROR_REASON_MOVING
+
+
 class ConfigError(Exception):
     """A bad or unreadable client configuration (no endpoint, unreadable
     certificate, malformed endpoint, a missing on_fence). Not a refusal."""
@@ -121,7 +127,7 @@ BY_REASON: dict[int, type[HoldfastError]] = {
     for cls in (
         ContentionError, LeakError, SealedError, SessionNotFoundError, InvalidArgumentError, UnauthenticatedError,
         DeniedError, UnavailableError, NoPolicyError, WrongRegionError, ClassTTLError, RateLimitedError, QuotaError,
-        ClassTierError,
+        ClassTierError, MovingError,
     )
 }
 

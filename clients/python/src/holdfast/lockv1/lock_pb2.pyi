@@ -24,6 +24,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_RATE_LIMITED: _ClassVar[ErrorReason]
     ERROR_REASON_QUOTA: _ClassVar[ErrorReason]
     ERROR_REASON_CLASS_TIER: _ClassVar[ErrorReason]
+    ERROR_REASON_MOVING: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_CONTENTION: ErrorReason
 ERROR_REASON_LEAK: ErrorReason
@@ -39,6 +40,7 @@ ERROR_REASON_CLASS_TTL: ErrorReason
 ERROR_REASON_RATE_LIMITED: ErrorReason
 ERROR_REASON_QUOTA: ErrorReason
 ERROR_REASON_CLASS_TIER: ErrorReason
+ERROR_REASON_MOVING: ErrorReason
 
 class ErrorDetail(_message.Message):
     __slots__ = ("reason", "field")
