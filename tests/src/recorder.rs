@@ -29,7 +29,8 @@ fn outcome_of(e: &Error) -> Outcome {
             | ErrorReason::InvalidArgument
             | ErrorReason::SessionNotFound
             | ErrorReason::Denied
-            | ErrorReason::Unauthenticated,
+            | ErrorReason::Unauthenticated
+            | ErrorReason::Moving,
         ) => Outcome::Fail,
         _ => Outcome::Unknown,
     }

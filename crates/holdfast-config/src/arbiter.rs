@@ -218,7 +218,7 @@ pub struct WaitersConfig {
 }
 
 /// The names `[mutation]` takes (one per field of [`MutationConfig`]).
-pub const MUTATION_NAMES: [&str; 10] = [
+pub const MUTATION_NAMES: [&str; 11] = [
     "release_unguarded",
     "no_epoch_compare",
     "no_session_compare",
@@ -229,6 +229,7 @@ pub const MUTATION_NAMES: [&str; 10] = [
     "no_deposed_leader_check",
     "forget_served_epochs",
     "fail_open_any_class",
+    "no_drain_compare",
 ];
 
 /// Test-build-only mutations of the arbiter (see `[mutation]`).
@@ -281,6 +282,11 @@ pub struct MutationConfig {
     /// gets token-0 grants without a majority.
     #[serde(default)]
     pub fail_open_any_class: bool,
+    /// The grant transaction does not compare the key's drain markers
+    /// (`/sys/drain/...`): a range moving off this cluster is still granted
+    /// here after the move's wait for its holds began.
+    #[serde(default)]
+    pub no_drain_compare: bool,
 }
 
 impl MutationConfig {
@@ -302,6 +308,7 @@ impl MutationConfig {
             "no_deposed_leader_check" => &mut self.no_deposed_leader_check,
             "forget_served_epochs" => &mut self.forget_served_epochs,
             "fail_open_any_class" => &mut self.fail_open_any_class,
+            "no_drain_compare" => &mut self.no_drain_compare,
             _ => return Err(format!("no mutation {name:?}; the mutations are {}", MUTATION_NAMES.join(", "))),
         };
         *flag = true;
@@ -321,6 +328,7 @@ impl MutationConfig {
             (self.no_deposed_leader_check, "no_deposed_leader_check"),
             (self.forget_served_epochs, "forget_served_epochs"),
             (self.fail_open_any_class, "fail_open_any_class"),
+            (self.no_drain_compare, "no_drain_compare"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

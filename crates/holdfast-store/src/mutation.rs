@@ -25,6 +25,8 @@ pub static TOKEN_FROM_COUNTER: AtomicBool = AtomicBool::new(false);
 pub static FORGET_SERVED_EPOCHS: AtomicBool = AtomicBool::new(false);
 /// Fail-open grants every class, not only `on_quorum_loss = "open"` ones.
 pub static FAIL_OPEN_ANY_CLASS: AtomicBool = AtomicBool::new(false);
+/// The grant transaction does not compare the key's drain markers.
+pub static NO_DRAIN_COMPARE: AtomicBool = AtomicBool::new(false);
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 pub fn on(flag: &AtomicBool) -> bool {
@@ -44,6 +46,7 @@ pub fn enable(config: &MutationConfig) -> Vec<&'static str> {
         (config.no_deposed_leader_check, &NO_DEPOSED_LEADER_CHECK),
         (config.forget_served_epochs, &FORGET_SERVED_EPOCHS),
         (config.fail_open_any_class, &FAIL_OPEN_ANY_CLASS),
+        (config.no_drain_compare, &NO_DRAIN_COMPARE),
     ] {
         flag.store(on, Ordering::Relaxed);
     }

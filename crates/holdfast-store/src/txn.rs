@@ -39,6 +39,8 @@ pub fn grant_txn(
             compares.remove(1);
         }
     }
+    #[cfg(feature = "mutations")]
+    let drains = if crate::mutation::on(&crate::mutation::NO_DRAIN_COMPARE) { &[] } else { drains };
     compares.extend(drains.iter().map(|d| Compare::version(d.as_str(), CompareOp::Equal, 0)));
     let mut then = vec![TxnOp::put(hold_key, hold_bytes.to_vec(), Some(PutOptions::new().with_lease(lease)))];
     if let Some(w) = waiter_key {

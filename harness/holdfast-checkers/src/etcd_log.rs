@@ -24,6 +24,11 @@
 //!   ended by an epoch advance). etcd itself refuses a put on a revoked
 //!   lease; between a record's delete and its lease's revoke only the
 //!   grant's compare on the session record stands in the way.
+//! - **No hold while its range drains** ([`Rule::GrantWhileDraining`]): no
+//!   put in etcd's log creates a hold of a key while a drain marker
+//!   (`/sys/drain/<unit>`) covering it exists: the unit is the key, or a
+//!   prefix of it ending at a `/`. The grant transaction compares the
+//!   markers absent; a move's wait for the range's holds relies on it.
 //! - **No token is reused** ([`Rule::TokenReused`]): no two ok grants carry
 //!   the same token — except (a) a session's retried acquire of a key it
 //!   holds, which returns the same hold (same key, session, token) and is
@@ -207,6 +212,11 @@ fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
         let r = ended.entry(e.lease).or_insert(e.revision);
         *r = (*r).min(e.revision);
     }
+    // Per drain unit: the revisions it was written and deleted at.
+    let mut drains: HashMap<&str, Vec<(u64, bool)>> = HashMap::new();
+    for d in &history.etcd.drains {
+        drains.entry(d.unit.as_str()).or_default().push((d.revision, d.present));
+    }
     // Per key: the current hold (create revision, event index), if any.
     let mut open: HashMap<&str, (u64, usize)> = HashMap::new();
     let mut last: Option<(usize, u64)> = None;
@@ -249,6 +259,14 @@ fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
                         ),
                     );
                 }
+                if let Some(unit) = draining_at(&drains, key, ev.revision) {
+                    report.push(
+                        Rule::GrantWhileDraining,
+                        key,
+                        vec![etcd_ref(history, i)],
+                        format!("hold created at revision {} while the drain marker of {unit} existed", ev.revision),
+                    );
+                }
                 open.insert(key, (ev.revision, i));
                 creations.insert((key, ev.revision), (i, ev.lease));
             }
@@ -278,6 +296,16 @@ fn check_log<'a>(history: &'a History, report: &mut Report) -> Creations<'a> {
         }
     }
     creations
+}
+
+/// The drain unit covering `key` whose marker existed just before
+/// `revision` (what a transaction at `revision` compares), if any.
+fn draining_at<'a>(drains: &HashMap<&'a str, Vec<(u64, bool)>>, key: &str, revision: u64) -> Option<&'a str> {
+    drains.iter().find_map(|(unit, changes)| {
+        let covers = key == *unit || key.strip_prefix(*unit).is_some_and(|rest| rest.starts_with('/'));
+        let present = changes.iter().rfind(|(r, _)| *r < revision).is_some_and(|(_, p)| *p);
+        (covers && present).then_some(*unit)
+    })
 }
 
 impl Grant<'_> {

@@ -191,6 +191,19 @@ pub struct SessionEnd {
     pub revision: u64,
 }
 
+/// A drain marker (`/sys/drain/<unit>`) written or deleted in etcd's log.
+/// While the marker of a unit exists, no hold of a key in that unit may be
+/// created ([`crate::etcd_log`], `GrantWhileDraining`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainChange {
+    /// The unit, e.g. `ns` or `ns/a/b`: it covers the lock key equal to it
+    /// and every key under it (`ns/a/b/...`).
+    pub unit: String,
+    pub revision: u64,
+    /// Written (true) or deleted (false) at `revision`.
+    pub present: bool,
+}
+
 /// etcd's log of the lock key space plus the epoch(s) the run was in.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdLog {
@@ -208,6 +221,9 @@ pub struct EtcdLog {
     /// names the one hold its transaction deleted.
     #[serde(default)]
     pub withdrawals: Vec<Withdrawal>,
+    /// Drain markers written and deleted during the run, in revision order.
+    #[serde(default)]
+    pub drains: Vec<DrainChange>,
     /// Watch events in revision order, from revision 1.
     pub events: Vec<EtcdEvent>,
 }

@@ -32,6 +32,9 @@ pub enum Rule {
     /// C1: etcd's log shows a hold created on a lease after that session's
     /// record was deleted.
     GrantOnEndedSession,
+    /// C1: etcd's log shows a hold created while a drain marker of its
+    /// key's range existed (the range was moving off this cluster).
+    GrantWhileDraining,
     /// C1: two ok grants carry the same token.
     TokenReused,
     /// C1: a grant that completed before another was invoked (same key) has

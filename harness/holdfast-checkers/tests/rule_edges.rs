@@ -5,7 +5,7 @@
 mod common;
 
 use common::{B, tok};
-use holdfast_checkers::history::{EpochChange, SessionEnd, make_token};
+use holdfast_checkers::history::{DrainChange, EpochChange, SessionEnd, make_token};
 use holdfast_checkers::{History, OpRef, Outcome, Rule, etcd_log, linearizable};
 
 fn c3(h: &History) -> holdfast_checkers::Report {
@@ -366,6 +366,29 @@ fn c1_a_hold_on_a_session_ended_in_the_same_revision_is_not_flagged() {
     assert!(r.passed(), "{:?}", r.violations);
     b.h.etcd.session_ends[0].revision = 7;
     assert!(etcd_log::check(&b.h).has(Rule::GrantOnEndedSession));
+}
+
+#[test]
+fn c1_a_hold_is_flagged_only_while_a_drain_marker_covering_its_key_exists() {
+    let drain = |unit: &str, revision, present| DrainChange { unit: unit.into(), revision, present };
+    let mut b = B::new();
+    b.hold("ns/a/b", 1, 0, 8);
+    // A marker written at the grant's revision is after its compare; one
+    // deleted before it no longer counts; other units never do.
+    b.h.etcd.drains =
+        vec![drain("ns/a", 8, true), drain("ns/x", 2, true), drain("ns/a/bc", 3, true), drain("ns", 4, true), drain("ns", 5, false)];
+    let r = etcd_log::check(&b.h);
+    assert!(r.passed(), "{:?}", r.violations);
+    // Written one revision earlier, it covers the grant; so does the key's own unit.
+    b.h.etcd.drains[0].revision = 7;
+    assert_eq!(rules(&etcd_log::check(&b.h)), [Rule::GrantWhileDraining]);
+    b.h.etcd.drains[0] = drain("ns/a/b", 7, true);
+    assert_eq!(rules(&etcd_log::check(&b.h)), [Rule::GrantWhileDraining]);
+    // Deleted at 8 would be in the grant's own transaction: impossible, but
+    // a delete at 7 ends it before the compare.
+    b.h.etcd.drains.insert(1, drain("ns/a/b", 7, false));
+    b.h.etcd.drains[0].revision = 6;
+    assert!(etcd_log::check(&b.h).passed());
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! etcd's own log of the lock key space, read through a watch from a given
 //! revision: the ground truth of the correctness gate's checkers.
 
-use holdfast_checkers::history::{EpochChange, EtcdEvent, EtcdEventKind, EtcdLog, SessionEnd, Withdrawal};
+use holdfast_checkers::history::{DrainChange, EpochChange, EtcdEvent, EtcdEventKind, EtcdLog, SessionEnd, Withdrawal};
 use holdfast_model::layout::{self, EpochRecord, WithdrawnRecord};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,8 +9,8 @@ use std::time::Duration;
 /// etcd's log as the checkers read it, from revision `from`: the events under
 /// `/l/<prefix>` with the deleted values; every session record's delete;
 /// every epoch advance (a put of `/sys/epoch`); every withdrawal marker
-/// (a put under `/sys/withdrawn/`). `start_epoch` is the epoch in force at
-/// `from`.
+/// (a put under `/sys/withdrawn/`); every drain marker written or deleted
+/// (`/sys/drain/`). `start_epoch` is the epoch in force at `from`.
 ///
 /// A delete is marked `expired` when the hold's session ended with it: etcd
 /// deleted the session record (`/s/<lease>`) in the same revision (lease
@@ -28,6 +28,7 @@ pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, sta
     let mut ends = Vec::new();
     let mut epochs = Vec::new();
     let mut withdrawals = Vec::new();
+    let mut drains = Vec::new();
     let mut c = client.clone();
     let opts = etcd_client::WatchOptions::new().with_prefix().with_start_revision(from.max(1)).with_prev_key();
     let mut stream = c.watch("/", Some(opts)).await?;
@@ -60,6 +61,10 @@ pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, sta
             {
                 withdrawals.push(Withdrawal { key: hold_key, create_revision: r.create_revision as u64, lease: r.session, revision });
             }
+            if let Some(unit) = key.strip_prefix(layout::DRAIN_PREFIX) {
+                let present = e.event_type() == etcd_client::EventType::Put;
+                drains.push(DrainChange { unit: unit.to_string(), revision, present });
+            }
             if !key.starts_with(&lock_prefix) {
                 continue;
             }
@@ -91,5 +96,5 @@ pub async fn read_log(client: &etcd_client::Client, prefix: &str, from: i64, sta
             e.expired = Some(session_ends.get(&e.lease).is_some_and(|end| *end <= e.revision));
         }
     }
-    Ok(EtcdLog { epoch: start_epoch, epoch_changes: epochs, session_ends: ends, withdrawals, events })
+    Ok(EtcdLog { epoch: start_epoch, epoch_changes: epochs, session_ends: ends, withdrawals, drains, events })
 }

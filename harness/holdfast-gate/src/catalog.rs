@@ -130,6 +130,13 @@ pub const MUTATIONS: &[Mutation] = &[
         note: "the quorum-loss fault's check: a session of the correctness class opened without a majority",
     },
     Mutation {
+        name: "no_drain_compare",
+        breaks: "the grant does not compare the key's drain markers",
+        plan: Plan::Gate(&["drain", "drain", "drain"]),
+        rules: &["C1/GrantWhileDraining"],
+        note: "",
+    },
+    Mutation {
         name: "fence_from_receive_time",
         breaks: "client library: the session's deadline counts from the keepalive's answer, not its send",
         plan: Plan::Gate(&["client-link", "client-link", "client-link", "client-link", "client-link"]),
@@ -194,6 +201,9 @@ impl FaultKind {
                  open efficiency class (`gateopen`, TTL 30 s) is locked on both arbiters meanwhile, kill -9 arbiter 0 \
                  mid-outage, restart it once the members resume"
             }
+            FaultKind::Drain => {
+                "drain markers (`/sys/drain/<unit>`) written on the entity cluster under load, as a move's source has                  them: for a third of the keys, or one time in four the whole namespace; deleted after 2–4 s"
+            }
         }
     }
 
@@ -221,6 +231,9 @@ impl FaultKind {
                 "both arbiters grant the open class with token 0 and refuse the correctness class; every unprotected \
                  grant is in `/sys/unprotected/` once with one end (`--audit`: in the audit store once); a protected \
                  grant (token > 0) before and after"
+            }
+            FaultKind::Drain => {
+                "the markers read back from etcd; C1 (`GrantWhileDraining`) proves no hold of a drained key was                  created while its marker existed"
             }
         }
     }

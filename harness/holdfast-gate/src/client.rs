@@ -178,7 +178,8 @@ pub fn outcome_of(e: &Error) -> Outcome {
             | ErrorReason::Sealed
             | ErrorReason::InvalidArgument
             | ErrorReason::Denied
-            | ErrorReason::Unauthenticated,
+            | ErrorReason::Unauthenticated
+            | ErrorReason::Moving,
         ) => Outcome::Fail,
         _ => Outcome::Unknown,
     }

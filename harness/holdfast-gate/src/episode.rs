@@ -63,6 +63,7 @@ pub async fn run(
     ));
     let ep = Episode::new(setup.dir.join(format!("episode-{episode}")), args.keys, &format!("e{episode}k"));
     std::fs::create_dir_all(&ep.dir)?;
+    let entity_keys: Vec<String> = ep.all_keys().into_iter().filter(|(t, _)| *t == Tier::Entity).map(|(_, k)| k).collect();
     let starts = LogStarts::now(setup.cluster).await?;
     let ep_start = Instant::now();
     let mut procs = spawn_clients(&ep, setup.cluster, args, setup.resource, seed)?;
@@ -75,7 +76,7 @@ pub async fn run(
             break;
         }
         tokio::time::sleep(Duration::from_millis(ep_rng.random_range(300..1500))).await;
-        strike(setup, &views, kind, &mut ep_rng, summary, all_faults).await?;
+        strike(setup, &views, &entity_keys, kind, &mut ep_rng, summary, all_faults).await?;
     }
     // Let the workload run on the healed system (the short profile for
     // at least SHORT_MIN in all, so its counts mean something), then stop
@@ -170,6 +171,7 @@ fn plan(profile: Profile, kinds: &[FaultKind], rng: &mut StdRng) -> Vec<FaultKin
 async fn strike(
     setup: &mut Setup<'_>,
     clients: &[ClientProc],
+    keys: &[String],
     kind: FaultKind,
     rng: &mut StdRng,
     summary: &mut Summary,
@@ -182,6 +184,7 @@ async fn strike(
         net: setup.net,
         cluster: setup.cluster,
         clients,
+        keys,
         t0: setup.t0,
         pending_restore: &mut setup.restore,
         leader_pause_max: setup.args.leader_pause_max,

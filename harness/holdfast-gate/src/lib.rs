@@ -127,7 +127,7 @@ pub struct GateArgs {
     /// (`[mutation]` in their config: release_unguarded, token_from_counter,
     /// no_epoch_compare, no_session_compare, no_seal_check,
     /// no_withdrawal_marker, no_keepalive_confirmation, no_deposed_leader_check,
-    /// forget_served_epochs, fail_open_any_class), or the clients
+    /// forget_served_epochs, fail_open_any_class, no_drain_compare), or the clients
     /// (`holdfast_client::mutations`: fence_from_receive_time), or the
     /// gate's own restore procedure (advance_from_restored_record), to show
     /// that the gate catches it.

@@ -11,11 +11,13 @@
 //! `clock` (libfaketime jumps), `epoch` (an epoch advance under load) and
 //! `restore` (the snapshot half of the restore fault; the restore itself
 //! runs after the episode's workload, in `crate::restore`) and `quorum`
-//! (a majority stopped past the arbiters' fail-open bound).
+//! (a majority stopped past the arbiters' fail-open bound) and `drain`
+//! (drain markers on the entity cluster, as a move's source has them).
 //! This file holds what they share and [`inject`], which dispatches.
 
 mod clock;
 mod disk;
+mod drain;
 mod epoch;
 mod network;
 mod process;
@@ -94,6 +96,11 @@ pub enum FaultKind {
     /// 0 and every such grant reaches `/sys/unprotected/` once, across a
     /// kill -9 of an arbiter mid-outage; the correctness class is refused.
     QuorumLoss,
+    /// Write drain markers (`/sys/drain/<unit>`) on the entity cluster for
+    /// a third of the keys, or the whole namespace, as a rebalancer does on
+    /// a move's source; delete them after the hold. No grant of a drained
+    /// key may commit meanwhile.
+    Drain,
 }
 
 impl FaultKind {
@@ -131,6 +138,8 @@ pub struct FaultCtx<'a> {
     pub net: &'a Net,
     pub cluster: &'a mut Cluster,
     pub clients: &'a [ClientProc],
+    /// The episode's entity-tier lock keys (`gate/<stem><n>`).
+    pub keys: &'a [String],
     pub t0: Instant,
     /// Where the restore fault leaves its snapshot for the episode's
     /// restore phase (`crate::restore`).
@@ -171,6 +180,7 @@ pub async fn inject(ctx: &mut FaultCtx<'_>, kind: FaultKind, seed: u64, rng: &mu
         FaultKind::EpochAdvance => epoch::advance(ctx, rng).await?,
         FaultKind::Restore => restore::snapshot(ctx, rng).await?,
         FaultKind::QuorumLoss => quorum::quorum_loss(ctx, rng).await?,
+        FaultKind::Drain => drain::drain(ctx, rng, hold).await?,
     };
     // Healed: etcd has a leader again and both arbiters run.
     let healed = Instant::now();
