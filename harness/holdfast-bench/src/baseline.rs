@@ -24,12 +24,17 @@ pub const USER: &str = "holdfast-bench";
 pub const LOCK_RPC_PREFIX: &str = "/bench-v3lock/";
 
 /// What the direct paths need, and nothing else: the compared `/sys/` keys
-/// (read), holds and session records (the arbiter's own transactions), and
+/// and drain markers (read), holds and session records (the arbiter's own transactions), and
 /// the Lock RPC's prefix.
 pub const ROLE: Role = Role {
     name: USER,
     used_by: "holdfast-bench's direct etcd paths (the arbiter's transactions sent straight to etcd; etcd's Lock RPC)",
-    read: &[Range::Key(layout::EPOCH_KEY), Range::Key(layout::SEAL_KEY), Range::Key(layout::WATERMARK_KEY)],
+    read: &[
+        Range::Key(layout::EPOCH_KEY),
+        Range::Key(layout::SEAL_KEY),
+        Range::Key(layout::WATERMARK_KEY),
+        Range::Prefix(layout::DRAIN_PREFIX),
+    ],
     read_write: &[Range::Prefix(layout::HOLD_PREFIX), Range::Prefix(layout::SESSION_PREFIX), Range::Prefix(LOCK_RPC_PREFIX)],
 };
 
